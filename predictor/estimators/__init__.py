@@ -1,0 +1,4 @@
+"""Interchangeable runtime estimators behind one interface (`base.Estimator`)."""
+from predictor.estimators.base import Estimator
+
+__all__ = ["Estimator"]

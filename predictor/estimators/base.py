@@ -1,0 +1,72 @@
+"""The estimator interface every predictor implements.
+
+Modelled on scikit-learn's conventions: parameters go in the constructor and
+are returned by `get_params`; learned state is built by `fit` (a batch of
+finished jobs) or `observe` (one finished job, in order of end time); `predict`
+answers for one submitted job. Estimators do no I/O and read no clock.
+
+Causality contract: callers observe a job only once it has finished, in
+non-decreasing order of end time, and `predict(job)` must use only observed jobs
+whose end is at or before `job.submit`.
+"""
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any, ClassVar, Self
+
+from predictor.jobs import FinishedJob, JobRequest, Prediction
+
+
+class Estimator(ABC):
+    """Base class: subclasses set `name` and implement `reset`, `observe`, `predict`."""
+
+    name: ClassVar[str]
+    #: True for estimators that are not allowed in a real scheduler (the oracle).
+    evaluation_only: ClassVar[bool] = False
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget all history."""
+
+    @abstractmethod
+    def observe(self, job: FinishedJob) -> None:
+        """Learn from a job that has finished."""
+
+    @abstractmethod
+    def predict(self, job: JobRequest) -> Prediction:
+        """Estimate the runtime of a job at its submission."""
+
+    def fit(self, jobs: Iterable[FinishedJob]) -> Self:
+        """Reset, then observe `jobs` in order of end time."""
+        self.reset()
+        for job in sorted(jobs, key=lambda j: (j.end, j.request.submit, j.request.job_id)):
+            self.observe(job)
+        return self
+
+    def predict_many(self, jobs: Iterable[JobRequest]) -> list[Prediction]:
+        """Predict several jobs against the same history (no learning in between)."""
+        return [self.predict(job) for job in jobs]
+
+    @classmethod
+    def param_names(cls) -> list[str]:
+        """Constructor parameter names, as scikit-learn's `_get_param_names`."""
+        signature = inspect.signature(cls.__init__)
+        kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return [p.name for p in signature.parameters.values() if p.name != "self" and p.kind in kinds]
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor parameters of this instance."""
+        return {name: getattr(self, name) for name in self.param_names()}
+
+    @property
+    def spec(self) -> str:
+        """A SPEC string that rebuilds this estimator (`NAME:key=value,...`)."""
+        params = self.get_params()
+        if not params:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"

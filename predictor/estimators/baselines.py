@@ -1,0 +1,52 @@
+"""Baselines: the user's own request, and the oracle that knows the future."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from predictor.estimators.base import Estimator
+from predictor.jobs import FinishedJob, JobRequest, Prediction
+
+
+class RequestEstimator(Estimator):
+    """t_sched = t_req: what a scheduler does without predictions."""
+
+    name = "request"
+
+    def reset(self) -> None:
+        pass
+
+    def observe(self, job: FinishedJob) -> None:
+        pass
+
+    def predict(self, job: JobRequest) -> Prediction:
+        return Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True)
+
+
+class OracleEstimator(Estimator):
+    """t_sched = t_act, for evaluation only: the upper bound of what prediction can give.
+
+    The actual runtimes are handed over explicitly with `bind_truth` by an
+    evaluation harness; nothing else in the project sees a job's future.
+    """
+
+    name = "oracle"
+    evaluation_only = True
+
+    def __init__(self) -> None:
+        self._truth: Mapping[int, int] = {}
+
+    def bind_truth(self, runtimes: Mapping[int, int]) -> None:
+        """Give the oracle the actual runtime of every job by job id."""
+        self._truth = runtimes
+
+    def reset(self) -> None:
+        pass
+
+    def observe(self, job: FinishedJob) -> None:
+        pass
+
+    def predict(self, job: JobRequest) -> Prediction:
+        runtime = self._truth.get(job.job_id)
+        if runtime is None:
+            raise KeyError(f"oracle: no actual runtime bound for job {job.job_id}")
+        return Prediction(t_sched=max(1, min(job.t_req, runtime)), factor=None, basis=0, fallback=False)

@@ -1,0 +1,151 @@
+"""The event loop: replays a trace on a simulated machine.
+
+Time is integer seconds. Events are arrivals (the trace, in submit order) and
+completions (a heap). At one instant: completions first, then arrivals, then
+one scheduling pass. The predictor is told about completions and asked about
+arrivals in a single `sync` call per instant, so it never learns a runtime
+before the simulated job has finished.
+
+Actual runtimes live only in this module (`_runtime`); the queue policy and
+backfilling see `WaitingJob` / `RunningJob`, which have no runtime field.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from predictor.jobs import FinishedJob, JobRequest
+from predictor.session import PredictionSession
+from simulator.backfill import make_backfill
+from simulator.jobs import WaitingJob
+from simulator.machine import Machine
+from simulator.policies import make_policy
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """How the simulated scheduler works."""
+
+    procs: int
+    policy: str = "fcfs"
+    backfill: str = "easy"
+    mode: str = "none"          # none | regular | selective
+    correction: str = "request"  # request | tsafrir (regular mode only)
+
+
+@dataclass
+class SimulationResult:
+    """Per-job outcome of a simulation, plus what was left out and why."""
+
+    config: SimulationConfig
+    jobs: pd.DataFrame                       # job_id, user, group, size, submit, start, end, wait, run, t_req, t_sched
+    skipped: dict[str, int] = field(default_factory=dict)
+    predictor_fallbacks: int = 0
+
+
+JOB_COLUMNS = ("job_id", "submit", "procs", "t_req", "t_act", "user", "group", "queue", "executable")
+
+
+def _requests(frame: pd.DataFrame) -> list[JobRequest]:
+    columns = [frame[c].to_numpy(dtype=np.int64).tolist() for c in
+               ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable")]
+    return [JobRequest(*values) for values in zip(*columns)]
+
+
+def warmup_history(history: pd.DataFrame) -> list[FinishedJob]:
+    """Finished trace jobs (with their trace end times) in end order, to warm a predictor up."""
+    if history.empty:
+        return []
+    ordered = history.sort_values(["end", "submit", "job_id"], kind="stable")
+    requests = _requests(ordered)
+    ends = ordered["end"].to_numpy(dtype=np.int64).tolist()
+    runtimes = ordered["t_act"].to_numpy(dtype=np.int64).tolist()
+    return [FinishedJob(r, e, t) for r, e, t in zip(requests, ends, runtimes)]
+
+
+def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSession,
+             history: pd.DataFrame | None = None) -> SimulationResult:
+    """Replay `jobs` (replayable trace jobs sorted by submit) under `config`.
+
+    `session` answers t_sched at submission and learns each simulated
+    completion. `history` (jobs that finished before the replayed period) is
+    sent to the predictor first, as a warm-up. In mode `none` the predictions
+    are still made and reported, but the scheduler plans with t_req.
+    """
+    missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
+    if missing:
+        raise ValueError(f"jobs table lacks column(s) {', '.join(missing)}")
+    too_big = jobs["procs"].to_numpy() > config.procs
+    skipped = {"larger than machine": int(too_big.sum())} if too_big.any() else {}
+    jobs = jobs.loc[~too_big].sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
+
+    requests = _requests(jobs)
+    _runtime = jobs["t_act"].to_numpy(dtype=np.int64).tolist()
+    count = len(requests)
+    start_at = [0] * count
+    end_at = [0] * count
+    t_sched = [0] * count
+
+    machine = Machine(config.procs, config.mode, config.correction)
+    queue = make_policy(config.policy)
+    backfill = make_backfill(config.backfill)
+    use_prediction = config.mode != "none"
+    completions: list[tuple[int, int]] = []
+    if history is not None:
+        session.sync(warmup_history(history), [])
+
+    next_arrival = 0
+    while next_arrival < count or completions:
+        now = completions[0][0] if completions else requests[next_arrival].submit
+        if next_arrival < count and requests[next_arrival].submit < now:
+            now = requests[next_arrival].submit
+
+        finished: list[FinishedJob] = []
+        while completions and completions[0][0] == now:
+            _, index = heapq.heappop(completions)
+            machine.finish(index)
+            finished.append(FinishedJob(requests[index], now, now - start_at[index]))
+
+        first = next_arrival
+        while next_arrival < count and requests[next_arrival].submit == now:
+            next_arrival += 1
+        arrivals = requests[first:next_arrival]
+
+        if finished or arrivals:
+            predictions = session.sync(finished, arrivals)
+            for offset, (request, prediction) in enumerate(zip(arrivals, predictions)):
+                index = first + offset
+                t_sched[index] = prediction.t_sched
+                t_est = prediction.t_sched if use_prediction else request.t_req
+                queue.add(WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est))
+
+        if not len(queue):
+            continue
+        if use_prediction:
+            machine.correct_overruns(now)
+        for job in backfill.select(now, queue.ordered(now), machine):
+            queue.remove(job)
+            backfill.forget(job)
+            machine.start(job, now)
+            start_at[job.index] = now
+            end = now + _runtime[job.index]
+            end_at[job.index] = end
+            heapq.heappush(completions, (end, job.index))
+
+    result = pd.DataFrame({
+        "job_id": jobs["job_id"].to_numpy(),
+        "user": jobs["user"].to_numpy(),
+        "group": jobs["group"].to_numpy(),
+        "size": jobs["procs"].to_numpy(),
+        "submit": jobs["submit"].to_numpy(),
+        "start": np.asarray(start_at, dtype=np.int64),
+        "end": np.asarray(end_at, dtype=np.int64),
+    })
+    result["wait"] = result["start"] - result["submit"]
+    result["run"] = result["end"] - result["start"]
+    result["t_req"] = jobs["t_req"].to_numpy()
+    result["t_sched"] = np.asarray(t_sched, dtype=np.int64)
+    return SimulationResult(config, result, skipped, session.fallbacks)

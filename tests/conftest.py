@@ -1,0 +1,26 @@
+"""Shared fixtures: the real traces (when present) and a small generated workload."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.swf import Trace
+from simulator.workload import generate_workload
+
+#: The Parallel Workloads Archive traces live outside the repository, in ../shared/traces.
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    """The folder of real SWF traces; the test is skipped on a machine without it."""
+    if not TRACES.is_dir():
+        pytest.skip(f"real traces not available ({TRACES} is absent)")
+    return TRACES
+
+
+@pytest.fixture
+def small_trace() -> Trace:
+    """A generated trace of 2000 jobs on 128 processors (fresh per test: Trace holds mutable frames)."""
+    return generate_workload(jobs=2000, procs=128, load=0.7, seed=7)
