@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 from simulator.jobs import WaitingJob
 from simulator.machine import Machine
@@ -173,60 +174,143 @@ class Profile:
         free = self.free
         for k in range(first, last):
             free[k] -= size
+        # Only the two ends can have become redundant; merging them keeps the
+        # profile at most two steps per job however many changes it sees.
+        if last < len(free) and free[last] == free[last - 1]:
+            del self.times[last], free[last]
+        if first > 0 and free[first] == free[first - 1]:
+            del self.times[first], free[first]
 
     def release(self, start: int, duration: int, size: int) -> None:
         """Give back a reservation made with `reserve`."""
         self.reserve(start, duration, -size)
 
+    def advance(self, now: int) -> None:
+        """Drop the steps that lie wholly in the past."""
+        i = bisect_right(self.times, now) - 1
+        if i > 0:
+            del self.times[:i]
+            del self.free[:i]
+        self.times[0] = max(self.times[0], now)
+
+    def prefix_room(self) -> list[int]:
+        """For each step, the most processors free at that step or any earlier one."""
+        return list(accumulate(self.free, max))
+
+    def overbooked(self) -> bool:
+        """Whether more processors are promised than exist at some time."""
+        return min(self.free) < 0
+
 
 class ConservativeBackfill(Backfill):
-    """Conservative backfilling: every waiting job has a reservation no later job may delay."""
+    """Conservative backfilling: every waiting job has a reservation no later job may delay.
+
+    The profile of expected free processors persists between passes and is
+    updated incrementally: a job that ends before its expected end gives its
+    remaining time back and triggers compression; a new job is inserted at
+    its earliest feasible slot. Only when the scheduler learns that a running
+    job will use more time than its slot held (an overrun in regular mode, or
+    a job seen with t_req once it runs in selective mode) and that makes some
+    reservation infeasible is the plan rebuilt from the machine's state.
+    """
 
     name = "conservative"
 
     def __init__(self) -> None:
-        self._reserved: dict[int, int] = {}  # trace index -> reserved start
+        self._profile: Profile | None = None
+        self._reserved: dict[int, int] = {}               # trace index -> reserved start
+        self._running: dict[int, tuple[int, int]] = {}    # trace index -> (expected end, size) in the profile
+        self._replan = False
 
     def forget(self, job: WaitingJob) -> None:
         self._reserved.pop(job.index, None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
-        profile = Profile(now, machine.free, machine.expected_releases())
+        if self._profile is None:
+            self._profile = Profile(now, machine.free, machine.expected_releases())
+        profile = self._profile
+        compress = self._learn_from_machine(now, machine)
+        profile.advance(now)
+        if self._replan:
+            self._rebuild(now, queue, machine)
+        elif compress:
+            self._compress(now, queue)
         reserved = self._reserved
-        held: list[WaitingJob] = []
-        unplaced: list[WaitingJob] = []
-        # Keep every reservation that is still feasible; an underestimated job
-        # that overran can make one infeasible, and that job is placed anew.
-        for job in sorted((j for j in queue if j.index in reserved), key=lambda j: reserved[j.index]):
-            start = max(reserved[job.index], now)
-            if profile.earliest(start, job.size, job.t_est) == start:
+        for job in queue:
+            if job.index not in reserved:
+                start = profile.earliest(now, job.size, job.t_est)
                 profile.reserve(start, job.t_est, job.size)
                 reserved[job.index] = start
-                held.append(job)
-            else:
-                unplaced.append(job)
-        # Compression: in priority order, move each reservation to its earliest
-        # feasible start; its own old slot is feasible, so it never moves later.
-        held_set = {j.index for j in held}
+        started = [job for job in queue if reserved[job.index] == now]
+        for job in started:
+            planned_end = now + machine.planned_runtime(job)
+            self._hold(now + job.t_est, planned_end, job.size)
+            self._running[job.index] = (planned_end, job.size)
+        return started
+
+    def _hold(self, old_end: int, new_end: int, size: int) -> None:
+        """A running job will hold its processors until `new_end`, not `old_end`."""
+        if new_end > old_end:
+            self._profile.reserve(old_end, new_end - old_end, size)
+            if self._profile.overbooked():
+                self._replan = True
+
+    def _learn_from_machine(self, now: int, machine: Machine) -> bool:
+        """Apply completions and expected-end corrections; true if time was given back."""
+        profile = self._profile
+        gave_back = False
+        for index in self._running.keys() - machine.running.keys():
+            expected_end, size = self._running.pop(index)
+            if expected_end > now:
+                profile.release(now, expected_end - now, size)
+                gave_back = True
+        if machine.mode == "regular":
+            for index, (expected_end, size) in self._running.items():
+                corrected = machine.running[index].expected_end
+                if corrected != expected_end:
+                    self._hold(expected_end, corrected, size)
+                    self._running[index] = (corrected, size)
+        return gave_back
+
+    def _compress(self, now: int, queue: list[WaitingJob]) -> None:
+        """In priority order, move each reservation to its earliest feasible start.
+
+        A job's own old slot stays feasible, so no job moves later. A job is
+        re-placed only when some step before its reservation has room for it:
+        a prefix maximum of free processors answers that in O(log n), and is
+        refreshed only after a job actually moves.
+        """
+        profile, reserved = self._profile, self._reserved
+        room = profile.prefix_room()
         for job in queue:
-            if job.index not in held_set:
+            old = reserved.get(job.index)
+            if old is None or old == now:
                 continue
-            old = reserved[job.index]
-            if old == now:
+            before = bisect_left(profile.times, old) - 1
+            if before < 0 or room[before] < job.size:
                 continue
             profile.release(old, job.t_est, job.size)
             start = profile.earliest(now, job.size, job.t_est)
             profile.reserve(start, job.t_est, job.size)
             reserved[job.index] = start
-        # New arrivals (and displaced jobs) get the earliest slot left, in priority order.
-        unplaced_set = {j.index for j in unplaced}
-        for job in queue:
-            if job.index in reserved and job.index not in unplaced_set:
-                continue
-            start = profile.earliest(now, job.size, job.t_est)
-            profile.reserve(start, job.t_est, job.size)
-            reserved[job.index] = start
-        return [job for job in queue if reserved[job.index] == now]
+            if start != old:
+                room = profile.prefix_room()
+
+    def _rebuild(self, now: int, queue: list[WaitingJob], machine: Machine) -> None:
+        """Plan again from the running jobs: keep feasible reservations, compress, re-place the rest."""
+        self._replan = False
+        releases = machine.expected_releases()
+        profile = self._profile = Profile(now, machine.free, releases)
+        self._running = {index: (r.expected_end, r.size) for index, r in machine.running.items()}
+        reserved = self._reserved
+        for job in sorted((j for j in queue if j.index in reserved), key=lambda j: reserved[j.index]):
+            start = max(reserved[job.index], now)
+            if profile.earliest(start, job.size, job.t_est) == start:
+                profile.reserve(start, job.t_est, job.size)
+                reserved[job.index] = start
+            else:
+                del reserved[job.index]  # displaced: placed anew below, in priority order
+        self._compress(now, queue)
 
 
 def make_backfill(name: str) -> Backfill:

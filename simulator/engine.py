@@ -83,7 +83,8 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
     jobs = jobs.loc[~too_big].sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
 
     requests = _requests(jobs)
-    _runtime = jobs["t_act"].to_numpy(dtype=np.int64).tolist()
+    # Jobs are killed at their request, whatever the trace says they ran.
+    _runtime = np.minimum(jobs["t_act"].to_numpy(dtype=np.int64), jobs["t_req"].to_numpy(dtype=np.int64)).tolist()
     count = len(requests)
     start_at = [0] * count
     end_at = [0] * count

@@ -1,0 +1,193 @@
+"""Speed of the gRPC predictor service on loopback (issue 4 targets).
+
+Targets on this 2-core machine: Predict p50 < 0.4 ms and p99 < 1 ms with one
+client; >= 5,000 predictions/s with 8 concurrent clients; PredictBatch >=
+100,000 predictions/s; a whole-trace simulation (SDSC-SP2) through the service
+at most 0.5 ms per job slower than in-process, with identical results.
+
+The server runs in its own process (`ServerProcess`), as in a deployment; the
+clients are this process (1 client, PredictBatch, the simulation) or 8 client
+processes (throughput). Every number printed is measured here, now.
+
+    /work/venv/bin/python benchmarks/bench_service.py [--traces DIR] [--estimator SPEC] [--skip-simulation]
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from predictor.client import PredictorClient, RemoteSession
+from predictor.jobs import FinishedJob, JobRequest
+from predictor.registry import make_estimator
+from predictor.service import ServerProcess
+from predictor.session import LocalSession
+from simulator.engine import SimulationConfig, simulate, warmup_history
+from simulator.swf import read_swf
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACE = "SDSC-SP2-1998-4.2-cln.swf.gz"
+NAMESPACE = "bench"
+LATENCY_CALLS = 5_000
+THROUGHPUT_CALLS_PER_CLIENT = 1_500
+CLIENTS = 8
+BATCH_SIZE = 10_000
+BATCHES = 10
+
+
+def _requests(jobs: pd.DataFrame) -> list[JobRequest]:
+    columns = [jobs[c].to_numpy(dtype=np.int64).tolist()
+               for c in ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable")]
+    return [JobRequest(*values) for values in zip(*columns)]
+
+
+def _queries(jobs: pd.DataFrame, at: int, count: int) -> list[JobRequest]:
+    """Real jobs of the trace, asked about at time `at` (after the history the namespace holds)."""
+    sample = jobs.iloc[np.linspace(0, len(jobs) - 1, count).astype(int)]
+    return [JobRequest(r.job_id, at, r.user, r.group, r.t_req, r.procs, r.queue, r.executable)
+            for r in _requests(sample)]
+
+
+def _predict_many(address: str, queries: list[JobRequest], spec: str) -> None:
+    with PredictorClient(address) as client:
+        for q in queries:
+            client.predict(user=q.user, group=q.group, t_req=q.t_req, procs=q.procs, submit=q.submit,
+                           job_id=q.job_id, queue=q.queue, executable=q.executable, namespace=NAMESPACE,
+                           estimator=spec)
+
+
+def _client_process(address: str, queries: list[JobRequest], spec: str, start: multiprocessing.Event,
+                    done: multiprocessing.Queue) -> None:
+    with PredictorClient(address) as client:
+        client.health()  # connected before the clock starts
+    start.wait()
+    began = time.perf_counter()
+    _predict_many(address, queries, spec)
+    done.put((began, time.perf_counter()))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), to show cost apart from waiting for a busy CPU."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_predict(address: str, server_pid: int, queries: list[JobRequest], spec: str) -> None:
+    with PredictorClient(address) as client:
+        _predict_many(address, queries[:500], spec)  # warm-up
+        server_cpu, client_cpu = _cpu_seconds(server_pid), time.process_time()
+        latencies = []
+        for q in queries:
+            began = time.perf_counter()
+            client.predict(user=q.user, group=q.group, t_req=q.t_req, procs=q.procs, submit=q.submit,
+                           job_id=q.job_id, queue=q.queue, executable=q.executable, namespace=NAMESPACE,
+                           estimator=spec)
+            latencies.append(time.perf_counter() - began)
+        server_cpu, client_cpu = _cpu_seconds(server_pid) - server_cpu, time.process_time() - client_cpu
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2] * 1e3
+    p99 = latencies[int(len(latencies) * 0.99)] * 1e3
+    print(f"Predict, 1 client, {len(latencies)} calls: p50 {p50:.3f} ms (target < 0.4), "
+          f"p99 {p99:.3f} ms (target < 1), {len(latencies) / sum(latencies):,.0f} predictions/s; CPU per call: "
+          f"server {server_cpu / len(latencies) * 1e6:.0f} us, client {client_cpu / len(latencies) * 1e6:.0f} us")
+
+
+def bench_concurrent(address: str, queries: list[JobRequest], spec: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    start, done = context.Event(), context.Queue()
+    workers = [context.Process(target=_client_process, args=(address, queries, spec, start, done))
+               for _ in range(CLIENTS)]
+    for worker in workers:
+        worker.start()
+    time.sleep(3)  # let every client process import and connect
+    start.set()
+    spans = [done.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    elapsed = max(end for _, end in spans) - min(began for began, _ in spans)
+    total = CLIENTS * len(queries)
+    print(f"Predict, {CLIENTS} client processes x {len(queries)} calls: {total / elapsed:,.0f} predictions/s "
+          "(target >= 5,000)")
+
+
+def bench_batch(address: str, queries: list[JobRequest], spec: str, learned: list[FinishedJob]) -> None:
+    with PredictorClient(address, timeout=60) as client:
+        client.predict_batch(queries, namespace=NAMESPACE, estimator=spec)  # warm-up
+        began = time.perf_counter()
+        for _ in range(BATCHES):
+            client.predict_batch(queries, namespace=NAMESPACE, estimator=spec)
+        elapsed = time.perf_counter() - began
+    print(f"PredictBatch, {BATCHES} x {len(queries):,} jobs: {BATCHES * len(queries) / elapsed:,.0f} predictions/s "
+          "(target >= 100,000; includes building and reading the messages in this client)")
+    local = make_estimator(spec)
+    for job in learned:
+        local.observe(job)
+    began = time.perf_counter()
+    local.predict_many(queries)
+    print(f"  for scale: the same estimator with the same history predicts "
+          f"{len(queries) / (time.perf_counter() - began):,.0f}/s in-process")
+
+
+def bench_simulation(address: str, jobs: pd.DataFrame, procs: int, spec: str) -> None:
+    config = SimulationConfig(procs=procs, policy="fcfs", backfill="easy", mode="regular")
+    began = time.perf_counter()
+    local = simulate(jobs, config, LocalSession(make_estimator(spec)))
+    in_process = time.perf_counter() - began
+
+    session = RemoteSession(address, "bench-simulation", spec, reset=True, timeout=5.0)
+    began = time.perf_counter()
+    remote = simulate(jobs, config, session)
+    session.close()
+    via_service = time.perf_counter() - began
+    same = remote.jobs.equals(local.jobs) and remote.predictor_fallbacks == 0
+    extra = (via_service - in_process) / len(jobs) * 1e3
+    print(f"simulation of {TRACE} ({len(jobs):,} jobs, {config.policy}/{config.backfill}/{config.mode}, {spec}): "
+          f"in-process {in_process:.2f} s, via the service {via_service:.2f} s, "
+          f"+{extra:.3f} ms/job (target <= 0.5), identical results: {same}")
+
+    down = RemoteSession("127.0.0.1:9", "bench-down", spec, reset=False, timeout=1.0)
+    began = time.perf_counter()
+    fallen_back = simulate(jobs, config, down)
+    down.close()
+    print(f"  with the service unreachable: {time.perf_counter() - began:.2f} s, "
+          f"{fallen_back.predictor_fallbacks:,} fallbacks to t_req")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=Path, default=TRACES)
+    parser.add_argument("--estimator", default="percentile", help="SPEC served (default: %(default)s)")
+    parser.add_argument("--skip-simulation", action="store_true", help="only the RPC measurements")
+    args = parser.parse_args()
+    path = args.traces / TRACE
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: the benchmark replays the real SDSC-SP2 trace")
+    trace = read_swf(path)
+    jobs = trace.jobs
+    half = int(jobs["submit"].iloc[len(jobs) // 2])
+    learned = warmup_history(trace.jobs_before(half))
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+    server = ServerProcess(default_estimators=[args.estimator])
+    try:
+        with PredictorClient(server.address, timeout=60) as client:
+            for start in range(0, len(learned), 20_000):
+                client.observe(learned[start:start + 20_000], namespace=NAMESPACE)
+        print(f"server {server.address}: namespace {NAMESPACE!r} holds {len(learned):,} completions of {TRACE}")
+        bench_predict(server.address, server.pid, _queries(jobs, half, LATENCY_CALLS), args.estimator)
+        bench_concurrent(server.address, _queries(jobs, half, THROUGHPUT_CALLS_PER_CLIENT), args.estimator)
+        bench_batch(server.address, _queries(jobs, half, BATCH_SIZE), args.estimator, learned)
+        if not args.skip_simulation:
+            bench_simulation(server.address, jobs, trace.machine_procs(), args.estimator)
+    finally:
+        server.stop()
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

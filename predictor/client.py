@@ -1,0 +1,266 @@
+"""Client side of the predictor service: a thin typed client, and `RemoteSession` for simulators.
+
+`RemoteSession` answers exactly like `LocalSession` over the same estimator
+while the service is up. When the service is down or slow it must never stall
+the scheduler: the jobs get t_req (counted in `fallbacks`) and the service is
+tried again only after a back-off, so a run with the service gone costs about
+what an in-process run costs.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.proto import pb, rpc
+
+log = logging.getLogger("tsched.client")
+
+DEFAULT_TIMEOUT_SECONDS = 5.0
+#: Completions sent per call when a backlog is flushed (about 1 MB on the wire).
+COMPLETIONS_PER_CALL = 20_000
+#: Extra deadline a session allows per completion it carries, so that a warm-up backlog is not cut short.
+SECONDS_PER_COMPLETION = 5e-5
+_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Reconnect quickly when a restarted server comes back (gRPC's default back-off grows to 2 minutes).
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                    ("grpc.initial_reconnect_backoff_ms", 200),
+                    ("grpc.min_reconnect_backoff_ms", 200),
+                    ("grpc.max_reconnect_backoff_ms", 5_000)]
+#: Failures worth waiting out (the service is down, slow or overloaded); anything else is the caller's bug.
+_TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED,
+                        grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
+
+
+class PredictorError(RuntimeError):
+    """A call the service refused or could not answer, with the server's own message."""
+
+    def __init__(self, address: str, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"predictor at {address}: {code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+@dataclass(frozen=True)
+class ServedPrediction:
+    """One answer of `Predict`, with which estimator gave it and for which submit time."""
+
+    prediction: Prediction
+    estimator: str
+    submit: int
+    namespace: str
+
+
+def add_jobs(field: Any, jobs: Sequence[JobRequest], truth: Mapping[int, int] | None = None) -> None:
+    """Append jobs to a repeated Job field; `truth` (actual runtimes) only for the evaluation-only oracle.
+
+    `add` with keywords is several times faster than building messages and copying them in.
+    """
+    add = field.add
+    for job in jobs:
+        add(job_id=job.job_id, submit=job.submit, user=job.user, group=job.group, t_req=job.t_req,
+            procs=job.procs, queue=job.queue, executable=job.executable,
+            actual_runtime=None if truth is None else truth.get(job.job_id))
+
+
+def add_completions(field: Any, finished: Sequence[FinishedJob]) -> None:
+    add = field.add
+    for job in finished:
+        request = job.request
+        add(job=pb.Job(job_id=request.job_id, submit=request.submit, user=request.user, group=request.group,
+                       t_req=request.t_req, procs=request.procs, queue=request.queue,
+                       executable=request.executable),
+            end=job.end, runtime=job.runtime)
+
+
+def prediction_from(message: pb.Prediction) -> Prediction:
+    factor = message.factor if message.HasField("factor") else None
+    return Prediction(message.t_sched, factor, message.basis, message.fallback)
+
+
+class PredictorClient:
+    """Blocking calls to one predictor service, each with a deadline."""
+
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._stub = rpc.PredictorStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def predict(self, *, user: int, group: int, t_req: int, procs: int, submit: int | None = None,
+                job_id: int = 0, queue: int = -1, executable: int = -1, namespace: str = "",
+                estimator: str = "", timeout: float | None = None) -> ServedPrediction:
+        """Predict one job; without `submit`, at the namespace's clock."""
+        job = pb.Job(job_id=job_id, submit=submit, user=user, group=group, t_req=t_req, procs=procs,
+                     queue=queue, executable=executable)
+        response = self._call(self._stub.Predict,
+                              pb.PredictRequest(namespace=namespace, estimator=estimator, job=job), timeout)
+        return ServedPrediction(prediction_from(response.prediction), response.estimator, response.submit,
+                                response.namespace)
+
+    def predict_batch(self, jobs: Sequence[JobRequest], *, namespace: str = "", estimator: str = "",
+                      timeout: float | None = None) -> list[Prediction]:
+        request = pb.PredictBatchRequest(namespace=namespace, estimator=estimator)
+        add_jobs(request.jobs, jobs)
+        return [prediction_from(p) for p in self._call(self._stub.PredictBatch, request, timeout).predictions]
+
+    def observe(self, finished: Sequence[FinishedJob], *, namespace: str = "",
+                timeout: float | None = None) -> int:
+        """Report finished jobs (in end order); return how many were new to the namespace."""
+        request = pb.ObserveCompletionsRequest(namespace=namespace)
+        add_completions(request.completions, finished)
+        return self._call(self._stub.ObserveCompletions, request, timeout).accepted
+
+    def sync(self, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest], *, namespace: str = "",
+             estimator: str = "", truth: Mapping[int, int] | None = None,
+             timeout: float | None = None) -> list[Prediction]:
+        """Report `finished`, then predict `submitted`, in one round trip."""
+        request = pb.SyncRequest(namespace=namespace, estimator=estimator)
+        add_completions(request.completions, finished)
+        add_jobs(request.submitted, submitted, truth)
+        return [prediction_from(p) for p in self._call(self._stub.Sync, request, timeout).predictions]
+
+    def list_estimators(self, namespace: str = "", timeout: float | None = None) -> dict[str, Any]:
+        """The server's estimators and defaults, and what `namespace` holds, as plain data."""
+        response = self._call(self._stub.ListEstimators, pb.ListEstimatorsRequest(namespace=namespace), timeout)
+        return {
+            "estimators": [{"name": info.name, "description": info.description,
+                            "parameters": {p.name: p.default for p in info.parameters},
+                            "evaluation_only": info.evaluation_only, "allowed": info.allowed}
+                           for info in response.estimators],
+            "default_specs": list(response.default_specs),
+            "namespace_exists": response.namespace_exists,
+            "namespace_specs": list(response.namespace_specs),
+            "completions": response.completions,
+            "clock": response.clock,
+        }
+
+    def reset_namespace(self, namespace: str = "", timeout: float | None = None) -> int:
+        """Forget a namespace's history; return how many completions it held."""
+        request = pb.ResetNamespaceRequest(namespace=namespace)
+        return self._call(self._stub.ResetNamespace, request, timeout).forgotten
+
+    def health(self, service: str = "", timeout: float | None = None) -> str:
+        """The grpc.health.v1 status name (SERVING, NOT_SERVING, ...)."""
+        response = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service), timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> PredictorClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as error:
+            raise PredictorError(self.address, error.code(), error.details() or "") from None
+
+
+def predict_once(address: str, namespace: str, spec: str, user: int, group: int, request: int, procs: int,
+                 submit: int | None = None, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> dict[str, Any]:
+    """One prediction as plain data (what `tsched predict` prints); PredictorError carries the server's message."""
+    with PredictorClient(address, timeout) as client:
+        served = client.predict(user=user, group=group, t_req=request, procs=procs, submit=submit,
+                                namespace=namespace, estimator=spec)
+    return {"t_sched": served.prediction.t_sched, "factor": served.prediction.factor,
+            "estimator": served.estimator, "basis": served.prediction.basis,
+            "fallback": served.prediction.fallback, "submit": served.submit, "namespace": served.namespace}
+
+
+class RemoteSession:
+    """A `PredictionSession` served by the predictor service over `Sync`.
+
+    Completions are held until the next call that has submissions to predict
+    (or until `close`): the service learns them before it predicts anything
+    submitted later, so answers equal `LocalSession`'s, with one round trip per
+    instant that has arrivals. `reset=True` starts from an empty namespace (a
+    simulation run); a live scheduler keeps its namespace's history.
+
+    On a transient failure the submitted jobs get t_req and count in
+    `fallbacks`; unsent completions are kept and sent on the next attempt (the
+    service drops ones it already acknowledged). Attempts wait `retry_after`
+    seconds, doubling up to `max_retry_after` while failures go on.
+    """
+
+    def __init__(self, address: str, namespace: str, spec: str = "", *, reset: bool,
+                 timeout: float = 1.0, retry_after: float = 0.5, max_retry_after: float = 30.0,
+                 truth: Mapping[int, int] | None = None) -> None:
+        self.client = PredictorClient(address, timeout)
+        self.namespace = namespace
+        self.spec = spec
+        self.truth = truth
+        self.fallbacks = 0
+        self._pending: list[FinishedJob] = []
+        self._needs_reset = reset
+        self._retry_after = retry_after
+        self._first_retry_after = retry_after
+        self._max_retry_after = max_retry_after
+        self._next_attempt = 0.0
+
+    def sync(self, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest]) -> list[Prediction]:
+        self._pending.extend(finished)
+        if not submitted:
+            if len(self._pending) >= COMPLETIONS_PER_CALL and self._may_attempt():
+                self._send(submitted)
+            return []
+        predictions = self._send(submitted) if self._may_attempt() else None
+        if predictions is None:
+            self.fallbacks += len(submitted)
+            return [Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True) for job in submitted]
+        return predictions
+
+    def close(self) -> None:
+        """Send the completions still held (so the namespace is complete), then close the channel."""
+        if self._pending and self._send(()) is None:
+            log.warning("predictor at %s unreachable: %d completions for namespace %r were not delivered",
+                        self.client.address, len(self._pending), self.namespace)
+        self.client.close()
+
+    def _timeout_for(self, completions: int) -> float:
+        return self.client.timeout + completions * SECONDS_PER_COMPLETION
+
+    def _may_attempt(self) -> bool:
+        return time.monotonic() >= self._next_attempt
+
+    def _send(self, submitted: Sequence[JobRequest]) -> list[Prediction] | None:
+        """Deliver the held completions (in chunks), then predict `submitted`; None on a transient failure."""
+        client = self.client
+        try:
+            if self._needs_reset:
+                try:
+                    client.reset_namespace(self.namespace)
+                except PredictorError as error:
+                    if error.code != grpc.StatusCode.NOT_FOUND:
+                        raise
+                self._needs_reset = False
+            while len(self._pending) > COMPLETIONS_PER_CALL:
+                client.observe(self._pending[:COMPLETIONS_PER_CALL], namespace=self.namespace,
+                               timeout=self._timeout_for(COMPLETIONS_PER_CALL))
+                del self._pending[:COMPLETIONS_PER_CALL]
+            predictions = client.sync(self._pending, submitted, namespace=self.namespace, estimator=self.spec,
+                                      truth=self.truth, timeout=self._timeout_for(len(self._pending)))
+        except PredictorError as error:
+            if error.code not in _TRANSIENT:
+                raise
+            self._next_attempt = time.monotonic() + self._retry_after
+            log.warning("%s; %d held completion(s) kept, %d submitted job(s) get t_req; next attempt in %.1f s",
+                        error, len(self._pending), len(submitted), self._retry_after)
+            self._retry_after = min(2 * self._retry_after, self._max_retry_after)
+            return None
+        self._pending.clear()
+        self._retry_after = self._first_retry_after
+        return predictions

@@ -1,0 +1,107 @@
+"""Tang et al.'s percentile adjuster (JPDC 2013): t_sched = t_req x A.
+
+A is the q-th percentile (numpy's linear interpolation) of R = t_act / t_req
+(capped at 1) over the same key's jobs that finished in [s - window, s], floored
+at `floor`; with fewer than `min_jobs` such jobs the request stands. The
+defaults are the paper's recommended scheme: triple key, one month, 85th
+percentile, floor 0.5, at least 10 jobs.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from sortedcontainers import SortedList
+
+from predictor.estimators.base import Estimator
+from predictor.history import EndSeries, key_function, parse_window
+from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
+
+KEYS = ("user", "group", "user+group", "user+group+request")
+WINDOWS = ("30d", "60d", "90d", "180d", "365d", "all")
+
+
+def interpolated_percentile(sorted_values: Sequence[float], q: float) -> float:
+    """numpy.percentile(values, q) with the default linear method, from already sorted values.
+
+    Written with numpy's own arithmetic (virtual index (n-1) * q/100, and the
+    two-sided lerp) so that the result is bit-identical to numpy's.
+    """
+    count = len(sorted_values)
+    virtual = (count - 1) * (q / 100)
+    if virtual >= count - 1:
+        return sorted_values[count - 1]
+    previous = int(virtual)
+    gamma = virtual - previous
+    below = sorted_values[previous]
+    above = sorted_values[previous + 1]
+    difference = above - below
+    if gamma >= 0.5:
+        return above - difference * (1 - gamma)
+    return below + difference * gamma
+
+
+def adjusted_estimate(t_req: int, factor: float, floor: float) -> tuple[int, float]:
+    """t_sched and the factor actually applied: A floored at `floor`, estimate clamped."""
+    applied = factor if factor >= floor else floor
+    return clamp_estimate(t_req * applied, t_req), applied
+
+
+class PercentileEstimator(Estimator):
+    """Percentile of the historical accuracy R of similar, recent jobs."""
+
+    name = "percentile"
+
+    def __init__(
+        self,
+        key: str = "user+group+request",
+        window: str = "30d",
+        q: float = 85.0,
+        floor: float = 0.5,
+        min_jobs: int = 10,
+    ) -> None:
+        self._key = key_function(key, KEYS)
+        self._window = parse_window(window, WINDOWS)
+        if not 50 <= q <= 100:
+            raise ValueError(f"q must be a percentile between 50 and 100; got {q}")
+        if not 0 <= floor <= 1:
+            raise ValueError(f"floor must be between 0 (no floor) and 1; got {floor}")
+        if min_jobs < 1:
+            raise ValueError(f"min_jobs must be at least 1; got {min_jobs}")
+        self.key = key
+        self.window = window
+        self.q = q
+        self.floor = floor
+        self.min_jobs = min_jobs
+        self._history: dict[object, EndSeries[float]] = {}
+
+    def reset(self) -> None:
+        self._history = {}
+
+    def observe(self, job: FinishedJob) -> None:
+        key = self._key(job.request)
+        series = self._history.get(key)
+        if series is None:
+            series = self._history[key] = EndSeries(SortedList())
+        series.insert(job.end, job.ratio)
+
+    def eligible_ratios(self, job: JobRequest) -> Sequence[float]:
+        """The sorted R values of `job`'s eligible history, valid until the next call.
+
+        Shared by `predict` and the offline grid, which reads several
+        percentiles from one window.
+        """
+        series = self._history.get(self._key(job))
+        if series is None:
+            return ()
+        submit = job.submit
+        series.select(None if self._window is None else submit - self._window, submit)
+        return cast(SortedList, series.aggregate)
+
+    def predict(self, job: JobRequest) -> Prediction:
+        ratios = self.eligible_ratios(job)
+        basis = len(ratios)
+        if basis < self.min_jobs:
+            return Prediction(t_sched=job.t_req, factor=None, basis=basis, fallback=True)
+        t_sched, factor = adjusted_estimate(job.t_req, interpolated_percentile(ratios, self.q), self.floor)
+        return Prediction(t_sched=t_sched, factor=factor, basis=basis, fallback=False)

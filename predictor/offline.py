@@ -1,0 +1,228 @@
+"""Offline evaluation: replay a trace through an estimator and score every prediction.
+
+The replay is causal by construction: before predicting a job submitted at s,
+the estimator is fed exactly the jobs whose trace end is at or before s (and
+that were submitted before s), in end order. The input is the job table of a
+parsed trace (`simulator.swf.Trace.jobs`) as a DataFrame, so that this module
+depends on no simulator code.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from predictor.estimators.base import Estimator
+from predictor.estimators.baselines import OracleEstimator
+from predictor.estimators.percentile import (
+    KEYS as PERCENTILE_KEYS,
+    WINDOWS as PERCENTILE_WINDOWS,
+    PercentileEstimator,
+    adjusted_estimate,
+    interpolated_percentile,
+)
+from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.registry import make_estimator
+from predictor.scoring import summarize
+
+#: JobRequest's fields, in constructor order, are read from the columns of the same name.
+REQUEST_COLUMNS = tuple(field.name for field in fields(JobRequest))
+REQUIRED_COLUMNS = REQUEST_COLUMNS + ("t_act", "end")
+#: The percentiles and floors of Tang et al.'s Figures 4-10.
+GRID_PERCENTILES = (50.0, 60.0, 70.0, 80.0, 85.0, 90.0, 95.0, 100.0)
+GRID_FLOORS = (0.5, 0.0)
+
+Answer = TypeVar("Answer")
+
+
+def _check_columns(df: pd.DataFrame) -> None:
+    missing = [column for column in REQUIRED_COLUMNS if column not in df.columns]
+    if missing:
+        raise ValueError(f"job table lacks column(s) {', '.join(missing)}")
+    not_integer = [column for column in REQUIRED_COLUMNS if df[column].dtype.kind not in "iu"]
+    if not_integer:
+        raise ValueError(f"job table column(s) {', '.join(not_integer)} must hold integers")
+
+
+def _in_submission_order(df: pd.DataFrame) -> pd.DataFrame:
+    _check_columns(df)
+    return df.sort_values(["submit", "job_id"], kind="stable")
+
+
+def _requests(df: pd.DataFrame) -> list[JobRequest]:
+    columns = [df[name].to_numpy().tolist() for name in REQUEST_COLUMNS]
+    return [JobRequest(*row) for row in zip(*columns)]
+
+
+def _finished(requests: Sequence[JobRequest], df: pd.DataFrame) -> list[FinishedJob]:
+    """The requests as finished jobs, in the order an estimator must observe them."""
+    jobs = [
+        FinishedJob(request, end, runtime)
+        for request, end, runtime in zip(requests, df["end"].to_numpy().tolist(), df["t_act"].to_numpy().tolist())
+    ]
+    jobs.sort(key=lambda job: (job.end, job.request.submit, job.request.job_id))
+    return jobs
+
+
+def jobs_to_requests(df: pd.DataFrame) -> list[JobRequest]:
+    """The submit-time view of every job of a trace, in the frame's row order."""
+    _check_columns(df)
+    return _requests(df)
+
+
+def finished_from_frame(df: pd.DataFrame) -> list[FinishedJob]:
+    """Every job of a trace as finished (end = trace end, runtime = t_act), in end order."""
+    _check_columns(df)
+    return _finished(_requests(df), df)
+
+
+def causal_replay(
+    requests: Sequence[JobRequest],
+    finished: Sequence[FinishedJob],
+    observe: Callable[[FinishedJob], None],
+    answer: Callable[[JobRequest], Answer],
+) -> list[Answer]:
+    """For each request in order, observe every job that ended by its submission, then answer it.
+
+    `requests` must be in submission order and `finished` in (end, submit)
+    order. A job that ends at the very second it was submitted (no wait, no
+    runtime) is not fed to the predictions of that second: they are made on
+    arrival, before anything submitted then can have run, and one of them is
+    its own.
+    """
+    order = [(job.end, job.request.submit) for job in finished]
+    total = len(finished)
+    fed = 0
+    answers = []
+    for request in requests:
+        now = (request.submit, request.submit)
+        while fed < total and order[fed] < now:
+            observe(finished[fed])
+            fed += 1
+        answers.append(answer(request))
+    return answers
+
+
+def _replay_timed(estimator: Estimator, df: pd.DataFrame) -> tuple[pd.DataFrame, float]:
+    ordered = _in_submission_order(df)
+    requests = _requests(ordered)
+    finished = _finished(requests, ordered)
+    if isinstance(estimator, OracleEstimator):
+        estimator.bind_truth(dict(zip(ordered["job_id"].tolist(), ordered["t_act"].tolist())))
+    estimator.reset()
+    started = time.perf_counter()
+    predictions: list[Prediction] = causal_replay(requests, finished, estimator.observe, estimator.predict)
+    seconds = time.perf_counter() - started
+    frame = pd.DataFrame(
+        {
+            "job_id": ordered["job_id"].to_numpy(),
+            "t_req": ordered["t_req"].to_numpy(),
+            "t_act": ordered["t_act"].to_numpy(),
+            "t_sched": np.fromiter((p.t_sched for p in predictions), dtype=np.int64, count=len(predictions)),
+            "factor": np.fromiter(
+                (math.nan if p.factor is None else p.factor for p in predictions), dtype=np.float64,
+                count=len(predictions),
+            ),
+            "basis": np.fromiter((p.basis for p in predictions), dtype=np.int64, count=len(predictions)),
+            "fallback": np.fromiter((p.fallback for p in predictions), dtype=bool, count=len(predictions)),
+        }
+    )
+    return frame, seconds
+
+
+def replay(estimator: Estimator, df: pd.DataFrame) -> pd.DataFrame:
+    """Predict every job of a trace in submission order, feeding the estimator only finished jobs.
+
+    One row per job: job_id, t_req, t_act, t_sched, factor (NaN where the
+    estimator has none), basis, fallback. The estimator is reset first.
+    """
+    return _replay_timed(estimator, df)[0]
+
+
+def _defined(value: float) -> float | None:
+    """NaN becomes None, so that reports are valid JSON."""
+    return None if math.isnan(value) else value
+
+
+def prediction_scores(t_sched: np.ndarray, t_act: np.ndarray, t_req: np.ndarray) -> dict[str, float | None]:
+    """Tang's accuracy and categories plus absolute errors and lambda.
+
+    lambda = mean |t_sched - t_act| / mean |t_req - t_act|: below 1 the
+    estimates beat the requests (None when every request was exact).
+    """
+    error = np.abs(np.asarray(t_sched, dtype=np.float64) - t_act)
+    request_error = np.abs(np.asarray(t_req, dtype=np.float64) - t_act).mean()
+    scores: dict[str, float | None] = {key: _defined(value) for key, value in summarize(t_sched, t_act, t_req).items()}
+    scores["mae"] = float(error.mean())
+    scores["medae"] = float(np.median(error))
+    scores["lambda"] = float(error.mean() / request_error) if request_error > 0 else None
+    return scores
+
+
+def evaluate(df: pd.DataFrame, specs: list[str], trace_name: str) -> dict[str, Any]:
+    """The `predict-eval` report: every estimator SPEC replayed over the trace and scored, in order.
+
+    `us_per_prediction` is the replay's wall time (learning and predicting,
+    not building the job objects) divided by the number of jobs.
+    """
+    if len(df) == 0:
+        raise ValueError(f"trace {trace_name}: no jobs to evaluate")
+    estimators = [make_estimator(spec) for spec in specs]  # reject every bad SPEC before the first replay
+    results = []
+    for spec, estimator in zip(specs, estimators):
+        frame, seconds = _replay_timed(estimator, df)
+        scores = prediction_scores(frame["t_sched"].to_numpy(), frame["t_act"].to_numpy(), frame["t_req"].to_numpy())
+        results.append({"estimator": spec, **scores, "us_per_prediction": seconds / len(frame) * 1e6})
+    return {"trace": trace_name, "jobs": len(df), "results": results}
+
+
+def _percentile_factors(
+    estimator: PercentileEstimator, requests: Sequence[JobRequest], finished: Sequence[FinishedJob]
+) -> list[list[float] | None]:
+    """Per job, the unfloored A for every grid percentile (None: too little history)."""
+
+    def factors(request: JobRequest) -> list[float] | None:
+        ratios = estimator.eligible_ratios(request)
+        if len(ratios) < estimator.min_jobs:
+            return None
+        return [interpolated_percentile(ratios, q) for q in GRID_PERCENTILES]
+
+    return causal_replay(requests, finished, estimator.observe, factors)
+
+
+def percentile_grid(df: pd.DataFrame, trace_name: str) -> pd.DataFrame:
+    """Tang's sweep (Figures 4-10): keys x windows x percentiles, with and without the 0.5 floor.
+
+    One causal replay per key and window reads every percentile from the
+    same eligible history; each row is scored as `evaluate` scores an estimator.
+    """
+    ordered = _in_submission_order(df)
+    requests = _requests(ordered)
+    finished = _finished(requests, ordered)
+    t_req = ordered["t_req"].to_numpy()
+    t_act = ordered["t_act"].to_numpy()
+    rows = []
+    for key in PERCENTILE_KEYS:
+        for window in PERCENTILE_WINDOWS:
+            factors = _percentile_factors(PercentileEstimator(key=key, window=window), requests, finished)
+            for column, q in enumerate(GRID_PERCENTILES):
+                for floor in GRID_FLOORS:
+                    t_sched = np.fromiter(
+                        (
+                            request.t_req if job_factors is None else adjusted_estimate(request.t_req, job_factors[column], floor)[0]
+                            for request, job_factors in zip(requests, factors)
+                        ),
+                        dtype=np.int64,
+                        count=len(requests),
+                    )
+                    spec = f"percentile:key={key},window={window},q={q:g},floor={floor:g}"
+                    rows.append(
+                        {"trace": trace_name, "estimator": spec, "key": key, "window": window, "q": q, "floor": floor,
+                         **prediction_scores(t_sched, t_act, t_req)}
+                    )
+    return pd.DataFrame(rows)

@@ -1,0 +1,187 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Job(_message.Message):
+    __slots__ = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable", "actual_runtime")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    T_REQ_FIELD_NUMBER: _ClassVar[int]
+    PROCS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    submit: int
+    user: int
+    group: int
+    t_req: int
+    procs: int
+    queue: int
+    executable: int
+    actual_runtime: int
+    def __init__(self, job_id: _Optional[int] = ..., submit: _Optional[int] = ..., user: _Optional[int] = ..., group: _Optional[int] = ..., t_req: _Optional[int] = ..., procs: _Optional[int] = ..., queue: _Optional[int] = ..., executable: _Optional[int] = ..., actual_runtime: _Optional[int] = ...) -> None: ...
+
+class Completion(_message.Message):
+    __slots__ = ("job", "end", "runtime")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    end: int
+    runtime: int
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., end: _Optional[int] = ..., runtime: _Optional[int] = ...) -> None: ...
+
+class Prediction(_message.Message):
+    __slots__ = ("t_sched", "factor", "basis", "fallback")
+    T_SCHED_FIELD_NUMBER: _ClassVar[int]
+    FACTOR_FIELD_NUMBER: _ClassVar[int]
+    BASIS_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    t_sched: int
+    factor: float
+    basis: int
+    fallback: bool
+    def __init__(self, t_sched: _Optional[int] = ..., factor: _Optional[float] = ..., basis: _Optional[int] = ..., fallback: _Optional[bool] = ...) -> None: ...
+
+class PredictRequest(_message.Message):
+    __slots__ = ("namespace", "estimator", "job")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    estimator: str
+    job: Job
+    def __init__(self, namespace: _Optional[str] = ..., estimator: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class PredictResponse(_message.Message):
+    __slots__ = ("prediction", "estimator", "submit", "namespace")
+    PREDICTION_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    prediction: Prediction
+    estimator: str
+    submit: int
+    namespace: str
+    def __init__(self, prediction: _Optional[_Union[Prediction, _Mapping]] = ..., estimator: _Optional[str] = ..., submit: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class PredictBatchRequest(_message.Message):
+    __slots__ = ("namespace", "estimator", "jobs")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    estimator: str
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, namespace: _Optional[str] = ..., estimator: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class PredictBatchResponse(_message.Message):
+    __slots__ = ("predictions", "estimator")
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    predictions: _containers.RepeatedCompositeFieldContainer[Prediction]
+    estimator: str
+    def __init__(self, predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., estimator: _Optional[str] = ...) -> None: ...
+
+class ObserveCompletionsRequest(_message.Message):
+    __slots__ = ("namespace", "completions")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    completions: _containers.RepeatedCompositeFieldContainer[Completion]
+    def __init__(self, namespace: _Optional[str] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ...) -> None: ...
+
+class ObserveCompletionsResponse(_message.Message):
+    __slots__ = ("accepted", "duplicates")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    duplicates: int
+    def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+
+class SyncRequest(_message.Message):
+    __slots__ = ("namespace", "estimator", "completions", "submitted")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    estimator: str
+    completions: _containers.RepeatedCompositeFieldContainer[Completion]
+    submitted: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, namespace: _Optional[str] = ..., estimator: _Optional[str] = ..., completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., submitted: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class SyncResponse(_message.Message):
+    __slots__ = ("predictions", "estimator", "accepted", "duplicates")
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    predictions: _containers.RepeatedCompositeFieldContainer[Prediction]
+    estimator: str
+    accepted: int
+    duplicates: int
+    def __init__(self, predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., estimator: _Optional[str] = ..., accepted: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+
+class ListEstimatorsRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class EstimatorParameter(_message.Message):
+    __slots__ = ("name", "default")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    default: str
+    def __init__(self, name: _Optional[str] = ..., default: _Optional[str] = ...) -> None: ...
+
+class EstimatorInfo(_message.Message):
+    __slots__ = ("name", "parameters", "evaluation_only", "allowed", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATION_ONLY_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    parameters: _containers.RepeatedCompositeFieldContainer[EstimatorParameter]
+    evaluation_only: bool
+    allowed: bool
+    description: str
+    def __init__(self, name: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[EstimatorParameter, _Mapping]]] = ..., evaluation_only: _Optional[bool] = ..., allowed: _Optional[bool] = ..., description: _Optional[str] = ...) -> None: ...
+
+class ListEstimatorsResponse(_message.Message):
+    __slots__ = ("estimators", "default_specs", "namespace_exists", "namespace_specs", "completions", "clock")
+    ESTIMATORS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_SPECS_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_EXISTS_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_SPECS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_FIELD_NUMBER: _ClassVar[int]
+    estimators: _containers.RepeatedCompositeFieldContainer[EstimatorInfo]
+    default_specs: _containers.RepeatedScalarFieldContainer[str]
+    namespace_exists: bool
+    namespace_specs: _containers.RepeatedScalarFieldContainer[str]
+    completions: int
+    clock: int
+    def __init__(self, estimators: _Optional[_Iterable[_Union[EstimatorInfo, _Mapping]]] = ..., default_specs: _Optional[_Iterable[str]] = ..., namespace_exists: _Optional[bool] = ..., namespace_specs: _Optional[_Iterable[str]] = ..., completions: _Optional[int] = ..., clock: _Optional[int] = ...) -> None: ...
+
+class ResetNamespaceRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class ResetNamespaceResponse(_message.Message):
+    __slots__ = ("forgotten",)
+    FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    forgotten: int
+    def __init__(self, forgotten: _Optional[int] = ...) -> None: ...

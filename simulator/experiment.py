@@ -1,0 +1,68 @@
+"""One simulation run as the CLI and the evaluation harness both need it.
+
+Chooses the trace period (whole trace or one calendar month), builds the
+prediction session (in-process estimator or the gRPC service), warms the
+predictor up with jobs that finished before the period, runs the simulation
+and returns the JSON-ready summary.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from typing import Any
+
+import pandas as pd
+
+from predictor.registry import make_estimator
+from predictor.session import LocalSession, PredictionSession
+from simulator.engine import SimulationConfig, SimulationResult, simulate
+from simulator.metrics import prediction_metrics, scheduling_metrics
+from simulator.swf import Trace
+
+
+def open_session(spec: str, jobs: pd.DataFrame, address: str | None = None,
+                 namespace: str | None = None) -> PredictionSession:
+    """An in-process session, or one served by the predictor at `address`.
+
+    The oracle is the one estimator that is handed the actual runtimes, and
+    only here, by the evaluation harness.
+    """
+    truth = None
+    estimator = make_estimator(spec)  # validates the SPEC on both paths
+    if estimator.evaluation_only:
+        truth = dict(zip(jobs["job_id"].tolist(), jobs["t_act"].tolist()))
+    if address is None:
+        if truth is not None:
+            estimator.bind_truth(truth)
+        return LocalSession(estimator)
+    from predictor.client import RemoteSession  # grpc is only imported for the service path
+
+    return RemoteSession(address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, truth=truth)
+
+
+def run_simulation(trace: Trace, config: SimulationConfig, spec: str = "request", month: str | None = None,
+                   address: str | None = None, namespace: str | None = None) -> tuple[dict[str, Any], SimulationResult]:
+    """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it)."""
+    history = None
+    period = trace
+    if month is not None:
+        period = trace.select_month(month)
+        month_start = next(start for name, start, _ in trace.month_bounds() if name == month)
+        history = trace.jobs_before(month_start)
+    session = open_session(spec, trace.jobs, address, namespace)
+    try:
+        result = simulate(period.jobs, config, session, history)
+    finally:
+        session.close()
+    summary: dict[str, Any] = {
+        "trace": trace.path,
+        "month": month,
+        "estimator": spec,
+        **asdict(config),
+        "jobs": len(result.jobs),
+        "skipped": {**trace.skipped, **result.skipped},
+        **scheduling_metrics(result.jobs, config.procs),
+        "predictor_fallbacks": result.predictor_fallbacks,
+        "prediction": prediction_metrics(result.jobs),
+    }
+    return summary, result

@@ -1,0 +1,531 @@
+"""The simulator against schedules worked out by hand, and against the properties every schedule must have.
+
+Hand-worked scenarios pin each policy x backfilling combination, the modes and
+the overrun corrections to exact start times (the reasoning is in comments).
+Hypothesis checks the invariants on random workloads; the same invariants are
+checked over a real trace when ../shared/traces is present. Unless a test says
+otherwise the machine has 10 processors, the estimator is `request` and the
+mode is `none`, so the scheduler plans with t_req.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from types import ModuleType
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import simulator.backfill
+import simulator.jobs
+import simulator.machine
+import simulator.policies
+from predictor.estimators.base import Estimator
+from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
+from predictor.registry import make_estimator
+from predictor.session import LocalSession
+from simulator import engine
+from simulator.backfill import Backfill, ConservativeBackfill, EasyBackfill
+from simulator.engine import SimulationConfig, SimulationResult, simulate
+from simulator.jobs import RunningJob, WaitingJob
+from simulator.machine import Machine
+from simulator.swf import read_swf
+
+#: One job: (submit, procs, t_req, t_act). Job ids are 1, 2, ... in the order given.
+Spec = tuple[int, int, int, int]
+
+COMBINATIONS = [(policy, backfill) for policy in ("fcfs", "wfp", "sjf")
+                for backfill in ("none", "easy", "conservative")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def job_table(specs: Sequence[Spec], job_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    """The engine's input table for `specs`, sorted by submit then job id."""
+    ids = list(job_ids) if job_ids is not None else list(range(1, len(specs) + 1))
+    submit, procs, t_req, t_act = (list(column) for column in zip(*specs))
+    table = pd.DataFrame({"job_id": ids, "submit": submit, "procs": procs, "t_req": t_req, "t_act": t_act,
+                          "user": 1, "group": 1, "queue": -1, "executable": -1})
+    return table.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
+
+
+class FixedEstimator(Estimator):
+    """Answers a given prediction per job id, capped at t_req and floored at 1 s like every estimator."""
+
+    name = "fixed"
+
+    def __init__(self, predictions: dict[int, int]) -> None:
+        self.predictions = predictions
+
+    def reset(self) -> None:
+        pass
+
+    def observe(self, job: FinishedJob) -> None:
+        pass
+
+    def predict(self, job: JobRequest) -> Prediction:
+        return Prediction(clamp_estimate(self.predictions[job.job_id], job.t_req), None, 0, False)
+
+
+class RecordingSession(LocalSession):
+    """A local session that keeps, in order, every completion it learns and every submission it predicts."""
+
+    def __init__(self, estimator: Estimator) -> None:
+        super().__init__(estimator)
+        self.finished: list[FinishedJob] = []
+        self.events: list[tuple[str, int]] = []
+
+    def sync(self, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest]) -> list[Prediction]:
+        self.finished.extend(finished)
+        self.events += [("finished", job.request.job_id) for job in finished]
+        self.events += [("submitted", job.job_id) for job in submitted]
+        return super().sync(finished, submitted)
+
+
+def run(specs: Sequence[Spec], *, procs: int = 10, policy: str = "fcfs", backfill: str = "easy",
+        mode: str = "none", correction: str = "request", predictions: dict[int, int] | None = None,
+        job_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    """Simulate `specs` and return the per-job table indexed by job id."""
+    estimator = make_estimator("request") if predictions is None else FixedEstimator(predictions)
+    config = SimulationConfig(procs, policy, backfill, mode, correction)
+    return simulate(job_table(specs, job_ids), config, LocalSession(estimator)).jobs.set_index("job_id")
+
+
+def starts(specs: Sequence[Spec], **options) -> list[int]:
+    """Start times of the jobs, in the order of `specs`."""
+    jobs = run(specs, **options)
+    ids = options.get("job_ids") or range(1, len(specs) + 1)
+    return [int(jobs.at[job_id, "start"]) for job_id in ids]
+
+
+def simulate_with(strategy: Backfill, table: pd.DataFrame, config: SimulationConfig,
+                  session: RecordingSession) -> SimulationResult:
+    """Simulate with an instrumented backfilling object in place of the one the engine would build."""
+    assert strategy.name == config.backfill
+    with mock.patch.object(engine, "make_backfill", lambda name: strategy):
+        return simulate(table, config, session)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-worked scenarios: every policy x backfilling
+
+# J1 (6 procs) runs [0, 100). J2 (8) cannot start: its shadow is 100, with 10 - 8 = 2 extra processors.
+# J3 (9) waits behind it. J4 (2 procs, 1000 s) fits now and ends long after the shadow, but 2 <= extra:
+# EASY backfills it at 3 (rule ii), which pushes J3 (not the head) from 200 to J4's end, 1003.
+# Conservative must not start it: J3 holds [200, 300) with 1 processor spare, so J4's earliest slot
+# is 300. J5 (1 proc, 50 s) fits before J1 ends and delays no one: EASY (rule i) and conservative
+# backfill it at 4. Without backfilling J2 starts at 100, J3 at 200, J4 and J5 at 300.
+# SJF orders J5 (50 s) first, so it starts at 4 even without backfilling; otherwise SJF = FCFS here.
+# WFP without backfilling: at 100 the scores (wait/t_req)^3 x size are J3 (98/100)^3 x 9 = 8.47,
+# J2 (99/100)^3 x 8 = 7.76, J5 (96/50)^3 x 1 = 7.08, J4 ~0.002: J3 starts at 100 and J2 (8 > 1 free)
+# blocks the rest; at 200, J2 (63.0) and J5 (60.2) start, J4 (2 > 1 free) waits for J5's end at 250.
+# WFP + EASY: at 100 J3 is first but needs 9 of the 8 free (J4 holds 2): its shadow is J4's end 1003,
+# and J2 (ends 200 <= 1003) is backfilled at 100 under rule (i). WFP + conservative keeps the
+# reservations made at arrival: the same as FCFS.
+PROTECTED_JOBS = [(0, 6, 100, 100), (1, 8, 100, 100), (2, 9, 100, 100), (3, 2, 1000, 1000), (4, 1, 50, 50)]
+PROTECTED_JOBS_STARTS = {
+    ("fcfs", "none"): [0, 100, 200, 300, 300],
+    ("fcfs", "easy"): [0, 100, 1003, 3, 4],
+    ("fcfs", "conservative"): [0, 100, 200, 300, 4],
+    ("wfp", "none"): [0, 200, 100, 250, 200],
+    ("wfp", "easy"): [0, 100, 1003, 3, 4],
+    ("wfp", "conservative"): [0, 100, 200, 300, 4],
+    ("sjf", "none"): [0, 100, 200, 300, 4],
+    ("sjf", "easy"): [0, 100, 1003, 3, 4],
+    ("sjf", "conservative"): [0, 100, 200, 300, 4],
+}
+
+
+@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+def test_backfilling_protects_the_head_under_easy_and_every_queued_job_under_conservative(policy, backfill):
+    assert starts(PROTECTED_JOBS, policy=policy, backfill=backfill) == PROTECTED_JOBS_STARTS[policy, backfill]
+
+
+# J1 (6) runs [0, 100); J2 (8) waits with shadow 100 and 2 extra processors. J3 (3 procs, 200 s) fits
+# in the 4 free processors but would end at 202 > 100 and 3 > 2 extra: backfilling it would delay J2,
+# so neither EASY nor conservative may. J4 (4 procs, 97 s) ends exactly at the shadow: allowed.
+# Without backfilling J4 waits until J2 ends at 200 (FCFS; WFP ranks J2 7.76 > J4 4 > J3 0.35 at 100),
+# except under SJF, where J4 (97 s) is first in the queue and simply starts at 3.
+HEAD_DELAY = [(0, 6, 100, 100), (1, 8, 100, 100), (2, 3, 200, 200), (3, 4, 97, 97)]
+HEAD_DELAY_STARTS = {
+    **{(policy, "none"): [0, 100, 200, 200] for policy in ("fcfs", "wfp")},
+    ("sjf", "none"): [0, 100, 200, 3],
+    **{(policy, backfill): [0, 100, 200, 3] for policy in ("fcfs", "wfp", "sjf")
+       for backfill in ("easy", "conservative")},
+}
+
+
+@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+def test_a_job_that_would_delay_the_head_is_not_backfilled(policy, backfill):
+    assert starts(HEAD_DELAY, policy=policy, backfill=backfill) == HEAD_DELAY_STARTS[policy, backfill]
+
+
+def test_easy_extra_processors_are_used_up_by_rule_ii():
+    # J1 (6) runs [0, 100); J2 (7) waits: shadow 100, extra 10 - 7 = 3, free 4. J3 and J4 (2 procs,
+    # 1000 s each) arrive together at 2 and both end after the shadow: J3 takes 2 of the 3 extra
+    # processors; J4 fits in the 2 free ones but only 1 extra is left, so it waits for J2's end (200).
+    # J5 (1 proc, 1000 s) at 4 fits in that last extra processor.
+    jobs = [(0, 6, 100, 100), (1, 7, 100, 100), (2, 2, 1000, 1000), (2, 2, 1000, 1000), (4, 1, 1000, 1000)]
+    assert starts(jobs, backfill="easy") == [0, 100, 2, 200, 4]
+
+
+def test_conservative_compresses_reservations_when_a_job_ends_early():
+    # J1 (10 procs, t_req 100) ends at 20. Reservations made at arrival: J2 (5) [100, 200), J3 (5)
+    # [100, 150), J4 (10) [200, 210), J5 (5, 300 s) 210. At 20 compression in queue order moves
+    # J2 and J3 to 20, J4 to 120 (after J2's expected end) and J5 to 130 (J4 fills [120, 130)).
+    jobs = [(0, 10, 100, 20), (1, 5, 100, 100), (2, 5, 50, 50), (3, 10, 10, 10), (4, 5, 300, 300)]
+    assert starts(jobs, backfill="conservative") == [0, 20, 20, 120, 130]
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
+def test_ties_are_broken_by_submit_then_job_id(policy):
+    # J1 holds the whole machine until 100; the others need it all, have equal t_req and run 50 s.
+    # Job 30 was submitted first (5); jobs 10 and 20 together (6). Every policy runs 30, 10, 20:
+    # SJF ties on t_est; WFP prefers 30 (waited longer) and then ties 10 and 20 on score at 150.
+    jobs = [(0, 10, 100, 100), (5, 10, 50, 50), (6, 10, 50, 50), (6, 10, 50, 50)]
+    assert starts(jobs, policy=policy, backfill="none", job_ids=[1, 30, 20, 10]) == [0, 100, 200, 150]
+
+
+def test_wfp_breaks_an_exact_score_tie_by_submit_not_job_id():
+    # At 100 job 3 (submitted 0, t_req 200) and job 2 (submitted 50, t_req 100) both score
+    # (100/200)^3 x 10 = (50/100)^3 x 10 = 1.25: the earlier submission (job 3) goes first.
+    jobs = [(0, 10, 100, 100), (0, 10, 200, 10), (50, 10, 100, 10)]
+    assert starts(jobs, policy="wfp", backfill="none", job_ids=[1, 3, 2]) == [0, 100, 110]
+
+
+@pytest.mark.parametrize("mode, first", [("none", 3), ("regular", 2)])
+def test_sjf_orders_by_the_estimate_the_mode_plans_with(mode, first):
+    # J1 holds the machine until 100. J2 asks 1000 s but is predicted at 10; J3 asks 100, predicted 100.
+    # Planning with t_req (none) J3 is shorter; with predictions (regular) J2 is.
+    jobs = [(0, 10, 100, 100), (1, 10, 1000, 10), (2, 10, 100, 10)]
+    started = starts(jobs, policy="sjf", backfill="none", mode=mode, predictions={1: 100, 2: 10, 3: 100})
+    assert started[first - 1] == 100
+
+
+@pytest.mark.parametrize("backfill", ["none", "easy", "conservative"])
+def test_jobs_are_killed_at_their_request(backfill):
+    # J1 asks 100 s but would run 500: it is killed at 100, when J2 (whole machine) starts.
+    jobs = run([(0, 4, 100, 500), (1, 10, 10, 10)], backfill=backfill)
+    assert jobs["run"].tolist() == [100, 10]
+    assert jobs["start"].tolist() == [0, 100]
+
+
+@pytest.mark.parametrize("backfill, first, second", [("none", 3, 2), ("easy", 3, 2), ("conservative", 2, 3)])
+def test_completions_then_arrivals_then_one_pass_at_each_instant(backfill, first, second):
+    # A holds the machine until 100; B (1000 s asked, runs 10) waits from 50; C (10 s) arrives at 100,
+    # when A ends. One pass after both events: SJF starts C at 100 and B at 110. Conservative gave B
+    # a reservation at 100 when it arrived, which C may not delay: B at 100, then C at 110.
+    jobs = [(0, 10, 100, 100), (50, 10, 1000, 10), (100, 10, 10, 10)]
+    session = RecordingSession(make_estimator("request"))
+    result = simulate(job_table(jobs), SimulationConfig(10, "sjf", backfill), session).jobs.set_index("job_id")
+    assert (result.at[first, "start"], result.at[second, "start"]) == (100, 110)
+    assert session.events.index(("finished", 1)) < session.events.index(("submitted", 3))
+
+
+@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+def test_zero_length_jobs_free_their_processors_at_once(policy, backfill):
+    # J1 takes the whole machine for 0 s; J2 (same instant) starts at 0 too, then J3 when J2 ends.
+    # J1 is first in every order: first submitted, and shortest.
+    jobs = run([(0, 10, 10, 0), (0, 10, 50, 50), (10, 10, 10, 0)], policy=policy, backfill=backfill)
+    assert jobs["start"].tolist() == [0, 0, 50]
+    assert jobs["run"].tolist() == [0, 50, 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Modes and corrections
+
+# J1 (6 procs) asks 1000 s, is predicted 100 and runs 500. J2 (8) waits for it. J3 (4 procs) asks 2000,
+# is predicted 150 and runs 300. At 2 the free 4 processors fit J3, 2 < the extra processors (2) it
+# needs, so it may be backfilled only if it ends by J2's shadow:
+# - none: J1 is seen ending at 1000, J3 at 2 + 2000: refused;
+# - regular: J1 is seen ending at 100 (its prediction), J3 at 2 + 150 = 152: refused;
+# - selective: J1 is seen ending at 1000 (t_req), J3 at 152: backfilled at 2.
+# Refused, J3 starts when J2 (predicted 100 s in regular, asked 100 s) ends: 500 + 100 = 600.
+# Conservative reaches the same starts: J2's reservation is 1000 (none, selective) or 100 (regular);
+# in regular mode no event happens at 100 or 200, so J2 and J3 start at the first pass after their
+# reservations, when J1 ends at 500: J2 then, J3 after J2.
+MODE_JOBS = [(0, 6, 1000, 500), (1, 8, 100, 100), (2, 4, 2000, 300)]
+MODE_PREDICTIONS = {1: 100, 2: 100, 3: 150}
+
+
+@pytest.mark.parametrize("backfill", ["easy", "conservative"])
+@pytest.mark.parametrize("mode, third", [("none", 600), ("regular", 600), ("selective", 2)])
+def test_modes_choose_which_estimate_waiting_and_running_jobs_are_seen_with(backfill, mode, third):
+    started = starts(MODE_JOBS, backfill=backfill, mode=mode, predictions=MODE_PREDICTIONS)
+    assert started == [0, 500, third]
+
+
+@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+def test_mode_none_plans_with_requests_but_reports_predictions(policy, backfill):
+    with_predictions = run(MODE_JOBS, policy=policy, backfill=backfill, predictions=MODE_PREDICTIONS)
+    plain = run(MODE_JOBS, policy=policy, backfill=backfill)
+    assert with_predictions["start"].tolist() == plain["start"].tolist()
+    assert with_predictions["t_sched"].tolist() == [100, 100, 150]
+
+
+# Regular mode. J1 (6 procs) asks 10000 s, is predicted 100 and runs 5000. When J2 (8) arrives at 200,
+# J1 has passed its prediction: `request` moves its expected end to 10000; `tsafrir` steps it by 60 s
+# (160, still past) then 300 s: 460. J3 (4 procs) arrives at 201 and may start only if it ends by J2's
+# shadow (EASY) or before J2's reservation (conservative), i.e. by 10000 or by 460: predicted 259 s it
+# ends at 460 (allowed under both), predicted 260 s at 461 (refused under tsafrir, so it waits for J2,
+# which starts when J1 ends at 5000 and is expected to run 100 s).
+@pytest.mark.parametrize("backfill", ["easy", "conservative"])
+@pytest.mark.parametrize("correction, prediction, third", [("request", 260, 201), ("tsafrir", 259, 201),
+                                                           ("tsafrir", 260, 5100)])
+def test_overrun_correction_request_versus_tsafrir(backfill, correction, prediction, third):
+    jobs = [(0, 6, 10000, 5000), (200, 8, 100, 100), (201, 4, 1000, 400)]
+    started = starts(jobs, backfill=backfill, mode="regular", correction=correction,
+                     predictions={1: 100, 2: 100, 3: prediction})
+    assert started == [0, 5000, third]
+
+
+# ---------------------------------------------------------------------------------------------
+# The scheduler never sees actual runtimes
+
+SCHEDULER_MODULES = (simulator.policies, simulator.backfill, simulator.machine, simulator.jobs)
+RUNTIME_NAMES = {"t_act", "runtime", "_runtime", "FinishedJob"}
+
+
+def names_in_code(module: ModuleType) -> set[str]:
+    """Every identifier, attribute, argument, imported name and non-docstring string of `module`."""
+    tree = ast.parse(inspect.getsource(module))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.keyword) and node.arg:
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.name)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            names.add(node.value)
+    return names
+
+
+@pytest.mark.parametrize("view", [WaitingJob, RunningJob])
+def test_the_scheduler_view_of_a_job_has_no_runtime_field(view):
+    fields = {field.name for field in dataclasses.fields(view)}
+    assert not {name for name in fields if "act" in name or "runtime" in name or name in {"run", "end"}}
+    assert not hasattr(view, "__dict__") and "__slots__" in vars(view)  # nothing can be attached later
+
+
+@pytest.mark.parametrize("module", SCHEDULER_MODULES, ids=lambda m: m.__name__)
+def test_scheduler_modules_never_refer_to_actual_runtimes(module):
+    names = names_in_code(module)
+    assert not names & RUNTIME_NAMES
+    assert not {name for name in names if "t_act" in name}
+    assert not {name for name in names if name.startswith(("simulator.engine", "predictor"))}
+
+
+# ---------------------------------------------------------------------------------------------
+# Invariants
+
+
+class ShadowRecordingEasy(EasyBackfill):
+    """EASY that records, at every pass, the queue's first job, the head it protects and the head's shadow.
+
+    The shadow is worked out here from the digest's definition (expected ends of the running jobs and
+    of the jobs this pass starts in order), independently of the implementation's own.
+    """
+
+    def __init__(self) -> None:
+        self.passes: list[tuple[int, int, int | None, int | None, set[int]]] = []
+
+    def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        started = super().select(now, queue, machine)
+        in_order = 0
+        while in_order < len(started) and started[in_order] is queue[in_order]:
+            in_order += 1
+        head, shadow = None, None
+        if in_order < len(queue):
+            head = queue[in_order].index
+            free = machine.free - sum(job.size for job in queue[:in_order])
+            releases = machine.expected_releases() + [(now + machine.planned_runtime(job), job.size)
+                                                      for job in queue[:in_order]]
+            for end, size in sorted(releases):
+                free += size
+                if free >= queue[in_order].size:
+                    shadow = end
+                    break
+        self.passes.append((now, queue[0].index, head, shadow, {job.index for job in started}))
+        return started
+
+
+def heads_started_by_their_shadow(passes: list[tuple[int, int, int | None, int | None, set[int]]]) -> int:
+    """Check EASY's promise to the head job; return how many promises were kept to the end.
+
+    A job's promise is the shadow computed when it first became the head. It holds while no job of
+    higher priority is queued ahead of it (always, under FCFS, once it is the head): until then later
+    shadows may only be earlier, and it must start by it. A job queued ahead may start first
+    (SJF, WFP), and the head it leaves behind gets a new promise.
+    """
+    promise: dict[int, int] = {}
+    kept = 0
+    for now, first, head, shadow, started in passes:
+        for index, promised in list(promise.items()):
+            if index != first:
+                del promise[index]
+            elif index in started:
+                assert now <= promised, f"head (trace index {index}) started at {now}, after its shadow {promised}"
+                kept += 1
+                del promise[index]
+            else:
+                assert shadow <= promised, f"shadow of head {index} moved from {promised} to {shadow}"
+        if head is not None and head not in promise:
+            promise[head] = shadow
+    return kept
+
+
+class ReservationRecordingConservative(ConservativeBackfill):
+    """Conservative backfilling that records each job's first reservation and any move to a later time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_reservation: dict[int, int] = {}
+        self.latest: dict[int, int] = {}
+        self.moved_later: list[tuple[int, int, int, int]] = []  # (now, trace index, from, to)
+
+    def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        started = super().select(now, queue, machine)
+        for index, start in self._reserved.items():
+            self.first_reservation.setdefault(index, start)
+            if start > self.latest.get(index, start):
+                self.moved_later.append((now, index, self.latest[index], start))
+            self.latest[index] = start
+        return started
+
+
+def session_for(estimator: str, table: pd.DataFrame, guesses: Sequence[int] | None = None) -> RecordingSession:
+    """A recording session on `request`, the `oracle` (bound to the table's t_act) or `guesses` per job."""
+    if estimator == "guess":
+        return RecordingSession(FixedEstimator(dict(zip(table["job_id"].tolist(), guesses))))
+    chosen = make_estimator(estimator)
+    if chosen.evaluation_only:
+        chosen.bind_truth(dict(zip(table["job_id"].tolist(), table["t_act"].tolist())))
+    return RecordingSession(chosen)
+
+
+def peak_processors(start: np.ndarray, end: np.ndarray, size: np.ndarray) -> int:
+    """Most processors in use at once, jobs holding theirs over [start, end)."""
+    times = np.concatenate([end, start])
+    deltas = np.concatenate([-size, size])
+    releases_first = np.concatenate([np.zeros(len(end)), np.ones(len(start))])
+    order = np.lexsort((releases_first, times))
+    return int(np.cumsum(deltas[order]).max(initial=0))
+
+
+def assert_schedule_invariants(table: pd.DataFrame, result: SimulationResult, session: RecordingSession,
+                               config: SimulationConfig) -> None:
+    """Every job ran once for min(t_act, t_req), after its submission, within the machine's processors."""
+    jobs = result.jobs.set_index("job_id").loc[table["job_id"]]
+    ends = {job.request.job_id: job.end for job in session.finished}
+    assert len(session.finished) == len(ends) == len(table), "some job never finished (or finished twice)"
+    assert ends == dict(zip(jobs.index.tolist(), jobs["end"].tolist()))
+    assert (jobs["start"].to_numpy() >= table["submit"].to_numpy()).all()
+    expected_run = np.minimum(table["t_act"].to_numpy(), table["t_req"].to_numpy())
+    assert (jobs["run"].to_numpy() == expected_run).all()
+    size = jobs["size"].to_numpy()
+    assert peak_processors(jobs["start"].to_numpy(), jobs["end"].to_numpy(), size) <= config.procs
+    if (config.policy, config.backfill) == ("fcfs", "none"):
+        assert (np.diff(jobs["start"].to_numpy()) >= 0).all(), "FCFS without backfilling started out of order"
+
+
+@st.composite
+def workloads(draw) -> tuple[int, list[Spec], list[int]]:
+    """A machine of up to 16 processors, up to 60 jobs in contention, and a guess per job (under or over)."""
+    procs = draw(st.integers(1, 16))
+    raw = draw(st.lists(st.tuples(st.integers(0, 120), st.integers(1, procs), st.integers(1, 1000),
+                                  st.integers(0, 1000), st.integers(1, 1500)), min_size=1, max_size=60))
+    specs: list[Spec] = []
+    submit = 0
+    for gap, size, t_req, runtime, _ in raw:
+        submit += gap
+        specs.append((submit, size, t_req, min(runtime, t_req)))
+    return procs, specs, [guess for *_, guess in raw]
+
+
+#: Estimates that never underestimate: the head's shadow and conservative reservations are promises.
+EXACT_OR_OVER = [("oracle", "regular"), ("request", "none")]
+
+
+@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+@settings(max_examples=40, deadline=None)
+@given(workload=workloads(), estimator=st.sampled_from(["request", "oracle", "guess"]),
+       mode=st.sampled_from(["none", "regular", "selective"]), correction=st.sampled_from(["request", "tsafrir"]))
+def test_schedule_invariants_on_random_workloads(policy, backfill, workload, estimator, mode, correction):
+    procs, specs, guesses = workload
+    table = job_table(specs)
+    session = session_for(estimator, table, guesses)
+    config = SimulationConfig(procs, policy, backfill, mode, correction)
+    assert_schedule_invariants(table, simulate(table, config, session), session, config)
+
+
+@pytest.mark.parametrize("estimator, mode", EXACT_OR_OVER)
+@pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
+@settings(max_examples=40, deadline=None)
+@given(workload=workloads())
+def test_easy_head_never_starts_after_its_shadow(policy, estimator, mode, workload):
+    procs, specs, _ = workload
+    table = job_table(specs)
+    session = session_for(estimator, table)
+    config = SimulationConfig(procs, policy, "easy", mode)
+    easy = ShadowRecordingEasy()
+    assert_schedule_invariants(table, simulate_with(easy, table, config, session), session, config)
+    heads_started_by_their_shadow(easy.passes)
+
+
+@pytest.mark.parametrize("estimator, mode", EXACT_OR_OVER)
+@pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
+@settings(max_examples=40, deadline=None)
+@given(workload=workloads())
+def test_conservative_never_starts_a_job_after_its_first_reservation(policy, estimator, mode, workload):
+    procs, specs, _ = workload
+    table = job_table(specs)
+    session = session_for(estimator, table)
+    config = SimulationConfig(procs, policy, "conservative", mode)
+    conservative = ReservationRecordingConservative()
+    result = simulate_with(conservative, table, config, session)
+    assert_schedule_invariants(table, result, session, config)
+    assert not conservative.moved_later
+    start = result.jobs["start"].tolist()  # the result keeps the table's order: trace index = row
+    late = {index: (start[index], reserved) for index, reserved in conservative.first_reservation.items()
+            if start[index] > reserved}
+    assert not late, f"jobs started after their first reservation (trace index: (start, reservation)): {late}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backfill", ["easy", "conservative"])
+def test_invariants_over_the_kth_trace(traces_dir, backfill):
+    trace = read_swf(traces_dir / "KTH-SP2-1996-2.1-cln.swf.gz")
+    table = trace.jobs
+    session = session_for("request", table)
+    config = SimulationConfig(trace.machine_procs(), "fcfs", backfill)
+    strategy = ShadowRecordingEasy() if backfill == "easy" else ReservationRecordingConservative()
+    result = simulate_with(strategy, table, config, session)
+    assert not result.skipped  # so that a job's trace index is its row in `table`
+    assert_schedule_invariants(table, result, session, config)
+    if backfill == "easy":
+        assert heads_started_by_their_shadow(strategy.passes) > 1000  # the trace has real contention
+    else:
+        assert not strategy.moved_later
+        start = result.jobs["start"].to_numpy()
+        first = np.array([strategy.first_reservation[i] for i in range(len(table))])
+        assert (start <= first).all()
+        assert (first > table["submit"].to_numpy()).sum() > 1000
