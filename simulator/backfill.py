@@ -33,6 +33,15 @@ class Backfill(ABC):
     def forget(self, job: WaitingJob) -> None:
         """`job` has left the queue (started)."""
 
+    def wake_time(self) -> int | None:
+        """A future time at which a pass must run even if no job arrives or ends.
+
+        Conservative backfilling promises start times; a reservation can fall
+        between events (compression moved it there), and the scheduler must
+        wake up to honour it.
+        """
+        return None
+
 
 class NoBackfill(Backfill):
     """Strict priority order: stop at the first job that does not fit."""
@@ -224,6 +233,9 @@ class ConservativeBackfill(Backfill):
 
     def forget(self, job: WaitingJob) -> None:
         self._reserved.pop(job.index, None)
+
+    def wake_time(self) -> int | None:
+        return min(self._reserved.values(), default=None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         if self._profile is None:

@@ -46,6 +46,7 @@ class SimulationResult:
     predictor_fallbacks: int = 0
 
 
+_NEVER = 2 ** 62
 JOB_COLUMNS = ("job_id", "submit", "procs", "t_req", "t_act", "user", "group", "queue", "executable")
 
 
@@ -99,10 +100,11 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
         session.sync(warmup_history(history), [])
 
     next_arrival = 0
-    while next_arrival < count or completions:
-        now = completions[0][0] if completions else requests[next_arrival].submit
-        if next_arrival < count and requests[next_arrival].submit < now:
-            now = requests[next_arrival].submit
+    wake: int | None = None
+    while next_arrival < count or completions or wake is not None:
+        now = min(completions[0][0] if completions else _NEVER,
+                  requests[next_arrival].submit if next_arrival < count else _NEVER,
+                  _NEVER if wake is None else wake)
 
         finished: list[FinishedJob] = []
         while completions and completions[0][0] == now:
@@ -124,6 +126,7 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
                 queue.add(WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est))
 
         if not len(queue):
+            wake = None
             continue
         if use_prediction:
             machine.correct_overruns(now)
@@ -135,6 +138,9 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
             end = now + _runtime[job.index]
             end_at[job.index] = end
             heapq.heappush(completions, (end, job.index))
+        wake = backfill.wake_time()
+        if wake is not None and wake <= now:
+            raise AssertionError(f"{config.backfill} backfilling left a job reserved at {wake} unstarted at {now}")
 
     result = pd.DataFrame({
         "job_id": jobs["job_id"].to_numpy(),

@@ -38,6 +38,8 @@ class Machine:
 
     def start(self, job: WaitingJob, now: int) -> RunningJob:
         """Allocate `job` now."""
+        if job.size > self.free:
+            raise AssertionError(f"job {job.job_id} needs {job.size} processors, {self.free} are free")
         running = RunningJob(job.index, job.size, now, job.t_req, now + self.planned_runtime(job))
         self.free -= job.size
         self.running[job.index] = running
