@@ -40,11 +40,11 @@ GRID_FLOORS = (0.5, 0.0)
 Answer = TypeVar("Answer")
 
 
-def _check_columns(df: pd.DataFrame) -> None:
-    missing = [column for column in REQUIRED_COLUMNS if column not in df.columns]
+def _check_columns(df: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS) -> None:
+    missing = [column for column in required if column not in df.columns]
     if missing:
         raise ValueError(f"job table lacks column(s) {', '.join(missing)}")
-    not_integer = [column for column in REQUIRED_COLUMNS if df[column].dtype.kind not in "iu"]
+    not_integer = [column for column in required if df[column].dtype.kind not in "iu"]
     if not_integer:
         raise ValueError(f"job table column(s) {', '.join(not_integer)} must hold integers")
 
@@ -71,7 +71,7 @@ def _finished(requests: Sequence[JobRequest], df: pd.DataFrame) -> list[Finished
 
 def jobs_to_requests(df: pd.DataFrame) -> list[JobRequest]:
     """The submit-time view of every job of a trace, in the frame's row order."""
-    _check_columns(df)
+    _check_columns(df, REQUEST_COLUMNS)
     return _requests(df)
 
 

@@ -240,14 +240,13 @@ class ConservativeBackfill(Backfill):
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         if self._profile is None:
             self._profile = Profile(now, machine.free, machine.expected_releases())
-        profile = self._profile
         compress = self._learn_from_machine(now, machine)
-        profile.advance(now)
+        self._profile.advance(now)
         if self._replan:
             self._rebuild(now, queue, machine)
         elif compress:
             self._compress(now, queue)
-        reserved = self._reserved
+        profile, reserved = self._profile, self._reserved
         for job in queue:
             if job.index not in reserved:
                 start = profile.earliest(now, job.size, job.t_est)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -147,6 +148,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from simulator import evaluation as ev
+
+    plan = ev.EvaluationPlan(
+        estimators=tuple(ev.split_specs(args.estimators)) if args.estimators else ev.DEFAULT_ESTIMATORS,
+        policies=ev.split_choices(args.policies, POLICIES, "--policies"),
+        backfills=ev.split_choices(args.backfill, BACKFILLS, "--backfill"),
+        modes=ev.split_choices(args.modes, ev.PREDICTION_MODES, "--modes"),
+        monthly=args.monthly, procs=args.procs)
+    plan.check()  # a bad SPEC or choice fails before any trace is read
+    traces = [ev.load_trace_input(path) for path in args.trace] if args.trace else [ev.builtin_trace_input()]
+    backend = ev.Backend(args.workers, args.dask_scheduler, args.in_process)
+    print(ev.run_evaluation(traces, plan, Path(args.out), backend).summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tsched", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -192,6 +209,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", metavar="OUT")
     ev.add_argument("--csv", metavar="OUT")
     ev.set_defaults(handler=cmd_predict_eval)
+
+    evl = commands.add_parser("evaluate", help="head-to-head evaluation of estimators x policies x modes, with a report")
+    evl.add_argument("--trace", action="append", metavar="PATH", help="SWF trace; repeat for several "
+                     "(default: the built-in synthetic workload)")
+    evl.add_argument("--procs", type=int, help="machine size (default: each trace header's MaxProcs)")
+    evl.add_argument("--estimators", action="append", metavar="SPEC,...",
+                     help="comma-separated estimator SPECs; repeatable (default: request, Tang's three "
+                     "percentile schemes and every other real-time estimator)")
+    evl.add_argument("--policies", default="wfp,fcfs", metavar="P,...", help=f"from {', '.join(POLICIES)}")
+    evl.add_argument("--backfill", default="easy", metavar="B,...", help=f"from {', '.join(BACKFILLS)}")
+    evl.add_argument("--modes", default="regular,selective", metavar="M,...", help="from regular, selective "
+                     "(the baseline, request in mode none, always runs)")
+    evl.add_argument("--monthly", action="store_true", help="Tang et al.'s protocol: each calendar month on its own")
+    evl.add_argument("--out", default="tsched-report", metavar="DIR", help="report folder (default: ./tsched-report)")
+    evl.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="joblib worker processes "
+                     "(default: one per CPU)")
+    evl.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the tasks on this Dask cluster instead")
+    evl.add_argument("--in-process", action="store_true", help="predict in-process instead of through the service")
+    evl.set_defaults(handler=cmd_evaluate)
 
     srv = commands.add_parser("serve", help="run the gRPC predictor service")
     srv.add_argument("--listen", default="127.0.0.1:50051", metavar="HOST:PORT")

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from predictor.jobs import FinishedJob, JobRequest
+from predictor.jobs import FinishedJob
+from predictor.offline import finished_from_frame, jobs_to_requests
 from predictor.session import PredictionSession
 from simulator.backfill import make_backfill
 from simulator.jobs import WaitingJob
@@ -50,23 +51,6 @@ _NEVER = 2 ** 62
 JOB_COLUMNS = ("job_id", "submit", "procs", "t_req", "t_act", "user", "group", "queue", "executable")
 
 
-def _requests(frame: pd.DataFrame) -> list[JobRequest]:
-    columns = [frame[c].to_numpy(dtype=np.int64).tolist() for c in
-               ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable")]
-    return [JobRequest(*values) for values in zip(*columns)]
-
-
-def warmup_history(history: pd.DataFrame) -> list[FinishedJob]:
-    """Finished trace jobs (with their trace end times) in end order, to warm a predictor up."""
-    if history.empty:
-        return []
-    ordered = history.sort_values(["end", "submit", "job_id"], kind="stable")
-    requests = _requests(ordered)
-    ends = ordered["end"].to_numpy(dtype=np.int64).tolist()
-    runtimes = ordered["t_act"].to_numpy(dtype=np.int64).tolist()
-    return [FinishedJob(r, e, t) for r, e, t in zip(requests, ends, runtimes)]
-
-
 def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSession,
              history: pd.DataFrame | None = None) -> SimulationResult:
     """Replay `jobs` (replayable trace jobs sorted by submit) under `config`.
@@ -83,7 +67,7 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
     skipped = {"larger than machine": int(too_big.sum())} if too_big.any() else {}
     jobs = jobs.loc[~too_big].sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
 
-    requests = _requests(jobs)
+    requests = jobs_to_requests(jobs)
     # Jobs are killed at their request, whatever the trace says they ran.
     _runtime = np.minimum(jobs["t_act"].to_numpy(dtype=np.int64), jobs["t_req"].to_numpy(dtype=np.int64)).tolist()
     count = len(requests)
@@ -97,7 +81,7 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
     use_prediction = config.mode != "none"
     completions: list[tuple[int, int]] = []
     if history is not None:
-        session.sync(warmup_history(history), [])
+        session.sync(finished_from_frame(history), [])
 
     next_arrival = 0
     wake: int | None = None
