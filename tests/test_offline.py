@@ -139,7 +139,9 @@ def test_frame_conversions_and_their_errors() -> None:
     with pytest.raises(ValueError, match="lacks column"):
         replay(make_estimator("request"), TINY.drop(columns=["end", "user"]))
     with pytest.raises(ValueError, match="t_act must hold integers"):
-        jobs_to_requests(TINY.astype({"t_act": float}))
+        finished_from_frame(TINY.astype({"t_act": float}))
+    with pytest.raises(ValueError, match="t_req must hold integers"):
+        jobs_to_requests(TINY.astype({"t_req": float}))
 
 
 def test_percentile_grid_sweeps_keys_windows_percentiles_and_floors() -> None:
