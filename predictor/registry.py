@@ -5,6 +5,7 @@ contract and in reports, so parsing and validation live in one place.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
@@ -15,29 +16,26 @@ class SpecError(ValueError):
     """An estimator SPEC that names an unknown estimator or parameter, or a bad value."""
 
 
-def _registry() -> dict[str, type[Estimator]]:
-    # Imported here so that adding an estimator module needs one line, below.
-    from predictor.estimators.baselines import OracleEstimator, RequestEstimator
+#: Estimator name -> "module:class". Modules are imported only when their
+#: estimator is asked for, so `request` does not pay for importing LightGBM.
+_ESTIMATORS = {
+    "request": "predictor.estimators.baselines:RequestEstimator",
+    "oracle": "predictor.estimators.baselines:OracleEstimator",
+    "percentile": "predictor.estimators.percentile:PercentileEstimator",
+    "last2": "predictor.estimators.last2:LastTwoEstimator",
+    "mean-std": "predictor.estimators.meanstd:MeanStdEstimator",
+    "lgbm-quantile": "predictor.estimators.lgbm:LGBMQuantileEstimator",
+}
 
-    classes: list[type[Estimator]] = [RequestEstimator, OracleEstimator]
-    try:
-        from predictor.estimators.percentile import PercentileEstimator
-        from predictor.estimators.last2 import LastTwoEstimator
-        from predictor.estimators.meanstd import MeanStdEstimator
-        classes += [PercentileEstimator, LastTwoEstimator, MeanStdEstimator]
-    except ImportError:  # pragma: no cover - during bootstrap only
-        pass
-    try:
-        from predictor.estimators.lgbm import LGBMQuantileEstimator
-        classes.append(LGBMQuantileEstimator)
-    except ImportError:  # pragma: no cover
-        pass
-    return {cls.name: cls for cls in classes}
+
+def _load(name: str) -> type[Estimator]:
+    module, _, cls = _ESTIMATORS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def available() -> dict[str, type[Estimator]]:
     """Estimator classes by name."""
-    return _registry()
+    return {name: _load(name) for name in _ESTIMATORS}
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -80,10 +78,9 @@ def _convert(spec: str, key: str, raw: str, default: Any) -> Any:
 def make_estimator(spec: str) -> Estimator:
     """Instantiate the estimator a SPEC names, with its parameters validated."""
     name, raw_params = parse_spec(spec)
-    classes = _registry()
-    if name not in classes:
-        raise SpecError(f"unknown estimator {name!r} in spec {spec!r}; known: {', '.join(sorted(classes))}")
-    cls = classes[name]
+    if name not in _ESTIMATORS:
+        raise SpecError(f"unknown estimator {name!r} in spec {spec!r}; known: {', '.join(sorted(_ESTIMATORS))}")
+    cls = _load(name)
     signature = inspect.signature(cls.__init__)
     accepted = {p.name: p.default for p in signature.parameters.values() if p.name != "self"}
     kwargs: dict[str, Any] = {}

@@ -25,6 +25,9 @@ class Backfill(ABC):
     """A way of choosing, at time `now`, the waiting jobs to start."""
 
     name: str
+    #: Whether a pass with no free processor can be skipped: true unless the
+    #: strategy plans reservations that must be kept up to date.
+    idle_when_full: bool = True
 
     @abstractmethod
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
@@ -75,11 +78,13 @@ class EasyBackfill(Backfill):
         if position >= len(queue) or free == 0:
             return started
         head = queue[position]
-        shadow, extra = self._shadow(now, head.size, free, machine, started)
+        shadow = extra = None  # computed when the first job small enough to backfill comes up
         for job in queue[position + 1:]:
             size = job.size
             if size > free:
                 continue
+            if shadow is None:
+                shadow, extra = self._shadow(now, head.size, free, machine, started)
             if now + job.t_est <= shadow:
                 started.append(job)
                 free -= size
@@ -99,10 +104,13 @@ class EasyBackfill(Backfill):
         Every job expected to end at the shadow time counts towards the extra
         processors, whatever order the ties come in.
         """
-        ends = sorted((now + machine.planned_runtime(job), job.size) for job in just_started)
+        releases = machine.expected_releases()
+        if just_started:
+            ends = sorted((now + machine.planned_runtime(job), job.size) for job in just_started)
+            releases = _merge_sorted(releases, ends)
         available = free
         shadow = None
-        for end, size in _merge_sorted(machine.expected_releases(), ends):
+        for end, size in releases:
             if shadow is not None and end > shadow:
                 break
             available += size
@@ -224,6 +232,7 @@ class ConservativeBackfill(Backfill):
     """
 
     name = "conservative"
+    idle_when_full = False
 
     def __init__(self) -> None:
         self._profile: Profile | None = None

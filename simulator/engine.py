@@ -112,6 +112,8 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
         if not len(queue):
             wake = None
             continue
+        if machine.free == 0 and backfill.idle_when_full:
+            continue
         if use_prediction:
             machine.correct_overruns(now)
         for job in backfill.select(now, queue.ordered(now), machine):

@@ -14,7 +14,9 @@ import hashlib
 import ipaddress
 import pickle
 import shlex
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +24,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -37,11 +39,15 @@ from simulator.policies import POLICIES
 from simulator.swf import Trace, read_swf
 from simulator.workload import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
 
+if TYPE_CHECKING:
+    from predictor.service import ServerProcess
+
 #: The baseline every run is compared with: the users' requests, used as they are.
 BASELINE_ESTIMATOR = "request"
 BASELINE_MODE = "none"
 #: Tang et al.'s three percentile schemes (triple key, 30-day window) and the other estimators.
-DEFAULT_ESTIMATORS = ("request", "percentile:q=95", "percentile:q=85", "percentile:q=70", "last2", "mean-std")
+DEFAULT_ESTIMATORS = ("request", "percentile:q=95", "percentile:q=85", "percentile:q=70", "last2", "mean-std",
+                      "lgbm-quantile")
 DEFAULT_POLICIES = ("wfp", "fcfs")
 DEFAULT_BACKFILLS = ("easy",)
 DEFAULT_MODES = ("regular", "selective")
@@ -274,7 +280,7 @@ class Progress:
 
     WIDTH = 30
 
-    def __init__(self, total: int, stream: TextIO | None = sys.stderr) -> None:
+    def __init__(self, total: int, stream: TextIO | None) -> None:
         self.total = total
         self.done = 0
         self.stream = stream
@@ -382,6 +388,14 @@ def service_host(dask_scheduler: str | None) -> str:
         return probe.getsockname()[0]
 
 
+def _stop_service(server: ServerProcess) -> None:
+    """Stop the evaluation's server; one still busy (training a model for a run now abandoned) is killed."""
+    try:
+        server.stop()
+    except subprocess.TimeoutExpired:
+        server.stop(signal.SIGKILL)
+
+
 # --- the command -----------------------------------------------------------------------------
 
 @dataclass
@@ -421,8 +435,8 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
 
 
 def run_evaluation(traces: Sequence[TraceInput], plan: EvaluationPlan, out: Path, backend: Backend = Backend(),
-                   progress_stream: TextIO | None = sys.stderr) -> EvaluationOutcome:
-    """Run the whole evaluation and write the report in `out`."""
+                   show_progress: bool = True) -> EvaluationOutcome:
+    """Run the whole evaluation and write the report in `out`; the progress bar goes to stderr."""
     plan.check()
     labels = [entry.label for entry in traces]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
@@ -438,14 +452,14 @@ def run_evaluation(traces: Sequence[TraceInput], plan: EvaluationPlan, out: Path
 
         server = ServerProcess(listen=f"{service_host(backend.dask_scheduler)}:0",
                                default_estimators=[BASELINE_ESTIMATOR], allow_oracle=plan.uses_oracle())
-    progress = Progress(len(tasks), progress_stream)
+    progress = Progress(len(tasks), sys.stderr if show_progress else None)
     try:
         outcomes = execute(tasks, {entry.label: entry.trace for entry in traces}, backend,
                            None if server is None else server.address, progress)
     finally:
         progress.close()
         if server is not None:
-            server.stop()
+            _stop_service(server)
     seconds = time.monotonic() - started
 
     from simulator.report import ReportInputs, write_report
