@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Hashable
 from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
 
-from predictor.jobs import JobRequest
+from predictor.jobs import FinishedJob, JobRequest
 
 SECONDS_PER_DAY = 86_400
 #: Discarded entries are physically dropped once they are at least this many
@@ -203,3 +203,42 @@ class EndSeries(Generic[V]):
             f"a job submitted at {submit} needs history that ended at or before {self.discarded_through}, "
             "discarded after a later submission was predicted; predict jobs in submission order"
         )
+
+
+class KeyedHistory(Generic[V]):
+    """Every key's `EndSeries`, made on first sight: the store the history-based estimators share.
+
+    `aggregate` makes the summary each key's window keeps (a sorted list for
+    percentiles, running moments for mean + k sigma); None keeps no summary.
+    """
+
+    __slots__ = ("_key", "_aggregate", "_series")
+
+    def __init__(self, key: Callable[[JobRequest], Hashable],
+                 aggregate: Callable[[], WindowAggregate[V]] | None = None) -> None:
+        self._key = key
+        self._aggregate = aggregate
+        self._series: dict[Hashable, EndSeries[V]] = {}
+
+    def clear(self) -> None:
+        self._series = {}
+
+    def add(self, job: FinishedJob, value: V) -> None:
+        """Record `value` for a finished job under its key."""
+        key = self._key(job.request)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = EndSeries(None if self._aggregate is None else self._aggregate())
+        series.insert(job.end, value)
+
+    def series(self, job: JobRequest) -> EndSeries[V] | None:
+        """The history of `job`'s key, if any."""
+        return self._series.get(self._key(job))
+
+    def window(self, job: JobRequest, window: int | None) -> tuple[int, WindowAggregate[V] | None]:
+        """How many of the key's jobs ended in [submit - window, submit], and their aggregate."""
+        series = self._series.get(self._key(job))
+        if series is None:
+            return 0, None
+        count = series.select(None if window is None else job.submit - window, job.submit)
+        return count, series.aggregate

@@ -1,8 +1,10 @@
 """Tsafrir, Etsion & Feitelson (2007): the mean runtime of the user's last two finished jobs."""
 from __future__ import annotations
 
+from operator import attrgetter
+
 from predictor.estimators.base import Estimator
-from predictor.history import EndSeries
+from predictor.history import KeyedHistory
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
 #: How many of the user's latest jobs the estimate averages.
@@ -19,20 +21,16 @@ class LastTwoEstimator(Estimator):
     name = "last2"
 
     def __init__(self) -> None:
-        self._history: dict[int, EndSeries[int]] = {}
+        self._history: KeyedHistory[int] = KeyedHistory(attrgetter("user"))
 
     def reset(self) -> None:
-        self._history = {}
+        self._history.clear()
 
     def observe(self, job: FinishedJob) -> None:
-        user = job.request.user
-        series = self._history.get(user)
-        if series is None:
-            series = self._history[user] = EndSeries()
-        series.insert(job.end, job.runtime)
+        self._history.add(job, job.runtime)
 
     def predict(self, job: JobRequest) -> Prediction:
-        series = self._history.get(job.user)
+        series = self._history.series(job)
         recent = [] if series is None else series.latest(job.submit, RECENT_JOBS)
         if len(recent) < RECENT_JOBS:
             return Prediction(t_sched=job.t_req, factor=None, basis=len(recent), fallback=True)

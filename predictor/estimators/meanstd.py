@@ -9,7 +9,7 @@ import math
 from typing import cast
 
 from predictor.estimators.base import Estimator
-from predictor.history import EndSeries, key_function, parse_window
+from predictor.history import KeyedHistory, key_function, parse_window
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
 KEYS = ("user", "group", "user+group", "user+executable", "user+executable+procs")
@@ -57,33 +57,25 @@ class MeanStdEstimator(Estimator):
     name = "mean-std"
 
     def __init__(self, key: str = "user", window: str = "7d", k: float = 1.5) -> None:
-        self._key = key_function(key, KEYS)
+        history_key = key_function(key, KEYS)
         self._window = parse_window(window)
         if not k >= 0:
             raise ValueError(f"k must be a number of standard deviations >= 0; got {k}")
         self.key = key
         self.window = window
         self.k = k
-        self._history: dict[object, EndSeries[int]] = {}
+        self._history: KeyedHistory[int] = KeyedHistory(history_key, RunningMoments)
 
     def reset(self) -> None:
-        self._history = {}
+        self._history.clear()
 
     def observe(self, job: FinishedJob) -> None:
-        key = self._key(job.request)
-        series = self._history.get(key)
-        if series is None:
-            series = self._history[key] = EndSeries(RunningMoments())
-        series.insert(job.end, job.runtime)
+        self._history.add(job, job.runtime)
 
     def predict(self, job: JobRequest) -> Prediction:
-        series = self._history.get(self._key(job))
-        submit = job.submit
-        basis = 0
-        if series is not None:
-            basis = series.select(None if self._window is None else submit - self._window, submit)
+        basis, moments = self._history.window(job, self._window)
         if basis < MIN_JOBS:
             return Prediction(t_sched=job.t_req, factor=None, basis=basis, fallback=True)
-        moments = cast(RunningMoments, series.aggregate)
+        moments = cast(RunningMoments, moments)
         t_sched = clamp_estimate(moments.mean_plus_deviations(self.k), job.t_req)
         return Prediction(t_sched=t_sched, factor=None, basis=basis, fallback=False)

@@ -14,7 +14,7 @@ from typing import cast
 from sortedcontainers import SortedList
 
 from predictor.estimators.base import Estimator
-from predictor.history import EndSeries, key_function, parse_window
+from predictor.history import KeyedHistory, key_function, parse_window
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
 KEYS = ("user", "group", "user+group", "user+group+request")
@@ -60,7 +60,6 @@ class PercentileEstimator(Estimator):
         floor: float = 0.5,
         min_jobs: int = 10,
     ) -> None:
-        self._key = key_function(key, KEYS)
         self._window = parse_window(window, WINDOWS)
         if not 50 <= q <= 100:
             raise ValueError(f"q must be a percentile between 50 and 100; got {q}")
@@ -73,17 +72,13 @@ class PercentileEstimator(Estimator):
         self.q = q
         self.floor = floor
         self.min_jobs = min_jobs
-        self._history: dict[object, EndSeries[float]] = {}
+        self._history: KeyedHistory[float] = KeyedHistory(key_function(key, KEYS), SortedList)
 
     def reset(self) -> None:
-        self._history = {}
+        self._history.clear()
 
     def observe(self, job: FinishedJob) -> None:
-        key = self._key(job.request)
-        series = self._history.get(key)
-        if series is None:
-            series = self._history[key] = EndSeries(SortedList())
-        series.insert(job.end, job.ratio)
+        self._history.add(job, job.ratio)
 
     def eligible_ratios(self, job: JobRequest) -> Sequence[float]:
         """The sorted R values of `job`'s eligible history, valid until the next call.
@@ -91,12 +86,8 @@ class PercentileEstimator(Estimator):
         Shared by `predict` and the offline grid, which reads several
         percentiles from one window.
         """
-        series = self._history.get(self._key(job))
-        if series is None:
-            return ()
-        submit = job.submit
-        series.select(None if self._window is None else submit - self._window, submit)
-        return cast(SortedList, series.aggregate)
+        _, ratios = self._history.window(job, self._window)
+        return () if ratios is None else cast(SortedList, ratios)
 
     def predict(self, job: JobRequest) -> Prediction:
         ratios = self.eligible_ratios(job)
