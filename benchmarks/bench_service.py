@@ -27,7 +27,8 @@ from predictor.jobs import FinishedJob, JobRequest
 from predictor.registry import make_estimator
 from predictor.service import ServerProcess
 from predictor.session import LocalSession
-from simulator.engine import SimulationConfig, simulate, warmup_history
+from predictor.offline import finished_from_frame, jobs_to_requests
+from simulator.engine import SimulationConfig, simulate
 from simulator.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -40,17 +41,11 @@ BATCH_SIZE = 10_000
 BATCHES = 10
 
 
-def _requests(jobs: pd.DataFrame) -> list[JobRequest]:
-    columns = [jobs[c].to_numpy(dtype=np.int64).tolist()
-               for c in ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable")]
-    return [JobRequest(*values) for values in zip(*columns)]
-
-
 def _queries(jobs: pd.DataFrame, at: int, count: int) -> list[JobRequest]:
     """Real jobs of the trace, asked about at time `at` (after the history the namespace holds)."""
     sample = jobs.iloc[np.linspace(0, len(jobs) - 1, count).astype(int)]
     return [JobRequest(r.job_id, at, r.user, r.group, r.t_req, r.procs, r.queue, r.executable)
-            for r in _requests(sample)]
+            for r in jobs_to_requests(sample)]
 
 
 def _predict_many(address: str, queries: list[JobRequest], spec: str) -> None:
@@ -170,7 +165,7 @@ def main() -> None:
     trace = read_swf(path)
     jobs = trace.jobs
     half = int(jobs["submit"].iloc[len(jobs) // 2])
-    learned = warmup_history(trace.jobs_before(half))
+    learned = finished_from_frame(trace.jobs_before(half))
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     server = ServerProcess(default_estimators=[args.estimator])
