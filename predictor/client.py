@@ -45,8 +45,13 @@ class PredictorError(RuntimeError):
 
     def __init__(self, address: str, code: grpc.StatusCode, details: str) -> None:
         super().__init__(f"predictor at {address}: {code.name}: {details}")
+        self.address = address
         self.code = code
         self.details = details
+
+    def __reduce__(self):
+        """Rebuild from the three arguments, so the error crosses process boundaries (joblib, Dask)."""
+        return (type(self), (self.address, self.code, self.details))
 
 
 @dataclass(frozen=True)

@@ -173,12 +173,16 @@ def evaluate(df: pd.DataFrame, specs: list[str], trace_name: str) -> dict[str, A
     if len(df) == 0:
         raise ValueError(f"trace {trace_name}: no jobs to evaluate")
     estimators = [make_estimator(spec) for spec in specs]  # reject every bad SPEC before the first replay
-    results = []
-    for spec, estimator in zip(specs, estimators):
-        frame, seconds = _replay_timed(estimator, df)
-        scores = prediction_scores(frame["t_sched"].to_numpy(), frame["t_act"].to_numpy(), frame["t_req"].to_numpy())
-        results.append({"estimator": spec, **scores, "us_per_prediction": seconds / len(frame) * 1e6})
+    results = [scored_replay(spec, df, estimator)[0] for spec, estimator in zip(specs, estimators)]
     return {"trace": trace_name, "jobs": len(df), "results": results}
+
+
+def scored_replay(spec: str, df: pd.DataFrame,
+                  estimator: Estimator | None = None) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Replay one estimator over a trace: its `predict-eval` result row, and the per-job frame behind it."""
+    frame, seconds = _replay_timed(estimator or make_estimator(spec), df)
+    scores = prediction_scores(frame["t_sched"].to_numpy(), frame["t_act"].to_numpy(), frame["t_req"].to_numpy())
+    return {"estimator": spec, **scores, "us_per_prediction": seconds / max(len(frame), 1) * 1e6}, frame
 
 
 def _percentile_factors(

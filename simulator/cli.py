@@ -160,7 +160,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     plan.check()  # a bad SPEC or choice fails before any trace is read
     traces = [ev.load_trace_input(path) for path in args.trace] if args.trace else [ev.builtin_trace_input()]
     backend = ev.Backend(args.workers, args.dask_scheduler, args.in_process)
-    print(ev.run_evaluation(traces, plan, Path(args.out), backend).summary())
+    try:
+        print(ev.run_evaluation(traces, plan, Path(args.out), backend).summary())
+    except ev.TaskError as error:
+        print(f"tsched: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from predictor.offline import evaluate, replay
+from predictor.offline import scored_replay
 from predictor.registry import SpecError, make_estimator
 from predictor.scoring import accuracy
 from simulator.backfill import BACKFILLS
@@ -55,7 +55,12 @@ PREDICTION_MODES = tuple(mode for mode in MODES if mode != BASELINE_MODE)
 #: Quantiles kept of each estimator's per-job accuracy: enough for a smooth CDF (Tang's Figure 11).
 CDF_POINTS = 201
 BUILTIN_LABEL = "synthetic"
-DEFAULT_OUT = "tsched-report"
+#: How long dropping a finished run's namespace may wait for a server busy with other runs.
+FORGET_TIMEOUT_SECONDS = 120.0
+#: An evaluation waits for the service rather than let a slow call (a model retraining) fall back to t_req.
+EVALUATION_SERVICE_TIMEOUT = 600.0
+#: Dask's scheduler port, when an address leaves it out.
+DASK_PORT = 8786
 
 
 def split_specs(texts: Iterable[str]) -> list[str]:
@@ -226,30 +231,50 @@ class TaskOutcome:
     seconds: float
 
 
+class TaskError(RuntimeError):
+    """A task that failed, named, with its cause's message (and picklable, to cross process boundaries)."""
+
+
+def describe(task: Task) -> str:
+    """A task in words, for error messages."""
+    if isinstance(task, QualityTask):
+        return f"prediction quality of {task.estimator} on {task.trace}"
+    period = f" {task.month}" if task.month else ""
+    return (f"simulation of {task.trace}{period}, {task.policy} + {task.backfill}, estimator {task.estimator}, "
+            f"mode {task.mode}")
+
+
 def run_task(task: Task, trace: Trace, address: str | None, run_id: str) -> TaskOutcome:
     """Run one task on `trace`; `address` is the predictor service's, or None for in-process."""
     started = time.perf_counter()
-    if isinstance(task, QualityTask):
-        result = prediction_quality(trace, task.trace, task.estimator)
-    else:
-        result = _simulate(task, trace, address, run_id)
+    try:
+        if isinstance(task, QualityTask):
+            result = prediction_quality(trace, task.trace, task.estimator)
+        else:
+            result = _simulate(task, trace, address, run_id)
+    except Exception as error:  # noqa: BLE001 - any failure is reported with the task it broke
+        raise TaskError(f"{describe(task)}: {type(error).__name__}: {error}") from None
     return TaskOutcome(task, result, time.perf_counter() - started)
 
 
 def prediction_quality(trace: Trace, label: str, spec: str) -> dict[str, Any]:
     """The `predict-eval` scores of `spec` on `trace`, plus quantiles of its per-job accuracy."""
-    report = evaluate(trace.jobs, [spec], label)
-    frame = replay(make_estimator(spec), trace.jobs)
+    if trace.jobs.empty:
+        raise ValueError(f"trace {label}: no jobs to evaluate")
+    row, frame = scored_replay(spec, trace.jobs)
     per_job = accuracy(frame["t_sched"].to_numpy(), frame["t_act"].to_numpy())
     cdf = np.quantile(per_job, np.linspace(0.0, 1.0, CDF_POINTS))
-    return {"trace": label, "jobs": report["jobs"], **report["results"][0], "accuracy_quantiles": cdf.tolist()}
+    return {"trace": label, "jobs": len(frame), **row, "accuracy_quantiles": cdf.tolist()}
 
 
 def _simulate(task: SimulationTask, trace: Trace, address: str | None, run_id: str) -> dict[str, Any]:
     config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode)
-    namespace = None if address is None else f"evaluate-{run_id}-{task.index}"
-    summary, _ = run_simulation(trace, config, task.estimator, task.month, address, namespace)
-    if address is not None and namespace is not None:
+    if address is None:
+        summary, _ = run_simulation(trace, config, task.estimator, task.month)
+    else:
+        namespace = f"evaluate-{run_id}-{task.index}"
+        summary, _ = run_simulation(trace, config, task.estimator, task.month, address, namespace,
+                                    timeout=EVALUATION_SERVICE_TIMEOUT)
         _forget_namespace(address, namespace)
     return result_row(task.trace, summary)
 
@@ -258,7 +283,7 @@ def _forget_namespace(address: str, namespace: str) -> None:
     """Drop a finished run's namespace: one server serves the whole evaluation, and would keep them all."""
     from predictor.client import PredictorClient
 
-    with PredictorClient(address) as client:
+    with PredictorClient(address, timeout=FORGET_TIMEOUT_SECONDS) as client:
         client.reset_namespace(namespace)
 
 
@@ -378,14 +403,19 @@ def service_host(dask_scheduler: str | None) -> str:
     scheme, _, location = dask_scheduler.rpartition("://")
     if scheme == "inproc":
         return "127.0.0.1"
-    host, _, port = location.rpartition(":")
-    host = (host or location).strip("[]")
-    resolved = socket.gethostbyname(host)
-    if ipaddress.ip_address(resolved).is_loopback:
+    if location.startswith("["):  # [IPv6]:port
+        host, _, rest = location[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = location.partition(":")
+    family, _, _, _, scheduler = socket.getaddrinfo(host, int(port) if port.isdigit() else DASK_PORT,
+                                                    type=socket.SOCK_DGRAM)[0]
+    if ipaddress.ip_address(scheduler[0]).is_loopback:
         return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((resolved, int(port) if port.isdigit() else 8786))
-        return probe.getsockname()[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:  # a UDP "connect" sends nothing: it only picks the route
+        probe.connect(scheduler)
+        own = probe.getsockname()[0]
+    return f"[{own}]" if family == socket.AF_INET6 else own
 
 
 def _stop_service(server: ServerProcess) -> None:

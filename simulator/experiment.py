@@ -21,7 +21,7 @@ from simulator.swf import Trace
 
 
 def open_session(spec: str, jobs: pd.DataFrame, address: str | None = None,
-                 namespace: str | None = None) -> PredictionSession:
+                 namespace: str | None = None, timeout: float = 1.0) -> PredictionSession:
     """An in-process session, or one served by the predictor at `address`.
 
     The oracle is the one estimator that is handed the actual runtimes, and
@@ -37,19 +37,25 @@ def open_session(spec: str, jobs: pd.DataFrame, address: str | None = None,
         return LocalSession(estimator)
     from predictor.client import RemoteSession  # grpc is only imported for the service path
 
-    return RemoteSession(address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, truth=truth)
+    return RemoteSession(address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, truth=truth,
+                         timeout=timeout)
 
 
 def run_simulation(trace: Trace, config: SimulationConfig, spec: str = "request", month: str | None = None,
-                   address: str | None = None, namespace: str | None = None) -> tuple[dict[str, Any], SimulationResult]:
-    """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it)."""
+                   address: str | None = None, namespace: str | None = None,
+                   timeout: float = 1.0) -> tuple[dict[str, Any], SimulationResult]:
+    """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
+
+    `timeout` is how long to wait for the service per call before a job gets
+    t_req: short for a live-like run, long for an evaluation that must not fall back.
+    """
     history = None
     period = trace
     if month is not None:
         period = trace.select_month(month)
         month_start = next(start for name, start, _ in trace.month_bounds() if name == month)
         history = trace.jobs_before(month_start)
-    session = open_session(spec, trace.jobs, address, namespace)
+    session = open_session(spec, trace.jobs, address, namespace, timeout)
     try:
         result = simulate(period.jobs, config, session, history)
     finally:

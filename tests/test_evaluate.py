@@ -1,0 +1,214 @@
+"""`tsched evaluate`: task building, the report's consistency with results.csv, and identical results on every backend."""
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.registry import SpecError
+from simulator.cli import main
+from simulator.evaluation import (
+    Backend,
+    EvaluationPlan,
+    Progress,
+    QualityTask,
+    SimulationTask,
+    TaskError,
+    TraceInput,
+    build_tasks,
+    months_with_jobs,
+    run_evaluation,
+    run_task,
+    service_host,
+    split_choices,
+    split_specs,
+)
+from simulator.plots import pareto_front
+from simulator.report import improvement
+from simulator.swf import write_swf
+from simulator.workload import generate_workload
+
+#: 600 jobs spread over three calendar months (a low load stretches the arrivals).
+SOURCE = "generate_workload(jobs=600, procs=64, load=0.2, seed=3)"
+PLAN = EvaluationPlan(estimators=("request", "percentile:q=85", "last2"), policies=("wfp",), backfills=("easy",),
+                      modes=("regular", "selective"))
+
+
+def small_input() -> TraceInput:
+    return TraceInput("small", generate_workload(jobs=600, procs=64, load=0.2, seed=3), SOURCE)
+
+
+def evaluate_into(folder: Path, plan: EvaluationPlan = PLAN, backend: Backend = Backend(in_process=True)) -> Path:
+    outcome = run_evaluation([small_input()], plan, folder, backend, show_progress=False)
+    assert outcome.fallbacks == 0
+    return outcome.report.parent
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole-trace evaluation, in-process on one worker: what every other backend must reproduce."""
+    return evaluate_into(tmp_path_factory.mktemp("reference"))
+
+
+@pytest.fixture(scope="module")
+def monthly(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return evaluate_into(tmp_path_factory.mktemp("monthly"), EvaluationPlan(**{**PLAN.__dict__, "monthly": True}))
+
+
+# --- parsing the command line ----------------------------------------------------------------
+
+def test_spec_lists_keep_each_specs_own_parameters():
+    assert split_specs(["request,percentile:q=95,window=60d,last2", "mean-std:k=2"]) == [
+        "request", "percentile:q=95,window=60d", "last2", "mean-std:k=2"]
+    assert split_specs(["last2,last2"]) == ["last2"]
+
+
+@pytest.mark.parametrize("text, message", [("q=95,request", "follows no estimator"), ("request,,last2", "empty item")])
+def test_bad_spec_lists_are_refused(text, message):
+    with pytest.raises(SpecError, match=message):
+        split_specs([text])
+
+
+def test_choices_are_checked_against_the_allowed_names():
+    assert split_choices("wfp, fcfs,wfp", ("fcfs", "wfp", "sjf"), "--policies") == ("wfp", "fcfs")
+    with pytest.raises(ValueError, match="--modes 'none'.*regular, selective"):
+        split_choices("none", ("regular", "selective"), "--modes")
+
+
+def test_unknown_estimator_fails_before_anything_runs(tmp_path, capsys):
+    code = main(["evaluate", "--estimators", "request,nosuch", "--in-process", "--out", str(tmp_path / "r")])
+    assert code == 2
+    assert "unknown estimator 'nosuch'" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+def test_tasks_have_one_baseline_per_period_policy_and_backfilling():
+    entry = small_input()
+    plan = EvaluationPlan(estimators=("request", "last2", "mean-std"), policies=("wfp", "fcfs"),
+                          backfills=("easy",), modes=("regular", "selective"), monthly=True)
+    simulations = [task for task in build_tasks([entry], plan) if isinstance(task, SimulationTask)]
+    months = months_with_jobs(entry.trace)
+    assert len(months) == 3
+    assert len(simulations) == len(months) * 2 * (1 + 2 * 2)
+    baselines = [task for task in simulations if task.is_baseline]
+    assert {(task.month, task.policy) for task in baselines} == {(m, p) for m in months for p in ("wfp", "fcfs")}
+    assert not [task for task in simulations if task.estimator == "request" and not task.is_baseline]
+
+
+@pytest.mark.parametrize("scheduler", [None, "inproc://10.1.2.3/77/1", "tcp://127.0.0.1:8786", "localhost",
+                                       "tcp://[::1]:8786", "[::1]"])
+def test_the_service_stays_on_loopback_for_a_local_scheduler(scheduler):
+    assert service_host(scheduler) == "127.0.0.1"
+
+
+def test_improvement_is_relative_to_the_baseline_and_undefined_on_zero():
+    values = improvement(np.array([100.0, 0.0, 50.0]), np.array([80.0, 0.0, 75.0]))
+    assert values[0] == pytest.approx(0.2)
+    assert np.isnan(values[1])
+    assert values[2] == pytest.approx(-0.5)
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    under = np.array([0.0, 5.0, 10.0, 20.0])
+    accuracy = np.array([0.3, 0.25, 0.5, 0.45])
+    assert pareto_front(under, accuracy).tolist() == [0, 2]
+
+
+def test_progress_reports_done_elapsed_and_time_left():
+    stream = io.StringIO()
+    progress = Progress(4, stream)
+    progress.advance()
+    progress.close()
+    assert "\r" in stream.getvalue()
+    assert re.search(r"1/4 runs  elapsed \d+:\d\d  left \d+:\d\d", stream.getvalue())
+
+
+# --- the report ------------------------------------------------------------------------------
+
+def test_report_files_are_present_and_agree_with_results_csv(reference):
+    report = (reference / "report.md").read_text()
+    results = pd.read_csv(reference / "results.csv", keep_default_na=False, na_values=[""])
+    assert len(results) == 1 + 2 * 2
+    for image in re.findall(r"\]\(([^)]+\.png)\)", report):
+        assert (reference / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {"frontier-small.png", "accuracy-cdf-small.png", "improvement-small-wfp-easy.png"} <= {
+        path.name for path in reference.glob("*.png")}
+    baseline = results[(results["estimator"] == "request") & (results["mode"] == "none")].iloc[0]
+    for row in results.itertuples():
+        expected = (baseline.avg_wait - row.avg_wait) / baseline.avg_wait
+        assert row.improvement_avg_wait == pytest.approx(expected)
+        line = f"| {row.estimator} | {row.mode} | {row.avg_wait / 60:.1f} | {row.avg_slowdown:.2f} |"
+        assert line in report
+    quality = pd.read_csv(reference / "quality.csv")
+    assert quality["estimator"].tolist() == ["request", "percentile:q=85", "last2"]
+    for row in quality.itertuples():
+        assert f"| {row.estimator} | {row.accuracy_mean:.3f} | {row.accuracy_median:.3f} |" in report
+    assert "tsched evaluate --estimators request,percentile:q=85,last2 --policies wfp" in report
+    assert SOURCE in report
+
+
+def test_two_joblib_workers_give_identical_results(reference, tmp_path):
+    folder = evaluate_into(tmp_path, backend=Backend(workers=2, in_process=True))
+    assert (folder / "results.csv").read_bytes() == (reference / "results.csv").read_bytes()
+
+
+def test_the_service_path_gives_the_in_process_results(reference, tmp_path):
+    folder = evaluate_into(tmp_path, backend=Backend(workers=1))
+    assert (folder / "results.csv").read_bytes() == (reference / "results.csv").read_bytes()
+    assert "through the gRPC service" in (folder / "report.md").read_text()
+
+
+def test_a_dask_cluster_gives_identical_results(reference, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        folder = evaluate_into(tmp_path, backend=Backend(dask_scheduler=cluster.scheduler_address, in_process=True))
+    assert (folder / "results.csv").read_bytes() == (reference / "results.csv").read_bytes()
+
+
+def test_monthly_split_simulates_each_month_against_its_own_baseline(monthly):
+    entry = small_input()
+    results = pd.read_csv(monthly / "results.csv", keep_default_na=False, na_values=[""])
+    months = months_with_jobs(entry.trace)
+    assert sorted(results["month"].unique()) == months
+    baselines = results[(results["estimator"] == "request") & (results["mode"] == "none")]
+    assert baselines["jobs"].sum() == len(entry.trace.jobs)  # every job is simulated in exactly one month
+    table = pd.read_csv(monthly / "monthly.csv")
+    assert len(table) == len(results)
+    assert (table.loc[table["mode"] == "none", "avg_wait_vs_baseline"].dropna() == 1.0).all()
+    report = (monthly / "report.md").read_text()
+    header = next(line for line in report.splitlines() if line.startswith("| estimator | months |"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    for (estimator, mode), runs in table[table["mode"] != "none"].groupby(["estimator", "mode"]):
+        row = next(line for line in report.splitlines() if line.startswith(f"| {estimator} | {len(months)} |"))
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        mean = runs["improvement_avg_wait"].mean()
+        assert cells[columns.index(f"{mode} wait")].startswith(f"{mean:+.1%}")
+    assert (monthly / "monthly-small-wfp-easy-selective.png").exists()
+
+
+def test_the_command_evaluates_a_trace_file_and_names_the_report(tmp_path, capsys):
+    trace_file = tmp_path / "tiny.swf"
+    write_swf(generate_workload(jobs=300, procs=32, load=0.5, seed=5), trace_file)
+    out = tmp_path / "report"
+    code = main(["evaluate", "--trace", str(trace_file), "--estimators", "request,percentile:q=85",
+                 "--policies", "fcfs", "--modes", "selective", "--workers", "1", "--in-process", "--out", str(out)])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip().endswith(f"report: {out / 'report.md'}")
+    assert "4/4 runs" in captured.err
+    results = pd.read_csv(out / "results.csv", keep_default_na=False, na_values=[""])
+    assert results[["estimator", "mode"]].values.tolist() == [["request", "none"], ["percentile:q=85", "selective"]]
+    assert "tiny" in set(results["trace"])
+
+
+def test_a_failing_task_is_named_and_crosses_process_boundaries():
+    with pytest.raises(TaskError, match="prediction quality of nosuch on small: SpecError") as caught:
+        run_task(QualityTask(0, "small", "nosuch"), small_input().trace, None, "test")
+    assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)
