@@ -18,25 +18,22 @@ from predictor.jobs import FinishedJob, JobRequest
 
 SECONDS_PER_DAY = 86_400
 
-#: History keys: which request fields identify "similar" jobs.
+#: History keys: which request fields identify "similar" jobs. (Group, user+group, user+executable
+#: and group-level keys were measured and added nothing; see docs/lgbm.md.)
 KEYS: dict[str, tuple[str, ...]] = {
     "user": ("user",),
-    "group": ("group",),
-    "user_group": ("user", "group"),
     "user_req": ("user", "t_req"),
-    "user_group_req": ("user", "group", "t_req"),
     "user_procs_req": ("user", "procs", "t_req"),
-    "user_exe": ("user", "executable"),
 }
 
 #: Statistics of one key's recent jobs, in row order.
 KEY_STATS = ("count", "last_logrt", "last_ratio", "age", "ratio_q50", "ratio_q85", "ratio_max",
              "logrt_mean", "logrt_std", "logrt_max")
 
-#: Request fields given to LightGBM as categories (raw SWF ids; negative ids are missing).
-CATEGORICAL = ("user", "group", "queue", "executable")
-
-REQUEST_FEATURES = ("log_t_req", "log_procs", "hour", "weekday") + CATEGORICAL
+#: The request's own features. The queue is the raw SWF number (trees split it like a category);
+#: raw user and group ids carry no order and only let the model memorise, so they enter through
+#: the history keys instead.
+REQUEST_FEATURES = ("log_t_req", "log_procs", "hour", "weekday", "queue")
 
 
 def feature_names() -> tuple[str, ...]:
@@ -150,7 +147,7 @@ class FeatureHistory:
             log(job.t_req), log(job.procs), (submit % SECONDS_PER_DAY) / 3600.0,
             float((submit // SECONDS_PER_DAY) % 7),
         ]
-        values += [float(getattr(job, name)) if getattr(job, name) >= 0 else nan for name in CATEGORICAL]
+        values.append(float(job.queue) if job.queue >= 0 else nan)
         first = submit - self.window
         for name, getter in self._getters.items():
             series = self._series[name].get(getter(job))

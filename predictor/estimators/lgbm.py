@@ -1,0 +1,367 @@
+"""A LightGBM estimator that predicts the distribution of R = t_act / t_req and picks the estimate.
+
+Why not a plain quantile regression: on the real traces a LightGBM quantile
+model on log-runtime, shifted to the percentile adjuster's underestimation
+rate, is no more accurate than the adjuster (docs/lgbm.md). What pays is
+predicting the whole distribution of R (a multiclass model over bins of R,
+each bin represented by quantiles of its training jobs) and then choosing,
+per job, the estimate that maximises expected accuracy minus a multiplier
+times the probability of underestimating (`predictor.calibration`). The
+multiplier is calibrated on a trailing window of finished jobs so that the
+underestimation rate tracks `target_under`; until there are enough of them,
+or with `target_under=0`, the estimate is the `alpha` quantile of the
+predicted runtime distribution.
+
+The model is trained on the jobs that finished in the trailing `window` and
+retrained every `retrain` of trace time, when a prediction is asked past the
+next retraining point. For a service, `training_data` / `train` / `install`
+split retraining into a cheap snapshot, a slow pure step that never touches
+the live model, and an atomic swap.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Self
+
+import lightgbm as lgb
+import numpy as np
+
+from predictor.calibration import (
+    TrailingCalibrator,
+    choose,
+    choose_quantile,
+    conformity_scores,
+)
+from predictor.estimators.base import Estimator
+from predictor.features import SECONDS_PER_DAY, FeatureHistory, feature_names
+from predictor.jobs import FinishedJob, JobRequest, Prediction
+
+#: Upper edges of the R bins the classifier predicts; the last class is "ran to its request".
+RATIO_EDGES = (0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 0.999)
+CLASSES = len(RATIO_EDGES) + 1
+#: Candidate estimates as fractions of t_req, ascending; the last is t_req itself.
+CANDIDATES = np.unique(np.concatenate([np.geomspace(0.001, 1.0, 120), [1.0]]))
+#: Quantiles of R kept per class to represent the jobs inside a bin.
+CLASS_QUANTILES = 64
+#: Fewest finished jobs the calibration rests on before it overrides `alpha`.
+MIN_CALIBRATION_JOBS = 200
+
+
+def parse_duration(text: str, name: str) -> int | None:
+    """Seconds in a trace-time duration such as `90d`; None for `never`."""
+    if text == "never":
+        return None
+    days = text[:-1]
+    if not text.endswith("d") or not days.isdigit() or int(days) <= 0:
+        raise ValueError(f"{name} must be a whole number of days such as 7d, or never; got {text!r}")
+    return int(days) * SECONDS_PER_DAY
+
+
+def candidate_estimates(t_req: np.ndarray) -> np.ndarray:
+    """Jobs x candidates: every candidate factor applied to each job's request, clamped like every estimate."""
+    t_req = np.asarray(t_req, dtype=np.float64)
+    return np.clip(np.rint(t_req[:, None] * CANDIDATES[None, :]), 1.0, t_req[:, None]).astype(np.int64)
+
+
+def class_of(ratios: np.ndarray) -> np.ndarray:
+    """The bin index of each R."""
+    return np.searchsorted(np.asarray(RATIO_EDGES), ratios, side="right")
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """A snapshot of the finished jobs a model is trained on (rows as of each job's submission)."""
+
+    rows: np.ndarray        # jobs x features
+    ends: np.ndarray
+    runtimes: np.ndarray
+    t_req: np.ndarray
+    now: int                # trace time of the snapshot: every job ended at or before it
+    bootstrap_from: int | None  # score jobs that ended after this time with a model trained before it
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @property
+    def ratios(self) -> np.ndarray:
+        return np.minimum(1.0, self.runtimes / self.t_req)
+
+    def before(self, end: int) -> TrainingData:
+        keep = self.ends <= end
+        return TrainingData(self.rows[keep], self.ends[keep], self.runtimes[keep], self.t_req[keep], end, None)
+
+
+class TrainedModel:
+    """A booster and the R quantiles of each class: everything a prediction needs besides features."""
+
+    def __init__(self, booster: lgb.Booster, class_ratios: np.ndarray, trained_at: int, first_end: int,
+                 jobs: int, bootstrap_scores: list[tuple[int, int]] | None = None) -> None:
+        if class_ratios.shape != (CLASSES, CLASS_QUANTILES):
+            raise ValueError(f"class ratios must be {CLASSES} x {CLASS_QUANTILES}, got {class_ratios.shape}")
+        self.booster = booster
+        self.class_ratios = class_ratios
+        self.trained_at = trained_at
+        self.first_end = first_end
+        self.jobs = jobs
+        self.bootstrap_scores = bootstrap_scores or []
+        samples = class_ratios[:, :, None]
+        candidates = CANDIDATES[None, None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            accuracy = np.where(samples > candidates, candidates / samples, samples / candidates)
+        #: Per class and candidate: mean accuracy, and the fraction of jobs the candidate underestimates.
+        self._class_accuracy = accuracy.mean(axis=1)
+        self._class_under = (samples > candidates).mean(axis=1)
+
+    def distribution(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Jobs x candidates: expected accuracy and probability of underestimating."""
+        probabilities = self.booster.predict(rows, num_threads=1)
+        return probabilities @ self._class_accuracy, probabilities @ self._class_under
+
+
+def class_ratio_quantiles(ratios: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Classes x CLASS_QUANTILES: evenly spaced quantiles of the R values in each class.
+
+    A class with no jobs is represented by the middle of its bin.
+    """
+    levels = (np.arange(CLASS_QUANTILES) + 0.5) / CLASS_QUANTILES
+    lower = (0.0,) + RATIO_EDGES
+    upper = RATIO_EDGES + (1.0,)
+    table = np.empty((CLASSES, CLASS_QUANTILES))
+    for index in range(CLASSES):
+        members = ratios[classes == index]
+        table[index] = np.quantile(members, levels) if len(members) else (lower[index] + upper[index]) / 2
+    return table
+
+
+class LGBMQuantileEstimator(Estimator):
+    """Distributional LightGBM on submit-time and history features, calibrated to `target_under`."""
+
+    name = "lgbm-quantile"
+
+    def __init__(self, alpha: float = 0.9, target_under: float = 0.06, window: str = "90d", retrain: str = "7d",
+                 calibration: str = "30d", trees: int = 20, leaves: int = 15, learning_rate: float = 0.2,
+                 min_train: int = 500, max_train: int = 20000, threads: int = 1, seed: int = 1) -> None:
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        if not 0.0 <= target_under < 1.0:
+            raise ValueError(f"target_under must be in [0, 1) (0: no calibration), got {target_under}")
+        for name, value in (("trees", trees), ("min_train", min_train), ("threads", threads)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if max_train < min_train:
+            raise ValueError(f"max_train ({max_train}) must be at least min_train ({min_train})")
+        if leaves < 2:
+            raise ValueError(f"leaves must be at least 2, got {leaves}")
+        if not 0.0 < learning_rate <= 1.0:
+            raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate}")
+        window_seconds = parse_duration(window, "window")
+        if window_seconds is None:
+            raise ValueError("window must be a number of days such as 90d")
+        calibration_seconds = parse_duration(calibration, "calibration")
+        if calibration_seconds is None:
+            raise ValueError("calibration must be a number of days such as 30d")
+        self.alpha = alpha
+        self.target_under = target_under
+        self.window = window
+        self.retrain = retrain
+        self.calibration = calibration
+        self.trees = trees
+        self.leaves = leaves
+        self.learning_rate = learning_rate
+        self.min_train = min_train
+        self.max_train = max_train
+        self.threads = threads
+        self.seed = seed
+        self._window_seconds = window_seconds
+        self._retrain_seconds = parse_duration(retrain, "retrain")
+        self._calibration_seconds = calibration_seconds
+        self._features = FeatureHistory()
+        self._calibrator = (TrailingCalibrator(target_under, calibration_seconds, MIN_CALIBRATION_JOBS)
+                            if target_under > 0 else None)
+        self._model: TrainedModel | None = None
+        self._buffer: deque[tuple[int, list[float], int, int]] = deque()  # (end, row, runtime, t_req)
+        self._pending: dict[int, tuple[int, list[float], np.ndarray, np.ndarray]] = {}
+        self._next_retrain: int | None = None
+
+    @classmethod
+    def from_model(cls, model: TrainedModel, params: dict[str, Any],
+                   calibration_scores: list[list[int]] | None = None) -> Self:
+        """An estimator that starts with a trained model (and its calibration), e.g. one loaded from disk."""
+        estimator = cls(**params)
+        estimator.install(model)
+        if estimator._calibrator is not None and calibration_scores:
+            estimator._calibrator.restore(calibration_scores)
+        return estimator
+
+    @property
+    def model(self) -> TrainedModel | None:
+        """The live model (None before the first training)."""
+        return self._model
+
+    def lightgbm_params(self) -> dict[str, Any]:
+        """LightGBM settings: modest and deterministic, so that runs reproduce."""
+        return {
+            "objective": "multiclass", "num_class": CLASSES, "num_leaves": self.leaves,
+            "learning_rate": self.learning_rate, "min_data_in_leaf": 40, "feature_fraction": 0.5,
+            "max_bin": 63, "num_threads": self.threads, "deterministic": True, "force_col_wise": True,
+            "seed": self.seed, "verbose": -1,
+        }
+
+    def reset(self) -> None:
+        self._features.reset()
+        if self._calibrator is not None:
+            self._calibrator.reset()
+        self._model = None
+        self._buffer.clear()
+        self._pending.clear()
+        self._next_retrain = None
+
+    # -- learning ---------------------------------------------------------------------------------
+
+    def observe(self, job: FinishedJob) -> None:
+        request = job.request
+        pending = self._pending.pop(request.job_id, None)
+        if pending is not None and pending[0] == request.submit:
+            _, row, accuracy, under = pending
+        else:
+            row = self._features.row(request)
+            accuracy = under = None
+            if self._calibrator is not None and self._model is not None:
+                # The live model was trained before this job ended: scoring it is still out of sample.
+                accuracies, unders = self._model.distribution(np.asarray([row]))
+                accuracy, under = accuracies[0], unders[0]
+        self._features.observe(job)
+        buffer = self._buffer
+        buffer.append((job.end, row, job.runtime, request.t_req))
+        while buffer[0][0] < job.end - self._window_seconds:
+            buffer.popleft()
+        if self._calibrator is not None and accuracy is not None:
+            score = conformity_scores(accuracy[None], under[None], candidate_estimates(np.array([request.t_req])),
+                                      np.array([job.runtime]))
+            self._calibrator.add(job.end, int(score[0]))
+
+    def training_data(self, now: int) -> TrainingData:
+        """Snapshot the jobs that ended in [now - window, now], at most `max_train` of them.
+
+        Cheap: call it where history is locked, then `train` outside the lock.
+        """
+        first = now - self._window_seconds
+        chosen = [entry for entry in self._buffer if first <= entry[0] <= now]
+        if len(chosen) > self.max_train:  # a busy trace: evenly spaced jobs keep the whole window's span
+            chosen = [chosen[i] for i in np.linspace(0, len(chosen) - 1, self.max_train).round().astype(int)]
+        rows = np.asarray([entry[1] for entry in chosen], dtype=np.float64).reshape(len(chosen), -1)
+        needs_bootstrap = self._calibrator is not None and len(self._calibrator) < MIN_CALIBRATION_JOBS
+        return TrainingData(rows, np.array([entry[0] for entry in chosen], dtype=np.int64),
+                            np.array([entry[2] for entry in chosen], dtype=np.int64),
+                            np.array([entry[3] for entry in chosen], dtype=np.int64), now,
+                            now - self._calibration_seconds if needs_bootstrap else None)
+
+    def train(self, data: TrainingData) -> TrainedModel:
+        """Fit a model on `data`; touches no state of this estimator, so it may run in another thread.
+
+        When the snapshot asks for it, a second model trained on the jobs
+        that ended before the last calibration window scores the jobs in it,
+        so that a fresh estimator is calibrated from its first prediction.
+        """
+        if len(data) < self.min_train:
+            raise ValueError(f"training needs at least {self.min_train} finished jobs, got {len(data)}")
+        model = self._fit(data)
+        if data.bootstrap_from is not None:
+            earlier = data.before(data.bootstrap_from)
+            if len(earlier) >= self.min_train:
+                held_out = data.ends > data.bootstrap_from
+                accuracy, under = self._fit(earlier).distribution(data.rows[held_out])
+                scores = conformity_scores(accuracy, under, candidate_estimates(data.t_req[held_out]),
+                                           data.runtimes[held_out])
+                model.bootstrap_scores = list(zip(data.ends[held_out].tolist(), scores.tolist()))
+        return model
+
+    def _fit(self, data: TrainingData) -> TrainedModel:
+        ratios = data.ratios
+        classes = class_of(ratios)
+        dataset = lgb.Dataset(data.rows, classes, feature_name=list(feature_names()), free_raw_data=True)
+        booster = lgb.train(self.lightgbm_params(), dataset, num_boost_round=self.trees)
+        return TrainedModel(booster, class_ratio_quantiles(ratios, classes), data.now,
+                            int(data.ends.min()), len(data))
+
+    def install(self, model: TrainedModel) -> None:
+        """Make `model` the live one (an atomic reference swap) and take its bootstrap calibration."""
+        if self._calibrator is not None and len(self._calibrator) < MIN_CALIBRATION_JOBS:
+            for end, score in model.bootstrap_scores:
+                self._calibrator.add(end, score)
+        self._model = model
+        if self._retrain_seconds is not None:
+            self._next_retrain = model.trained_at + self._retrain_seconds
+        horizon = model.trained_at - self._features.horizon
+        stale = [job_id for job_id, entry in self._pending.items() if entry[0] < horizon]
+        for job_id in stale:  # predicted long ago and never reported finished
+            del self._pending[job_id]
+
+    def calibration_state(self) -> list[list[int]]:
+        """The trailing calibration scores, to save with a model."""
+        return self._calibrator.state() if self._calibrator is not None else []
+
+    def multiplier(self) -> float | None:
+        """The calibrated multiplier in use (None: the `alpha` quantile is used)."""
+        return self._calibrator.multiplier() if self._calibrator is not None else None
+
+    def _retrain_due(self, now: int) -> bool:
+        if self._retrain_seconds is None:
+            return False
+        if self._next_retrain is not None:
+            return now >= self._next_retrain
+        return len(self._buffer) >= self.min_train
+
+    def _retrain_if_due(self, now: int) -> None:
+        if not self._retrain_due(now):
+            return
+        self._next_retrain = now + self._retrain_seconds  # also when there is too little to train on
+        data = self.training_data(now)
+        if len(data) >= self.min_train:
+            self.install(self.train(data))
+
+    # -- predicting -------------------------------------------------------------------------------
+
+    def predict(self, job: JobRequest) -> Prediction:
+        self._retrain_if_due(job.submit)
+        return self._answer([job])[0]
+
+    def predict_many(self, jobs: Iterable[JobRequest]) -> list[Prediction]:
+        """Predict a batch (in submission order) with one booster call per model in force.
+
+        The answers are those of `predict` called job by job: the batch is cut
+        where a job's submission makes a retraining due.
+        """
+        jobs = list(jobs)
+        answers: list[Prediction] = []
+        start = 0
+        while start < len(jobs):
+            self._retrain_if_due(jobs[start].submit)
+            stop = start + 1
+            while stop < len(jobs) and not self._retrain_due(jobs[stop].submit):
+                stop += 1
+            answers += self._answer(jobs[start:stop])
+            start = stop
+        return answers
+
+    def _answer(self, jobs: list[JobRequest]) -> list[Prediction]:
+        model = self._model
+        if model is None:
+            return [Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True) for job in jobs]
+        rows = [self._features.row(job) for job in jobs]
+        accuracy, under = model.distribution(np.asarray(rows, dtype=np.float64))
+        multiplier = self.multiplier()
+        chosen = (choose(accuracy, under, multiplier) if multiplier is not None
+                  else choose_quantile(under, self.alpha))
+        t_req = np.array([job.t_req for job in jobs], dtype=np.float64)
+        factors = CANDIDATES[chosen]
+        estimates = np.clip(np.rint(t_req * factors), 1.0, t_req).astype(np.int64)
+        pending = self._pending
+        answers = []
+        for index, job in enumerate(jobs):
+            pending[job.job_id] = (job.submit, rows[index], accuracy[index], under[index])
+            answers.append(Prediction(t_sched=int(estimates[index]), factor=float(factors[index]),
+                                      basis=model.jobs, fallback=False))
+        return answers
