@@ -127,10 +127,26 @@ def _num(value: float | None) -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from predictor.service import serve
+    from predictor.training import estimator_factory
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     serve(listen=args.listen, state=args.state, default_estimators=args.estimator or None,
-          models_dir=args.models, allow_oracle=args.allow_oracle)
+          models_dir=args.models, allow_oracle=args.allow_oracle, load_models=estimator_factory)
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from predictor.training import file_sha256, parse_until, train
+
+    trace = load_trace(args.trace, args.lenient)
+    epoch = trace.header.unix_start_time or 0
+    until = None if args.until is None else parse_until(args.until, epoch)
+    manifest = train(trace, args.out, args.estimator, until, epoch,
+                     file_sha256(args.trace) if args.trace else None)
+    training = manifest["training"]
+    print(f"trained {manifest['estimator']} on {training['jobs']} jobs that finished "
+          f"{training['first_end_utc']} .. {training['until_utc']}; wrote {args.out}")
+    print("held out: " + json.dumps(manifest["held_out"]))
     return 0
 
 
@@ -240,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--models", metavar="DIR", help="folder of trained models to serve by name")
     srv.add_argument("--allow-oracle", action="store_true", help="serve the evaluation-only oracle (needs actual runtimes)")
     srv.set_defaults(handler=cmd_serve)
+
+    tr = commands.add_parser("train", help="train an lgbm-quantile model and write it with its manifest")
+    trace_options(tr)
+    tr.add_argument("--estimator", default="lgbm-quantile", metavar="SPEC")
+    tr.add_argument("--until", metavar="DATE", help="train on the window before this UTC date (default: 30 days before the end)")
+    tr.add_argument("--out", required=True, metavar="models/NAME")
+    tr.set_defaults(handler=cmd_train)
 
     pr = commands.add_parser("predict", help="ask a running service for one job's t_sched")
     pr.add_argument("--address", required=True, metavar="HOST:PORT")
