@@ -1,0 +1,311 @@
+"""Train an `lgbm-quantile` model on a trace, keep it as a model folder, and load it back.
+
+A model folder (`models/NAME/`) holds `model.txt`, the booster in LightGBM's
+own text format, and `manifest.json`: the estimator's parameters, the
+features and their encodings, the R classes, the training span, the trace's
+checksum, the held-out metrics, the calibration scores, and the sha256 of
+`model.txt`. Loading verifies that checksum and refuses a mismatch; nothing
+is ever unpickled, so a model folder cannot run code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from predictor.estimators.base import Estimator
+from predictor.estimators.lgbm import (
+    CANDIDATES,
+    CLASS_QUANTILES,
+    CLASSES,
+    RATIO_EDGES,
+    LGBMQuantileEstimator,
+    TrainedModel,
+)
+from predictor.features import KEY_STATS, KEYS, REQUEST_FEATURES, SECONDS_PER_DAY, feature_names
+from predictor.offline import causal_replay, finished_from_frame, jobs_to_requests, prediction_scores
+from predictor.registry import SpecError, make_estimator, parse_spec
+
+FORMAT = "tsched-lgbm-quantile/1"
+MODEL_FILE = "model.txt"
+MANIFEST_FILE = "manifest.json"
+#: Without --until, the last this-many days of the trace are held out for evaluation.
+DEFAULT_HELD_OUT_DAYS = 30
+#: Estimators scored on the held-out period next to the model, for context.
+REFERENCE_SPECS = ("request", "percentile")
+
+
+class ModelError(ValueError):
+    """A model folder that cannot be used: missing or malformed files, a checksum mismatch, other features."""
+
+
+class TraceLike(Protocol):
+    """What training needs from a parsed trace (`simulator.swf.Trace` fits)."""
+
+    path: str
+    jobs: pd.DataFrame
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def parse_until(text: str, epoch: int) -> int:
+    """Trace seconds of `--until`: an ISO date or date-time, UTC (`1999-01-01`, `1999-01-01T12:00`).
+
+    `epoch` is the trace header's UnixStartTime (trace second 0).
+    """
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--until {text!r}: expected a date such as 1999-01-01 or 1999-01-01T12:00 (UTC)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp()) - epoch
+
+
+def feature_encodings() -> list[dict[str, str]]:
+    """Every feature with how it is computed, in column order (for the manifest)."""
+    request = {
+        "log_t_req": "natural log of the requested time in seconds",
+        "log_procs": "natural log of the job size (processors)",
+        "hour": "hour of day of the submission, (submit mod 86400) / 3600, trace clock",
+        "weekday": "day of week of the submission, (submit div 86400) mod 7, trace clock",
+        "queue": "SWF queue number as a number; negative (unknown) is missing",
+    }
+    stats = {
+        "count": "jobs that ended in the 30 days before submission",
+        "last_logrt": "log(1 + runtime) of the latest job that ended by submission",
+        "last_ratio": "R of that latest job",
+        "age": "log(1 + seconds since that latest job ended)",
+        "ratio_q50": "median R of the latest (up to 32) jobs in the 30 days",
+        "ratio_q85": "85th percentile R of those jobs",
+        "ratio_max": "largest R of those jobs",
+        "logrt_mean": "mean log(1 + runtime) of those jobs",
+        "logrt_std": "population standard deviation of log(1 + runtime) of those jobs",
+        "logrt_max": "largest log(1 + runtime) of those jobs",
+    }
+    encodings = [{"name": name, "encoding": request[name]} for name in REQUEST_FEATURES]
+    for key, fields in KEYS.items():
+        for stat in KEY_STATS:
+            encodings.append({"name": f"{key}_{stat}",
+                              "encoding": f"key {'+'.join(fields)}: {stats[stat]}; missing without history"})
+    return encodings
+
+
+def _utc(epoch: int, seconds: int) -> str:
+    return datetime.fromtimestamp(epoch + seconds, tz=timezone.utc).isoformat()
+
+
+def _scores(frame_t_sched: np.ndarray, jobs: pd.DataFrame) -> dict[str, float | None]:
+    return prediction_scores(frame_t_sched, jobs["t_act"].to_numpy(), jobs["t_req"].to_numpy())
+
+
+def _held_out_metrics(estimator: LGBMQuantileEstimator, jobs: pd.DataFrame, until: int) -> dict[str, Any]:
+    """Score the frozen model (no retraining, calibration still tracking) on jobs submitted after `until`.
+
+    The references are replayed over the whole trace and scored on the same jobs.
+    """
+    held_out = jobs.loc[jobs["submit"].to_numpy() > until]
+    if held_out.empty:
+        return {"jobs": 0}
+    requests = jobs_to_requests(held_out)
+    later = [job for job in finished_from_frame(jobs) if job.end > until]
+    predictions = causal_replay(requests, later, estimator.observe, estimator.predict)
+    t_sched = np.array([p.t_sched for p in predictions], dtype=np.int64)
+    metrics: dict[str, Any] = {
+        "jobs": len(held_out),
+        "first_submit": int(held_out["submit"].iloc[0]),
+        "last_submit": int(held_out["submit"].iloc[-1]),
+        "target_under": estimator.target_under,
+        "model": _scores(t_sched, held_out),
+    }
+    all_requests = jobs_to_requests(jobs)
+    all_finished = finished_from_frame(jobs)
+    is_held_out = (jobs["submit"].to_numpy() > until)
+    for spec in REFERENCE_SPECS:
+        reference = make_estimator(spec)
+        answers = causal_replay(all_requests, all_finished, reference.observe, reference.predict)
+        reference_sched = np.array([p.t_sched for p in answers], dtype=np.int64)[is_held_out]
+        metrics[spec] = _scores(reference_sched, held_out)
+    return metrics
+
+
+def train(trace: TraceLike, out: str | Path, spec: str = "lgbm-quantile", until: int | None = None,
+          epoch: int = 0, trace_sha256: str | None = None) -> dict[str, Any]:
+    """Train on the window before `until` (trace seconds), evaluate after it, write the model folder.
+
+    `until` defaults to 30 days before the last submission. Returns the manifest.
+    """
+    requested = make_estimator(spec)
+    if not isinstance(requested, LGBMQuantileEstimator):
+        raise SpecError(f"tsched train trains lgbm-quantile models; {spec!r} is a {requested.name!r} estimator")
+    params = requested.get_params()
+    # The saved model is evaluated as it is saved: frozen, with its calibration still tracking.
+    estimator = LGBMQuantileEstimator(**{**params, "retrain": "never"})
+    jobs = trace.jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
+    if jobs.empty:
+        raise ValueError(f"{trace.path}: no jobs to train on")
+    if until is None:
+        until = int(jobs["submit"].iloc[-1]) - DEFAULT_HELD_OUT_DAYS * SECONDS_PER_DAY
+    for job in finished_from_frame(jobs):
+        if job.end > until:
+            break
+        estimator.observe(job)
+    data = estimator.training_data(until)
+    if len(data) < estimator.min_train:
+        raise ValueError(f"{trace.path}: {len(data)} jobs finished in the {estimator.window} before --until; "
+                         f"training needs at least {estimator.min_train}")
+    model = estimator.train(data)
+    estimator.install(model)
+    calibration = estimator.calibration_state()
+    multiplier = estimator.multiplier()
+    held_out = _held_out_metrics(estimator, jobs, until)
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    model_path = folder / MODEL_FILE
+    model_path.write_text(model.booster.model_to_string(), encoding="utf-8")
+    manifest = {
+        "format": FORMAT,
+        "estimator": requested.spec,
+        "params": params,
+        "lightgbm": {"version": lgb.__version__, "params": estimator.lightgbm_params(), "trees": estimator.trees},
+        "features": feature_encodings(),
+        "classes": {"ratio_edges": list(RATIO_EDGES), "ratio_quantiles": model.class_ratios.tolist()},
+        "candidates": CANDIDATES.tolist(),
+        "training": {
+            "trace": str(trace.path),
+            "trace_sha256": trace_sha256,
+            "jobs": model.jobs,
+            "first_end": model.first_end,
+            "until": until,
+            "first_end_utc": _utc(epoch, model.first_end),
+            "until_utc": _utc(epoch, until),
+        },
+        "calibration": {"target_under": estimator.target_under, "multiplier": multiplier,
+                        "scores": calibration},
+        "held_out": held_out,
+        "model_file": MODEL_FILE,
+        "model_sha256": file_sha256(model_path),
+    }
+    (folder / MANIFEST_FILE).write_text(json.dumps(_json_safe(manifest), indent=1) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities become null: manifests must be strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A verified model folder: its manifest and the model ready to predict."""
+
+    path: Path
+    manifest: dict[str, Any]
+    model: TrainedModel
+
+    def estimator(self, overrides: dict[str, str] | None = None) -> LGBMQuantileEstimator:
+        """An estimator serving this model, with the manifest's parameters except `overrides` (SPEC values)."""
+        params = {**self.manifest["params"], **(overrides or {})}
+        template = make_estimator(LGBMQuantileEstimator.name + ":" + ",".join(f"{k}={v}" for k, v in params.items()))
+        return LGBMQuantileEstimator.from_model(self.model, template.get_params(),
+                                                self.manifest["calibration"]["scores"])
+
+
+def _manifest_field(manifest: dict[str, Any], path: Path, *names: str) -> Any:
+    value: Any = manifest
+    for name in names:
+        if not isinstance(value, dict) or name not in value:
+            raise ModelError(f"{path}: field {'.'.join(names)} is missing")
+        value = value[name]
+    return value
+
+
+def load_model(directory: str | Path) -> LoadedModel:
+    """Read and verify a model folder; ModelError names the file and the problem."""
+    folder = Path(directory)
+    manifest_path = folder / MANIFEST_FILE
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{manifest_path}: no manifest (is {folder} a model folder?)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ModelError(f"{manifest_path}: not valid JSON ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ModelError(f"{manifest_path}: field format must be {FORMAT!r}")
+    model_name = _manifest_field(manifest, manifest_path, "model_file")
+    if not isinstance(model_name, str) or Path(model_name).name != model_name:
+        raise ModelError(f"{manifest_path}: field model_file must be a file name in the folder")
+    model_path = folder / model_name
+    if not model_path.is_file():
+        raise ModelError(f"{model_path}: model file missing")
+    expected = _manifest_field(manifest, manifest_path, "model_sha256")
+    actual = file_sha256(model_path)
+    if actual != expected:
+        raise ModelError(f"{model_path}: sha256 {actual} does not match the manifest's {expected}; refusing to load")
+    names = [feature.get("name") for feature in _manifest_field(manifest, manifest_path, "features")]
+    if names != list(feature_names()):
+        raise ModelError(f"{manifest_path}: field features lists other features than this version computes; retrain")
+    if _manifest_field(manifest, manifest_path, "classes", "ratio_edges") != list(RATIO_EDGES):
+        raise ModelError(f"{manifest_path}: field classes.ratio_edges differs from this version's; retrain")
+    quantiles = np.asarray(_manifest_field(manifest, manifest_path, "classes", "ratio_quantiles"), dtype=np.float64)
+    if quantiles.shape != (CLASSES, CLASS_QUANTILES):
+        raise ModelError(f"{manifest_path}: field classes.ratio_quantiles must be {CLASSES} x {CLASS_QUANTILES}")
+    if not np.allclose(_manifest_field(manifest, manifest_path, "candidates"), CANDIDATES, rtol=0, atol=1e-12):
+        raise ModelError(f"{manifest_path}: field candidates differs from this version's; retrain")
+    _manifest_field(manifest, manifest_path, "params")
+    _manifest_field(manifest, manifest_path, "calibration", "scores")
+    try:
+        booster = lgb.Booster(model_str=model_path.read_text(encoding="utf-8"))
+    except lgb.basic.LightGBMError as error:
+        raise ModelError(f"{model_path}: not a LightGBM text model ({error})") from None
+    if booster.num_feature() != len(names):
+        raise ModelError(f"{model_path}: the booster has {booster.num_feature()} features, the manifest {len(names)}")
+    training = _manifest_field(manifest, manifest_path, "training")
+    model = TrainedModel(booster, quantiles, int(training["until"]), int(training["first_end"]), int(training["jobs"]))
+    return LoadedModel(folder, manifest, model)
+
+
+def estimator_factory(models_dir: str | Path) -> Callable[[str], Estimator]:
+    """For the service's `--models DIR`: a SPEC factory where `NAME[:key=value,...]` may name a model folder.
+
+    A name with a folder in `models_dir` builds that model's estimator (its
+    parameters overridable from the SPEC); any other SPEC goes to the registry.
+    Each folder is read and verified once.
+    """
+    root = Path(models_dir)
+    if not root.is_dir():
+        raise ModelError(f"{root}: models folder not found")
+    loaded: dict[str, LoadedModel] = {}
+
+    def factory(spec: str) -> Estimator:
+        name, overrides = parse_spec(spec)
+        folder = root / name
+        if not (folder / MANIFEST_FILE).is_file():
+            return make_estimator(spec)
+        if name not in loaded:
+            loaded[name] = load_model(folder)
+        return loaded[name].estimator(overrides)
+
+    return factory

@@ -1,0 +1,180 @@
+"""The lgbm-quantile estimator, its features and its calibration, on small generated traces."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.calibration import MULTIPLIERS, TrailingCalibrator, choose_quantile, conformity_scores
+from predictor.estimators.lgbm import CANDIDATES, LGBMQuantileEstimator
+from predictor.features import FeatureHistory, feature_names
+from predictor.jobs import JobRequest
+from predictor.offline import causal_replay, finished_from_frame, jobs_to_requests, replay
+from predictor.registry import SpecError, make_estimator
+from simulator.workload import generate_workload
+
+DAY = 86_400
+#: Small enough to train in a blink on a few thousand jobs.
+SMALL = {"window": "10d", "retrain": "2d", "calibration": "5d", "min_train": 200, "trees": 5}
+
+
+@pytest.fixture(scope="module")
+def jobs() -> pd.DataFrame:
+    """3000 generated jobs over about 17 days."""
+    return generate_workload(jobs=3000, procs=128, load=0.7, seed=7).jobs
+
+
+def small_estimator(**overrides: object) -> LGBMQuantileEstimator:
+    params = {**SMALL, **overrides}
+    estimator = make_estimator("lgbm-quantile:" + ",".join(f"{key}={value}" for key, value in params.items()))
+    assert isinstance(estimator, LGBMQuantileEstimator)
+    return estimator
+
+
+@pytest.mark.parametrize("spec", [
+    "lgbm-quantile:alpha=1.5",
+    "lgbm-quantile:target_under=1",
+    "lgbm-quantile:window=90",
+    "lgbm-quantile:window=never",
+    "lgbm-quantile:retrain=weekly",
+    "lgbm-quantile:min_train=600,max_train=500",
+    "lgbm-quantile:trees=0",
+    "lgbm-quantile:depth=3",
+])
+def test_bad_parameters_are_rejected(spec: str) -> None:
+    with pytest.raises(SpecError):
+        make_estimator(spec)
+
+
+def test_spec_round_trips() -> None:
+    estimator = make_estimator("lgbm-quantile:target_under=0.05,retrain=never")
+    assert make_estimator(estimator.spec).get_params() == estimator.get_params()
+
+
+def test_answers_the_request_until_trained() -> None:
+    job = JobRequest(job_id=1, submit=100, user=1, group=1, t_req=3600, procs=4)
+    prediction = make_estimator("lgbm-quantile").predict(job)
+    assert (prediction.t_sched, prediction.fallback) == (3600, True)
+
+
+def test_trains_on_schedule_and_estimates_within_the_request(jobs: pd.DataFrame) -> None:
+    estimator = small_estimator()
+    frame = replay(estimator, jobs)
+    assert frame["t_sched"].between(1, frame["t_req"]).all()
+    modelled = frame.loc[~frame["fallback"]]
+    assert len(modelled) > 0.8 * len(frame)
+    assert np.isin(modelled["factor"], CANDIDATES).all()
+    last_submit = int(jobs["submit"].max())
+    assert last_submit - 2 * DAY <= estimator.model.trained_at <= last_submit
+    assert estimator.model.jobs == modelled["basis"].iloc[-1]
+
+
+def test_no_retraining_when_retrain_is_never(jobs: pd.DataFrame) -> None:
+    estimator = small_estimator(retrain="never")
+    assert replay(estimator, jobs)["fallback"].all()
+
+
+def test_causality_future_runtimes_do_not_change_earlier_predictions(jobs: pd.DataFrame) -> None:
+    cutoff = int(jobs["submit"].quantile(0.6))
+    changed = jobs.copy()
+    later = changed["end"] > cutoff
+    longer = np.minimum(changed["t_req"], changed["t_act"] * 2 + 10)
+    changed.loc[later, "t_act"] = longer[later]
+    changed.loc[later, "end"] = (changed["submit"] + changed["wait"].clip(lower=0) + changed["t_act"])[later]
+    assert (changed.loc[later, "end"] > cutoff).all()
+    first = replay(small_estimator(), jobs)
+    second = replay(small_estimator(), changed)
+    before = (jobs.sort_values(["submit", "job_id"], kind="stable")["submit"] <= cutoff).to_numpy()
+    assert (~first["fallback"].to_numpy()[before]).any()
+    pd.testing.assert_frame_equal(first.loc[before, ["t_sched", "factor"]], second.loc[before, ["t_sched", "factor"]])
+    assert not first["t_sched"].equals(second["t_sched"])  # the change is visible after the cutoff
+
+
+def test_predict_many_equals_predict_one_by_one(jobs: pd.DataFrame) -> None:
+    ordered = jobs.sort_values(["submit", "job_id"], kind="stable")
+    split = int(ordered["submit"].quantile(0.5))
+    history = [job for job in finished_from_frame(ordered) if job.end <= split]
+    batch = [request for request in jobs_to_requests(ordered) if split < request.submit <= split + 3 * DAY]
+    one, many = small_estimator(), small_estimator()
+    for job in history:
+        one.observe(job)
+        many.observe(job)
+    singles = [one.predict(request) for request in batch]
+    assert many.predict_many(batch) == singles
+    assert one.model.trained_at > batch[0].submit  # the batch crossed a retraining point
+
+
+def test_training_leaves_the_live_model_until_installed(jobs: pd.DataFrame) -> None:
+    estimator = small_estimator()
+    replay(estimator, jobs)
+    live = estimator.model
+    now = int(jobs["end"].max())
+    fresh = estimator.train(estimator.training_data(now))
+    assert estimator.model is live
+    estimator.install(fresh)
+    assert estimator.model is fresh
+
+
+def test_feature_row_is_the_same_at_submission_and_later(jobs: pd.DataFrame) -> None:
+    ordered = jobs.sort_values(["submit", "job_id"], kind="stable")
+    requests = jobs_to_requests(ordered)
+    finished = finished_from_frame(ordered)
+    history = FeatureHistory()
+    at_submission = causal_replay(requests, finished, history.observe, history.row)
+    for job in finished:
+        if job.end > requests[-1].submit:
+            history.observe(job)
+    for index in range(0, len(requests), 97):
+        later = history.row(requests[index])
+        assert len(later) == len(feature_names())
+        assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(at_submission[index], later))
+
+
+def test_calibration_tracks_target_under() -> None:
+    jobs = generate_workload(jobs=6000, procs=128, load=0.5, seed=3).jobs
+    target = 0.10
+    estimator = small_estimator(target_under=target)
+    requests = jobs_to_requests(jobs.sort_values(["submit", "job_id"], kind="stable"))
+    finished = finished_from_frame(jobs)
+    calibrated: list[bool] = []
+
+    def answer(request: JobRequest) -> int:
+        prediction = estimator.predict(request)
+        calibrated.append(estimator.multiplier() is not None and not prediction.fallback)
+        return prediction.t_sched
+
+    t_sched = np.array(causal_replay(requests, finished, estimator.observe, answer))
+    t_act = jobs.sort_values(["submit", "job_id"], kind="stable")["t_act"].to_numpy()
+    mask = np.array(calibrated)
+    assert mask.sum() > 0.6 * len(mask)
+    achieved = np.mean(t_sched[mask] < t_act[mask])
+    assert abs(achieved - target) < 0.04, achieved
+
+
+def test_trailing_calibrator_takes_the_conformal_quantile() -> None:
+    calibrator = TrailingCalibrator(target_under=0.25, window=100, min_jobs=4)
+    for end, score in ((1, 0), (2, 0), (3, 0)):
+        calibrator.add(end, score)
+    assert calibrator.multiplier() is None
+    calibrator.add(4, 10)
+    # Below multiplier 10, one job of four is under: (1 + 1) / 5 > 0.25; from 10 on, 1 / 5 <= 0.25.
+    assert calibrator.multiplier() == MULTIPLIERS[10]
+    calibrator.add(103, 0)  # the scores of jobs that ended before 3 are forgotten
+    assert len(calibrator) == 3
+    assert calibrator.multiplier() is None
+
+
+def test_conformity_score_is_the_switching_multiplier() -> None:
+    accuracy = np.array([[0.9, 0.5]])
+    under = np.array([[0.3, 0.0]])
+    estimates = np.array([[50, 100]])
+    # Candidate 0 wins while 0.9 - 0.3 m > 0.5, i.e. m < 4/3; the job (runtime 80) is under with it.
+    score = conformity_scores(accuracy, under, estimates, np.array([80]))[0]
+    assert MULTIPLIERS[score - 1] < 4 / 3 <= MULTIPLIERS[score]
+    assert conformity_scores(accuracy, under, estimates, np.array([40]))[0] == 0
+
+
+def test_quantile_choice_is_the_first_candidate_reaching_alpha() -> None:
+    assert choose_quantile(np.array([[0.5, 0.2, 0.05, 0.0]]), 0.9)[0] == 2
