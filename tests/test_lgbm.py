@@ -17,7 +17,7 @@ from simulator.workload import generate_workload
 
 DAY = 86_400
 #: Small enough to train in a blink on a few thousand jobs.
-SMALL = {"window": "10d", "retrain": "2d", "calibration": "5d", "min_train": 200, "trees": 5}
+SMALL = {"window": "10d", "retrain": "2d", "calibration": 500, "min_train": 200, "trees": 5}
 
 
 @pytest.fixture(scope="module")
@@ -154,16 +154,17 @@ def test_calibration_tracks_target_under() -> None:
 
 
 def test_trailing_calibrator_takes_the_conformal_quantile() -> None:
-    calibrator = TrailingCalibrator(target_under=0.25, window=100, min_jobs=4)
-    for end, score in ((1, 0), (2, 0), (3, 0)):
-        calibrator.add(end, score)
+    calibrator = TrailingCalibrator(target_under=0.25, jobs=4, min_jobs=4)
+    for score in (0, 0, 0):
+        calibrator.add(score)
     assert calibrator.multiplier() is None
-    calibrator.add(4, 10)
+    calibrator.add(10)
     # Below multiplier 10, one job of four is under: (1 + 1) / 5 > 0.25; from 10 on, 1 / 5 <= 0.25.
     assert calibrator.multiplier() == MULTIPLIERS[10]
-    calibrator.add(103, 0)  # the scores of jobs that ended before 3 are forgotten
-    assert len(calibrator) == 3
-    assert calibrator.multiplier() is None
+    for score in (0, 0, 0, 0):
+        calibrator.add(score)  # the window keeps the latest four: the 10 is gone
+    assert len(calibrator) == 4
+    assert calibrator.multiplier() == MULTIPLIERS[0]
 
 
 def test_conformity_score_is_the_switching_multiplier() -> None:

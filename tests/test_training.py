@@ -25,7 +25,7 @@ from simulator.swf import Trace
 from simulator.workload import UNIX_START_TIME, generate_workload
 
 DAY = 86_400
-SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"
+SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=500,min_train=200,trees=5,target_under=0.1"
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ rate, is no more accurate than the adjuster (docs/lgbm.md). What pays is
 predicting the whole distribution of R (a multiclass model over bins of R,
 each bin represented by quantiles of its training jobs) and then choosing,
 per job, the estimate that maximises expected accuracy minus a multiplier
-times the probability of underestimating (`predictor.calibration`). The
-multiplier is calibrated on a trailing window of finished jobs so that the
-underestimation rate tracks `target_under`; until there are enough of them,
-or with `target_under=0`, the estimate is the `alpha` quantile of the
-predicted runtime distribution.
+times a penalty: P(under) + `be_weight` x P(under by more than 30 min)
+(`predictor.calibration`). The multiplier is calibrated on the latest
+`calibration` finished jobs so that the underestimation rate tracks
+`target_under`; until there are enough of them, or with `target_under=0`,
+the estimate is the `alpha` quantile of the predicted runtime distribution.
 
 The model is trained on the jobs that finished in the trailing `window` and
 retrained every `retrain` of trace time, when a prediction is asked past the
@@ -28,21 +28,17 @@ from typing import Any, Self
 import lightgbm as lgb
 import numpy as np
 
-from predictor.calibration import (
-    TrailingCalibrator,
-    choose,
-    choose_quantile,
-    conformity_scores,
-)
+from predictor.calibration import TrailingCalibrator, choose, choose_quantile, conformity_scores
 from predictor.estimators.base import Estimator
 from predictor.features import SECONDS_PER_DAY, FeatureHistory, feature_names
 from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: Upper edges of the R bins the classifier predicts; the last class is "ran to its request".
 RATIO_EDGES = (0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 0.999)
 CLASSES = len(RATIO_EDGES) + 1
-#: Candidate estimates as fractions of t_req, ascending; the last is t_req itself.
-CANDIDATES = np.unique(np.concatenate([np.geomspace(0.001, 1.0, 120), [1.0]]))
+#: Candidate estimates as fractions of t_req, ascending (about 6% apart); the last is t_req itself.
+CANDIDATES = np.geomspace(1e-4, 1.0, 160)
 #: Quantiles of R kept per class to represent the jobs inside a bin.
 CLASS_QUANTILES = 64
 #: Fewest finished jobs the calibration rests on before it overrides `alpha`.
@@ -65,21 +61,44 @@ def candidate_estimates(t_req: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(t_req[:, None] * CANDIDATES[None, :]), 1.0, t_req[:, None]).astype(np.int64)
 
 
+def bad_probability(under: np.ndarray, t_req: np.ndarray) -> np.ndarray:
+    """Jobs x candidates: P(R > c + 1800 s / t_req), read off the P(R > c) curve at the next candidate."""
+    thresholds = CANDIDATES[None, :] + BAD_UNDERESTIMATE_SECONDS / np.asarray(t_req, dtype=np.float64)[:, None]
+    shifted = np.searchsorted(CANDIDATES, thresholds)           # len(CANDIDATES): beyond t_req, probability 0
+    padded = np.concatenate([under, np.zeros((len(under), 1))], axis=1)
+    return np.take_along_axis(padded, shifted, axis=1)
+
+
 def class_of(ratios: np.ndarray) -> np.ndarray:
     """The bin index of each R."""
     return np.searchsorted(np.asarray(RATIO_EDGES), ratios, side="right")
+
+
+def class_ratio_quantiles(ratios: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Classes x CLASS_QUANTILES: evenly spaced quantiles of the R values in each class.
+
+    A class with no jobs is represented by the middle of its bin.
+    """
+    levels = (np.arange(CLASS_QUANTILES) + 0.5) / CLASS_QUANTILES
+    lower = (0.0,) + RATIO_EDGES
+    upper = RATIO_EDGES + (1.0,)
+    table = np.empty((CLASSES, CLASS_QUANTILES))
+    for index in range(CLASSES):
+        members = ratios[classes == index]
+        table[index] = np.quantile(members, levels) if len(members) else (lower[index] + upper[index]) / 2
+    return table
 
 
 @dataclass(frozen=True)
 class TrainingData:
     """A snapshot of the finished jobs a model is trained on (rows as of each job's submission)."""
 
-    rows: np.ndarray        # jobs x features
+    rows: np.ndarray        # jobs x features, in end order
     ends: np.ndarray
     runtimes: np.ndarray
     t_req: np.ndarray
     now: int                # trace time of the snapshot: every job ended at or before it
-    bootstrap_from: int | None  # score jobs that ended after this time with a model trained before it
+    bootstrap_jobs: int     # score this many latest jobs with a model trained on the earlier ones (0: none)
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -88,16 +107,17 @@ class TrainingData:
     def ratios(self) -> np.ndarray:
         return np.minimum(1.0, self.runtimes / self.t_req)
 
-    def before(self, end: int) -> TrainingData:
-        keep = self.ends <= end
-        return TrainingData(self.rows[keep], self.ends[keep], self.runtimes[keep], self.t_req[keep], end, None)
+    def head(self, count: int) -> TrainingData:
+        """The first `count` jobs (in end order), as a snapshot taken when the last of them ended."""
+        return TrainingData(self.rows[:count], self.ends[:count], self.runtimes[:count], self.t_req[:count],
+                            int(self.ends[count - 1]), 0)
 
 
 class TrainedModel:
     """A booster and the R quantiles of each class: everything a prediction needs besides features."""
 
     def __init__(self, booster: lgb.Booster, class_ratios: np.ndarray, trained_at: int, first_end: int,
-                 jobs: int, bootstrap_scores: list[tuple[int, int]] | None = None) -> None:
+                 jobs: int, bootstrap_scores: list[int] | None = None) -> None:
         if class_ratios.shape != (CLASSES, CLASS_QUANTILES):
             raise ValueError(f"class ratios must be {CLASSES} x {CLASS_QUANTILES}, got {class_ratios.shape}")
         self.booster = booster
@@ -120,50 +140,38 @@ class TrainedModel:
         return probabilities @ self._class_accuracy, probabilities @ self._class_under
 
 
-def class_ratio_quantiles(ratios: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """Classes x CLASS_QUANTILES: evenly spaced quantiles of the R values in each class.
-
-    A class with no jobs is represented by the middle of its bin.
-    """
-    levels = (np.arange(CLASS_QUANTILES) + 0.5) / CLASS_QUANTILES
-    lower = (0.0,) + RATIO_EDGES
-    upper = RATIO_EDGES + (1.0,)
-    table = np.empty((CLASSES, CLASS_QUANTILES))
-    for index in range(CLASSES):
-        members = ratios[classes == index]
-        table[index] = np.quantile(members, levels) if len(members) else (lower[index] + upper[index]) / 2
-    return table
-
-
 class LGBMQuantileEstimator(Estimator):
     """Distributional LightGBM on submit-time and history features, calibrated to `target_under`."""
 
     name = "lgbm-quantile"
 
-    def __init__(self, alpha: float = 0.9, target_under: float = 0.06, window: str = "90d", retrain: str = "7d",
-                 calibration: str = "30d", trees: int = 20, leaves: int = 15, learning_rate: float = 0.2,
-                 min_train: int = 500, max_train: int = 20000, threads: int = 1, seed: int = 1) -> None:
+    def __init__(self, alpha: float = 0.9, target_under: float = 0.06, be_weight: float = 3.0,
+                 window: str = "90d", retrain: str = "7d", calibration: int = 2000, trees: int = 20,
+                 leaves: int = 15, learning_rate: float = 0.2, min_train: int = 500, max_train: int = 20000,
+                 threads: int = 1, seed: int = 1) -> None:
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         if not 0.0 <= target_under < 1.0:
             raise ValueError(f"target_under must be in [0, 1) (0: no calibration), got {target_under}")
+        if be_weight < 0:
+            raise ValueError(f"be_weight must be at least 0, got {be_weight}")
+        if calibration < MIN_CALIBRATION_JOBS:
+            raise ValueError(f"calibration must be at least {MIN_CALIBRATION_JOBS} jobs, got {calibration}")
         for name, value in (("trees", trees), ("min_train", min_train), ("threads", threads)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        if max_train < min_train:
-            raise ValueError(f"max_train ({max_train}) must be at least min_train ({min_train})")
         if leaves < 2:
             raise ValueError(f"leaves must be at least 2, got {leaves}")
+        if max_train < min_train:
+            raise ValueError(f"max_train ({max_train}) must be at least min_train ({min_train})")
         if not 0.0 < learning_rate <= 1.0:
             raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate}")
         window_seconds = parse_duration(window, "window")
         if window_seconds is None:
             raise ValueError("window must be a number of days such as 90d")
-        calibration_seconds = parse_duration(calibration, "calibration")
-        if calibration_seconds is None:
-            raise ValueError("calibration must be a number of days such as 30d")
         self.alpha = alpha
         self.target_under = target_under
+        self.be_weight = be_weight
         self.window = window
         self.retrain = retrain
         self.calibration = calibration
@@ -176,18 +184,18 @@ class LGBMQuantileEstimator(Estimator):
         self.seed = seed
         self._window_seconds = window_seconds
         self._retrain_seconds = parse_duration(retrain, "retrain")
-        self._calibration_seconds = calibration_seconds
         self._features = FeatureHistory()
-        self._calibrator = (TrailingCalibrator(target_under, calibration_seconds, MIN_CALIBRATION_JOBS)
+        self._calibrator = (TrailingCalibrator(target_under, calibration, MIN_CALIBRATION_JOBS)
                             if target_under > 0 else None)
         self._model: TrainedModel | None = None
         self._buffer: deque[tuple[int, list[float], int, int]] = deque()  # (end, row, runtime, t_req)
+        #: Predicted jobs not yet finished: submit time, feature row, expected accuracy, penalty.
         self._pending: dict[int, tuple[int, list[float], np.ndarray, np.ndarray]] = {}
         self._next_retrain: int | None = None
 
     @classmethod
     def from_model(cls, model: TrainedModel, params: dict[str, Any],
-                   calibration_scores: list[list[int]] | None = None) -> Self:
+                   calibration_scores: list[int] | None = None) -> Self:
         """An estimator that starts with a trained model (and its calibration), e.g. one loaded from disk."""
         estimator = cls(**params)
         estimator.install(model)
@@ -218,29 +226,35 @@ class LGBMQuantileEstimator(Estimator):
         self._pending.clear()
         self._next_retrain = None
 
+    def _assess(self, model: TrainedModel, rows: np.ndarray,
+                t_req: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Jobs x candidates: expected accuracy, P(under), and the penalty the multiplier weighs."""
+        accuracy, under = model.distribution(rows)
+        return accuracy, under, under + self.be_weight * bad_probability(under, t_req)
+
     # -- learning ---------------------------------------------------------------------------------
 
     def observe(self, job: FinishedJob) -> None:
         request = job.request
         pending = self._pending.pop(request.job_id, None)
         if pending is not None and pending[0] == request.submit:
-            _, row, accuracy, under = pending
+            _, row, accuracy, penalty = pending
         else:
             row = self._features.row(request)
-            accuracy = under = None
+            accuracy = penalty = None
             if self._calibrator is not None and self._model is not None:
                 # The live model was trained before this job ended: scoring it is still out of sample.
-                accuracies, unders = self._model.distribution(np.asarray([row]))
-                accuracy, under = accuracies[0], unders[0]
+                accuracies, _, penalties = self._assess(self._model, np.asarray([row]), np.array([request.t_req]))
+                accuracy, penalty = accuracies[0], penalties[0]
         self._features.observe(job)
         buffer = self._buffer
         buffer.append((job.end, row, job.runtime, request.t_req))
         while buffer[0][0] < job.end - self._window_seconds:
             buffer.popleft()
         if self._calibrator is not None and accuracy is not None:
-            score = conformity_scores(accuracy[None], under[None], candidate_estimates(np.array([request.t_req])),
+            score = conformity_scores(accuracy[None], penalty[None], candidate_estimates(np.array([request.t_req])),
                                       np.array([job.runtime]))
-            self._calibrator.add(job.end, int(score[0]))
+            self._calibrator.add(int(score[0]))
 
     def training_data(self, now: int) -> TrainingData:
         """Snapshot the jobs that ended in [now - window, now], at most `max_train` of them.
@@ -248,7 +262,7 @@ class LGBMQuantileEstimator(Estimator):
         Cheap: call it where history is locked, then `train` outside the lock.
         """
         first = now - self._window_seconds
-        chosen = [entry for entry in self._buffer if first <= entry[0] <= now]
+        chosen = sorted((entry for entry in self._buffer if first <= entry[0] <= now), key=lambda entry: entry[0])
         if len(chosen) > self.max_train:  # a busy trace: evenly spaced jobs keep the whole window's span
             chosen = [chosen[i] for i in np.linspace(0, len(chosen) - 1, self.max_train).round().astype(int)]
         rows = np.asarray([entry[1] for entry in chosen], dtype=np.float64).reshape(len(chosen), -1)
@@ -256,26 +270,25 @@ class LGBMQuantileEstimator(Estimator):
         return TrainingData(rows, np.array([entry[0] for entry in chosen], dtype=np.int64),
                             np.array([entry[2] for entry in chosen], dtype=np.int64),
                             np.array([entry[3] for entry in chosen], dtype=np.int64), now,
-                            now - self._calibration_seconds if needs_bootstrap else None)
+                            self.calibration if needs_bootstrap else 0)
 
     def train(self, data: TrainingData) -> TrainedModel:
         """Fit a model on `data`; touches no state of this estimator, so it may run in another thread.
 
-        When the snapshot asks for it, a second model trained on the jobs
-        that ended before the last calibration window scores the jobs in it,
-        so that a fresh estimator is calibrated from its first prediction.
+        When the snapshot asks for it, a second model trained on all but the
+        latest `calibration` jobs scores those, so that a fresh estimator is
+        calibrated from its first prediction.
         """
         if len(data) < self.min_train:
             raise ValueError(f"training needs at least {self.min_train} finished jobs, got {len(data)}")
         model = self._fit(data)
-        if data.bootstrap_from is not None:
-            earlier = data.before(data.bootstrap_from)
-            if len(earlier) >= self.min_train:
-                held_out = data.ends > data.bootstrap_from
-                accuracy, under = self._fit(earlier).distribution(data.rows[held_out])
-                scores = conformity_scores(accuracy, under, candidate_estimates(data.t_req[held_out]),
-                                           data.runtimes[held_out])
-                model.bootstrap_scores = list(zip(data.ends[held_out].tolist(), scores.tolist()))
+        earlier = len(data) - data.bootstrap_jobs
+        if data.bootstrap_jobs and earlier >= self.min_train:
+            accuracy, _, penalty = self._assess(self._fit(data.head(earlier)), data.rows[earlier:],
+                                                data.t_req[earlier:])
+            scores = conformity_scores(accuracy, penalty, candidate_estimates(data.t_req[earlier:]),
+                                       data.runtimes[earlier:])
+            model.bootstrap_scores = scores.tolist()
         return model
 
     def _fit(self, data: TrainingData) -> TrainedModel:
@@ -289,8 +302,8 @@ class LGBMQuantileEstimator(Estimator):
     def install(self, model: TrainedModel) -> None:
         """Make `model` the live one (an atomic reference swap) and take its bootstrap calibration."""
         if self._calibrator is not None and len(self._calibrator) < MIN_CALIBRATION_JOBS:
-            for end, score in model.bootstrap_scores:
-                self._calibrator.add(end, score)
+            for score in model.bootstrap_scores:
+                self._calibrator.add(score)
         self._model = model
         if self._retrain_seconds is not None:
             self._next_retrain = model.trained_at + self._retrain_seconds
@@ -299,8 +312,8 @@ class LGBMQuantileEstimator(Estimator):
         for job_id in stale:  # predicted long ago and never reported finished
             del self._pending[job_id]
 
-    def calibration_state(self) -> list[list[int]]:
-        """The trailing calibration scores, to save with a model."""
+    def calibration_state(self) -> list[int]:
+        """The calibration scores of the latest finished jobs, to save with a model."""
         return self._calibrator.state() if self._calibrator is not None else []
 
     def multiplier(self) -> float | None:
@@ -351,17 +364,16 @@ class LGBMQuantileEstimator(Estimator):
         if model is None:
             return [Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True) for job in jobs]
         rows = [self._features.row(job) for job in jobs]
-        accuracy, under = model.distribution(np.asarray(rows, dtype=np.float64))
-        multiplier = self.multiplier()
-        chosen = (choose(accuracy, under, multiplier) if multiplier is not None
-                  else choose_quantile(under, self.alpha))
         t_req = np.array([job.t_req for job in jobs], dtype=np.float64)
+        accuracy, under, penalty = self._assess(model, np.asarray(rows, dtype=np.float64), t_req)
+        multiplier = self.multiplier()
+        chosen = choose(accuracy, penalty, multiplier) if multiplier is not None else choose_quantile(under, self.alpha)
         factors = CANDIDATES[chosen]
         estimates = np.clip(np.rint(t_req * factors), 1.0, t_req).astype(np.int64)
         pending = self._pending
         answers = []
         for index, job in enumerate(jobs):
-            pending[job.job_id] = (job.submit, rows[index], accuracy[index], under[index])
+            pending[job.job_id] = (job.submit, rows[index], accuracy[index], penalty[index])
             answers.append(Prediction(t_sched=int(estimates[index]), factor=float(factors[index]),
                                       basis=model.jobs, fallback=False))
         return answers
