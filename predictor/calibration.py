@@ -9,13 +9,16 @@ jobs where it buys the most accuracy, instead of taking one quantile for every
 job. A larger multiplier underestimates less.
 
 The multiplier is calibrated conformal-style. For each finished job we record
-its score: the smallest multiplier on `MULTIPLIERS` at which the job would
-not have been underestimated (the choice moves to larger estimates as the
-multiplier grows, so this is a threshold). Then the underestimation rate at a
-multiplier is the fraction of scores above it, and the calibrated multiplier is
-the smallest one whose (finite-sample corrected) rate over the latest finished
-jobs is at most `target_under`. The window is a number of jobs, not a time
-span, so that the calibration follows a burst of one user's jobs quickly.
+two scores: the smallest multiplier on `MULTIPLIERS` at which the job would not
+have been underestimated, and the smallest at which it would not have been a
+BE (the choice moves to larger estimates as the multiplier grows, so these are
+thresholds). The underestimation rate at a multiplier is then the fraction of
+scores above it, and the calibrated multiplier is the smallest one whose
+(finite-sample corrected) rates over the jobs that finished in a trailing
+window of trace time are at most their targets. The window is a time span,
+not a number of jobs: a few thousand jobs on a busy machine are only the last
+hours, whose finished jobs are the short ones, and the long jobs, which are the
+ones underestimated by hours, would never count.
 """
 from __future__ import annotations
 
@@ -23,13 +26,18 @@ from collections import deque
 
 import numpy as np
 
+from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
+
 #: The multipliers a calibration can choose from (log-spaced; scores index into it).
-MULTIPLIERS = np.geomspace(0.01, 100.0, 121)
+MULTIPLIERS = np.geomspace(0.01, 1e5, 141)
 _SCORE_CHUNK = 64
 
 
-def choose(expected_accuracy: np.ndarray, penalty: np.ndarray, multiplier: float) -> np.ndarray:
-    """Per row (job), the index of the candidate that maximises accuracy - multiplier x penalty."""
+def choose(expected_accuracy: np.ndarray, penalty: np.ndarray, multiplier: float | np.ndarray) -> np.ndarray:
+    """Per row (job), the index of the candidate that maximises accuracy - multiplier x penalty.
+
+    `multiplier` is one number, or a column with one per row.
+    """
     return np.argmax(expected_accuracy - multiplier * penalty, axis=-1)
 
 
@@ -41,41 +49,62 @@ def choose_quantile(under_probability: np.ndarray, alpha: float) -> np.ndarray:
     return np.argmax(1.0 - under_probability >= alpha - 1e-12, axis=-1)
 
 
-def conformity_scores(expected_accuracy: np.ndarray, penalty: np.ndarray,
-                      estimates: np.ndarray, runtimes: np.ndarray) -> np.ndarray:
-    """Per job, the index in `MULTIPLIERS` of the smallest multiplier that does not underestimate it.
+def conformity_scores(expected_accuracy: np.ndarray, penalty: np.ndarray, estimates: np.ndarray,
+                      runtimes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per job, the indices in `MULTIPLIERS` of the smallest multipliers that do not underestimate it,
+    and that do not underestimate it by more than 30 minutes (BE).
 
     `estimates[j, c]` is job j's estimate in seconds for candidate c. A job
     underestimated even at the largest multiplier scores len(MULTIPLIERS).
     """
-    scores = np.empty(len(runtimes), dtype=np.int64)
+    under = np.empty(len(runtimes), dtype=np.int64)
+    bad = np.empty(len(runtimes), dtype=np.int64)
     for start in range(0, len(runtimes), _SCORE_CHUNK):  # bounded memory: chunk x multipliers x candidates
         rows = slice(start, start + _SCORE_CHUNK)
         objective = (expected_accuracy[rows, None, :]
                      - MULTIPLIERS[None, :, None] * penalty[rows, None, :])
-        chosen = np.argmax(objective, axis=2)                       # jobs x multipliers
-        safe = np.take_along_axis(estimates[rows], chosen, axis=1) >= runtimes[rows, None]
-        scores[rows] = np.where(safe.any(axis=1), np.argmax(safe, axis=1), len(MULTIPLIERS))
-    return scores
+        chosen = np.take_along_axis(estimates[rows], np.argmax(objective, axis=2), axis=1)  # jobs x multipliers
+        for scores, shortfall in ((under, 0), (bad, BAD_UNDERESTIMATE_SECONDS)):
+            safe = chosen >= runtimes[rows, None] - shortfall
+            scores[rows] = np.where(safe.any(axis=1), np.argmax(safe, axis=1), len(MULTIPLIERS))
+    return under, bad
+
+
+class _ScoreHistogram:
+    """Scores of one kind in the window, counted per multiplier."""
+
+    def __init__(self, target: float) -> None:
+        self.target = target
+        self.counts = np.zeros(len(MULTIPLIERS) + 1, dtype=np.int64)
+
+    def multiplier_index(self, total: int) -> int:
+        """The smallest multiplier whose finite-sample corrected rate of scores above it is <= target."""
+        above = total - np.cumsum(self.counts[:-1])
+        acceptable = np.flatnonzero((above + 1) / (total + 1) <= self.target)
+        return int(acceptable[0]) if len(acceptable) else len(MULTIPLIERS) - 1
 
 
 class TrailingCalibrator:
-    """The multiplier that held the underestimation rate at `target_under` over the latest finished jobs.
+    """The multiplier that held the under- and bad-estimate rates at their targets over recent jobs.
 
-    Scores of the last `jobs` finished jobs count; below `min_jobs` of them
-    there is no calibration (`multiplier()` is None).
+    Scores of the jobs that ended in the last `window` seconds count; below
+    `min_jobs` of them there is no calibration (`multiplier()` is None). The
+    multiplier is the larger of the one for `target_under` and the one for
+    `target_bad`.
     """
 
-    def __init__(self, target_under: float, jobs: int, min_jobs: int) -> None:
+    def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int) -> None:
         if not 0.0 < target_under < 1.0:
             raise ValueError(f"target_under must be in (0, 1), got {target_under}")
-        if not 0 < min_jobs <= jobs:
-            raise ValueError(f"need 0 < min_jobs <= jobs, got min_jobs={min_jobs}, jobs={jobs}")
-        self.target_under = target_under
-        self.jobs = jobs
+        if not 0.0 < target_bad <= target_under:
+            raise ValueError(f"target_bad must be in (0, target_under], got {target_bad}")
+        if min_jobs < 1 or window <= 0:
+            raise ValueError(f"need min_jobs >= 1 and a positive window, got {min_jobs} and {window}")
+        self.window = window
         self.min_jobs = min_jobs
-        self._scores: deque[int] = deque()
-        self._counts = np.zeros(len(MULTIPLIERS) + 1, dtype=np.int64)
+        self._under = _ScoreHistogram(target_under)
+        self._bad = _ScoreHistogram(target_bad)
+        self._scores: deque[tuple[int, int, int]] = deque()  # (end, under, bad), in the order added
         self._multiplier: float | None = None
         self._stale = False
 
@@ -84,42 +113,106 @@ class TrailingCalibrator:
 
     def reset(self) -> None:
         self._scores.clear()
-        self._counts[:] = 0
+        self._under.counts[:] = 0
+        self._bad.counts[:] = 0
         self._multiplier = None
         self._stale = False
 
-    def add(self, score: int) -> None:
-        """Record the score of a job that just finished; forget the oldest beyond `jobs`."""
-        if not 0 <= score <= len(MULTIPLIERS):
-            raise ValueError(f"calibration score {score} out of range 0..{len(MULTIPLIERS)}")
-        self._scores.append(score)
-        self._counts[score] += 1
-        if len(self._scores) > self.jobs:
-            self._counts[self._scores.popleft()] -= 1
+    def add(self, end: int, under: int, bad: int) -> None:
+        """Record the scores of a job that ended at `end`; forget those that ended before the window."""
+        for score in (under, bad):
+            if not 0 <= score <= len(MULTIPLIERS):
+                raise ValueError(f"calibration score {score} out of range 0..{len(MULTIPLIERS)}")
+        self._scores.append((end, under, bad))
+        self._under.counts[under] += 1
+        self._bad.counts[bad] += 1
+        self.expire(end - self.window)
+
+    def expire(self, horizon: int) -> None:
+        """Forget the scores of jobs that ended before `horizon`."""
+        scores = self._scores
+        while scores and scores[0][0] < horizon:
+            _, old_under, old_bad = scores.popleft()
+            self._under.counts[old_under] -= 1
+            self._bad.counts[old_bad] -= 1
         self._stale = True
 
     def multiplier(self) -> float | None:
         """The calibrated multiplier, or None with fewer than `min_jobs` scores."""
         if self._stale:
-            self._multiplier = self._calibrate()
+            total = len(self._scores)
+            index = max(self._under.multiplier_index(total), self._bad.multiplier_index(total))
+            self._multiplier = float(MULTIPLIERS[index]) if total >= self.min_jobs else None
             self._stale = False
         return self._multiplier
 
-    def _calibrate(self) -> float | None:
-        total = len(self._scores)
-        if total < self.min_jobs:
-            return None
-        above = total - np.cumsum(self._counts[:-1])           # scores above each multiplier
-        rate = (above + 1) / (total + 1)
-        acceptable = np.flatnonzero(rate <= self.target_under)
-        return float(MULTIPLIERS[acceptable[0] if len(acceptable) else -1])
+    def state(self) -> list[list[int]]:
+        """The [end, under, bad] scores in the window, oldest first (for a model manifest)."""
+        return [list(entry) for entry in self._scores]
 
-    def state(self) -> list[int]:
-        """The scores in the window, oldest first (for a model manifest)."""
-        return list(self._scores)
-
-    def restore(self, scores: list[int]) -> None:
+    def restore(self, scores: list[list[int]]) -> None:
         """Reload `state()`."""
         self.reset()
-        for score in scores:
-            self.add(int(score))
+        for end, under, bad in scores:
+            self.add(int(end), int(under), int(bad))
+
+
+class UserCalibrator:
+    """A multiplier per user where the user's own recent jobs suffice, else one for everybody.
+
+    Group-conditional (Mondrian) calibration: each user with at least
+    `min_user_jobs` scores in the window is held to the targets on their own
+    jobs, so a user with regular jobs is not made timid by another user's
+    surprises, nor the reverse.
+    """
+
+    def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int,
+                 min_user_jobs: int) -> None:
+        self._make = lambda: TrailingCalibrator(target_under, target_bad, window, min_jobs)
+        self.everybody = self._make()
+        self.min_user_jobs = min_user_jobs
+        self._users: dict[int, TrailingCalibrator] = {}
+        self._entries: deque[tuple[int, int, int, int]] = deque()  # (end, user, under, bad)
+        self.window = window
+
+    def __len__(self) -> int:
+        return len(self.everybody)
+
+    def reset(self) -> None:
+        self.everybody.reset()
+        self._users.clear()
+        self._entries.clear()
+
+    def add(self, end: int, user: int, under: int, bad: int) -> None:
+        self.everybody.add(end, under, bad)
+        calibrator = self._users.get(user)
+        if calibrator is None:
+            calibrator = self._users[user] = self._make()
+        calibrator.add(end, under, bad)
+        entries = self._entries
+        entries.append((end, user, under, bad))
+        horizon = end - self.window
+        while entries[0][0] < horizon:  # keep every user's window in step with everybody's
+            expired = entries.popleft()[1]
+            calibrator = self._users.get(expired)
+            if calibrator is not None:  # None: an earlier entry of this user already emptied it
+                calibrator.expire(horizon)
+                if not len(calibrator):
+                    del self._users[expired]
+
+    def multiplier(self, user: int) -> float | None:
+        """The user's multiplier if they have enough recent jobs, else everybody's (None: uncalibrated)."""
+        calibrator = self._users.get(user)
+        if calibrator is not None and len(calibrator) >= self.min_user_jobs:
+            return calibrator.multiplier()
+        return self.everybody.multiplier()
+
+    def state(self) -> list[list[int]]:
+        """The [end, user, under, bad] scores in the window, oldest first (for a model manifest)."""
+        return [list(entry) for entry in self._entries]
+
+    def restore(self, scores: list[list[int]]) -> None:
+        """Reload `state()`."""
+        self.reset()
+        for end, user, under, bad in scores:
+            self.add(int(end), int(user), int(under), int(bad))

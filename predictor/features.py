@@ -4,15 +4,23 @@ One incremental implementation serves the estimator in simulation, the offline
 replay and training: `FeatureHistory.observe` learns finished jobs in end order,
 and `FeatureHistory.row(job)` describes a job from its request and from the
 jobs that ended at or before its submission only. Because every history query
-is "as of" the submission time (a binary search on end times), the row of a
-job is the same whether it is computed when the job is submitted or later,
+is "as of" the submission time (a binary search on end times), the history part
+of a row is the same whether it is computed when the job is submitted or later,
 when it finishes and becomes a training example.
+
+`FeatureHistory.register(job)` records a submission: until the job is observed
+finished it counts as in flight (queued or running) in the rows of later jobs.
+This is what a scheduler knows, and it tempers a bias of finished-job history:
+in a burst, the jobs that have finished are the short ones, while the long ones
+are still running. It reveals no runtime: a job in flight at s stays in flight
+at s whatever its runtime turns out to be.
 """
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from math import log, log1p, sqrt
+from operator import attrgetter
 
 from predictor.jobs import FinishedJob, JobRequest
 
@@ -30,6 +38,10 @@ KEYS: dict[str, tuple[str, ...]] = {
 KEY_STATS = ("count", "last_logrt", "last_ratio", "age", "ratio_q50", "ratio_q85", "ratio_max",
              "logrt_mean", "logrt_std", "logrt_max")
 
+#: Jobs in flight (registered, not yet finished): the user's count, the user+request key's count,
+#: and how long ago the key's oldest one was submitted, as a fraction of the request (capped at 1).
+INFLIGHT_FEATURES = ("user_inflight", "user_req_inflight", "user_req_inflight_age")
+
 #: The request's own features. The queue is the raw SWF number (trees split it like a category);
 #: raw user and group ids carry no order and only let the model memorise, so they enter through
 #: the history keys instead.
@@ -38,14 +50,40 @@ REQUEST_FEATURES = ("log_t_req", "log_procs", "hour", "weekday", "queue")
 
 def feature_names() -> tuple[str, ...]:
     """Column names of `FeatureHistory.row`, in order."""
-    return REQUEST_FEATURES + tuple(f"{key}_{stat}" for key in KEYS for stat in KEY_STATS)
+    return REQUEST_FEATURES + INFLIGHT_FEATURES + tuple(f"{key}_{stat}" for key in KEYS for stat in KEY_STATS)
 
 
-def _key_getter(fields: tuple[str, ...]) -> Callable[[JobRequest], Hashable]:
-    if len(fields) == 1:
-        name = fields[0]
-        return lambda job: getattr(job, name)
-    return lambda job: tuple(getattr(job, name) for name in fields)
+def feature_encodings() -> list[dict[str, str]]:
+    """Every feature with how it is computed, in column order (for a model manifest)."""
+    own = {
+        "log_t_req": "natural log of the requested time in seconds",
+        "log_procs": "natural log of the job size (processors)",
+        "hour": "hour of day of the submission, (submit mod 86400) / 3600, trace clock",
+        "weekday": "day of week of the submission, (submit div 86400) mod 7, trace clock",
+        "queue": "SWF queue number as a number; negative (unknown) is missing",
+        "user_inflight": "the user's jobs submitted and not yet finished",
+        "user_req_inflight": "the user's jobs with the same request submitted and not yet finished",
+        "user_req_inflight_age": "seconds since the oldest of those was submitted, over the request, "
+                                 "capped at 1; missing when there is none",
+    }
+    stats = {
+        "count": "jobs that ended in the 30 days before submission",
+        "last_logrt": "log(1 + runtime) of the latest job that ended by submission",
+        "last_ratio": "R of that latest job",
+        "age": "log(1 + seconds since that latest job ended)",
+        "ratio_q50": "median R of the latest (up to 32) jobs in the 30 days",
+        "ratio_q85": "85th percentile R of those jobs",
+        "ratio_max": "largest R of those jobs",
+        "logrt_mean": "mean log(1 + runtime) of those jobs",
+        "logrt_std": "population standard deviation of log(1 + runtime) of those jobs",
+        "logrt_max": "largest log(1 + runtime) of those jobs",
+    }
+    encodings = [{"name": name, "encoding": own[name]} for name in REQUEST_FEATURES + INFLIGHT_FEATURES]
+    for key, fields in KEYS.items():
+        encodings += [{"name": f"{key}_{stat}",
+                       "encoding": f"key {'+'.join(fields)}: {stats[stat]}; missing without history"}
+                      for stat in KEY_STATS]
+    return encodings
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -58,14 +96,21 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 class _EndSeries:
-    """One key's finished jobs in end order: end times, log runtimes, R values."""
+    """One key's finished jobs in end order: end times, log runtimes, R values.
 
-    __slots__ = ("ends", "logrts", "ratios")
+    The statistics of the latest window asked for are kept (`window`,
+    `stats`): the jobs of one user in a burst, or of one batch, ask for the
+    same window over and over.
+    """
+
+    __slots__ = ("ends", "logrts", "ratios", "window", "stats")
 
     def __init__(self) -> None:
         self.ends: list[int] = []
         self.logrts: list[float] = []
         self.ratios: list[float] = []
+        self.window: tuple[int, int] = (0, 0)
+        self.stats: list[float] = []
 
     def append(self, end: int, logrt: float, ratio: float) -> None:
         ends = self.ends
@@ -74,6 +119,7 @@ class _EndSeries:
             ends.insert(position, end)
             self.logrts.insert(position, logrt)
             self.ratios.insert(position, ratio)
+            self.window = (0, 0)
             return
         ends.append(end)
         self.logrts.append(logrt)
@@ -83,6 +129,7 @@ class _EndSeries:
         cut = bisect_left(self.ends, end)
         if cut:
             del self.ends[:cut], self.logrts[:cut], self.ratios[:cut]
+            self.window = (0, 0)
 
 
 class FeatureHistory:
@@ -100,19 +147,37 @@ class FeatureHistory:
         self.window = window
         self.recent = recent
         self.horizon = horizon
-        self._getters = {name: _key_getter(fields) for name, fields in KEYS.items()}
+        self._getters = {name: attrgetter(*fields) for name, fields in KEYS.items()}
         self._series: dict[str, dict[Hashable, _EndSeries]] = {name: {} for name in KEYS}
+        self._lookups = [(self._series[name], getter) for name, getter in self._getters.items()]
+        #: In flight by user and by (user, t_req): job id -> submit time, in registration order.
+        self._user_inflight: dict[int, dict[int, int]] = {}
+        self._key_inflight: dict[tuple[int, int], dict[int, int]] = {}
         self._latest_end = 0
         self._trimmed_at = 0
 
     def reset(self) -> None:
         for table in self._series.values():
             table.clear()
+        self._user_inflight.clear()
+        self._key_inflight.clear()
         self._latest_end = 0
         self._trimmed_at = 0
 
+    def register(self, job: JobRequest) -> None:
+        """Count `job` as in flight from its submission until it is observed finished."""
+        self._user_inflight.setdefault(job.user, {})[job.job_id] = job.submit
+        self._key_inflight.setdefault((job.user, job.t_req), {})[job.job_id] = job.submit
+
+    def _land(self, job: JobRequest) -> None:
+        for table, key in ((self._user_inflight, job.user), (self._key_inflight, (job.user, job.t_req))):
+            flying = table.get(key)
+            if flying is not None and flying.pop(job.job_id, None) is not None and not flying:
+                del table[key]
+
     def observe(self, job: FinishedJob) -> None:
         request = job.request
+        self._land(request)
         logrt = log1p(job.runtime)
         ratio = job.ratio
         for name, getter in self._getters.items():
@@ -137,10 +202,17 @@ class FeatureHistory:
                     empty.append(key)
             for key in empty:
                 del table[key]
+        for flights in (self._user_inflight, self._key_inflight):
+            for key in list(flights):  # submitted that long ago and never reported finished: forget
+                flying = flights[key]
+                for job_id in [job_id for job_id, submit in flying.items() if submit < before]:
+                    del flying[job_id]
+                if not flying:
+                    del flights[key]
         self._trimmed_at = self._latest_end
 
     def row(self, job: JobRequest) -> list[float]:
-        """The feature row of `job`, from history that ended at or before `job.submit`."""
+        """The feature row of `job`: its request, the jobs in flight, and history that ended by `job.submit`."""
         submit = job.submit
         nan = float("nan")
         values: list[float] = [
@@ -148,9 +220,17 @@ class FeatureHistory:
             float((submit // SECONDS_PER_DAY) % 7),
         ]
         values.append(float(job.queue) if job.queue >= 0 else nan)
+        user_flying = self._user_inflight.get(job.user)
+        key_flying = self._key_inflight.get((job.user, job.t_req))
+        values.append(float(len(user_flying)) if user_flying else 0.0)
+        if key_flying:
+            oldest = next(iter(key_flying.values()))  # registration order is submission order
+            values += [float(len(key_flying)), min(1.0, max(0, submit - oldest) / job.t_req)]
+        else:
+            values += [0.0, nan]
         first = submit - self.window
-        for name, getter in self._getters.items():
-            series = self._series[name].get(getter(job))
+        for table, getter in self._lookups:
+            series = table.get(getter(job))
             if series is None:
                 values += [0.0] + [nan] * (len(KEY_STATS) - 1)
                 continue
@@ -169,11 +249,14 @@ class FeatureHistory:
         head = [float(count), series.logrts[last], series.ratios[last], log1p(submit - ends[last])]
         if count == 0:
             return head + [nan] * (len(KEY_STATS) - len(head))
-        lo = max(lo, hi - self.recent)
-        ratios = sorted(series.ratios[lo:hi])
-        logrts = series.logrts[lo:hi]
-        size = len(logrts)
-        mean = sum(logrts) / size
-        variance = sum((x - mean) ** 2 for x in logrts) / size
-        return head + [_percentile(ratios, 0.5), _percentile(ratios, 0.85), ratios[-1],
-                       mean, sqrt(variance), max(logrts)]
+        window = (max(lo, hi - self.recent), hi)
+        if series.window != window:
+            ratios = sorted(series.ratios[window[0]:hi])
+            logrts = series.logrts[window[0]:hi]
+            size = len(logrts)
+            mean = sum(logrts) / size
+            variance = sum((x - mean) ** 2 for x in logrts) / size
+            series.window = window
+            series.stats = [_percentile(ratios, 0.5), _percentile(ratios, 0.85), ratios[-1],
+                            mean, sqrt(variance), max(logrts)]
+        return head + series.stats

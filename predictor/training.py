@@ -31,7 +31,7 @@ from predictor.estimators.lgbm import (
     LGBMQuantileEstimator,
     TrainedModel,
 )
-from predictor.features import KEY_STATS, KEYS, REQUEST_FEATURES, SECONDS_PER_DAY, feature_names
+from predictor.features import SECONDS_PER_DAY, feature_encodings, feature_names
 from predictor.offline import causal_replay, finished_from_frame, jobs_to_requests, prediction_scores
 from predictor.registry import SpecError, make_estimator, parse_spec
 
@@ -75,35 +75,6 @@ def parse_until(text: str, epoch: int) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp()) - epoch
-
-
-def feature_encodings() -> list[dict[str, str]]:
-    """Every feature with how it is computed, in column order (for the manifest)."""
-    request = {
-        "log_t_req": "natural log of the requested time in seconds",
-        "log_procs": "natural log of the job size (processors)",
-        "hour": "hour of day of the submission, (submit mod 86400) / 3600, trace clock",
-        "weekday": "day of week of the submission, (submit div 86400) mod 7, trace clock",
-        "queue": "SWF queue number as a number; negative (unknown) is missing",
-    }
-    stats = {
-        "count": "jobs that ended in the 30 days before submission",
-        "last_logrt": "log(1 + runtime) of the latest job that ended by submission",
-        "last_ratio": "R of that latest job",
-        "age": "log(1 + seconds since that latest job ended)",
-        "ratio_q50": "median R of the latest (up to 32) jobs in the 30 days",
-        "ratio_q85": "85th percentile R of those jobs",
-        "ratio_max": "largest R of those jobs",
-        "logrt_mean": "mean log(1 + runtime) of those jobs",
-        "logrt_std": "population standard deviation of log(1 + runtime) of those jobs",
-        "logrt_max": "largest log(1 + runtime) of those jobs",
-    }
-    encodings = [{"name": name, "encoding": request[name]} for name in REQUEST_FEATURES]
-    for key, fields in KEYS.items():
-        for stat in KEY_STATS:
-            encodings.append({"name": f"{key}_{stat}",
-                              "encoding": f"key {'+'.join(fields)}: {stats[stat]}; missing without history"})
-    return encodings
 
 
 def _utc(epoch: int, seconds: int) -> str:

@@ -7,7 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.calibration import MULTIPLIERS, TrailingCalibrator, choose_quantile, conformity_scores
+from predictor.calibration import (
+    MULTIPLIERS,
+    TrailingCalibrator,
+    UserCalibrator,
+    choose_quantile,
+    conformity_scores,
+)
 from predictor.estimators.lgbm import CANDIDATES, LGBMQuantileEstimator
 from predictor.features import FeatureHistory, feature_names
 from predictor.jobs import JobRequest
@@ -17,7 +23,7 @@ from simulator.workload import generate_workload
 
 DAY = 86_400
 #: Small enough to train in a blink on a few thousand jobs.
-SMALL = {"window": "10d", "retrain": "2d", "calibration": 500, "min_train": 200, "trees": 5}
+SMALL = {"window": "10d", "retrain": "2d", "calibration": "5d", "min_train": 200, "trees": 5}
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +138,23 @@ def test_feature_row_is_the_same_at_submission_and_later(jobs: pd.DataFrame) -> 
         assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(at_submission[index], later))
 
 
+def test_jobs_in_flight_count_until_they_finish(jobs: pd.DataFrame) -> None:
+    finished = finished_from_frame(jobs.sort_values(["submit", "job_id"], kind="stable"))
+    first, second = finished[0].request, finished[1].request
+    history = FeatureHistory()
+    names = feature_names()
+    probe = JobRequest(job_id=-1, submit=max(first.submit, second.submit) + 3600, user=first.user,
+                       group=first.group, t_req=first.t_req, procs=first.procs)
+    history.register(first)
+    row = dict(zip(names, history.row(probe)))
+    assert row["user_inflight"] == 1 and row["user_req_inflight"] == 1
+    assert row["user_req_inflight_age"] == min(1.0, (probe.submit - first.submit) / first.t_req)
+    history.observe(finished[0])
+    row = dict(zip(names, history.row(probe)))
+    assert row["user_inflight"] == 0 and row["user_req_inflight"] == 0
+    assert math.isnan(row["user_req_inflight_age"])
+
+
 def test_calibration_tracks_target_under() -> None:
     jobs = generate_workload(jobs=6000, procs=128, load=0.5, seed=3).jobs
     target = 0.10
@@ -154,27 +177,58 @@ def test_calibration_tracks_target_under() -> None:
 
 
 def test_trailing_calibrator_takes_the_conformal_quantile() -> None:
-    calibrator = TrailingCalibrator(target_under=0.25, jobs=4, min_jobs=4)
-    for score in (0, 0, 0):
-        calibrator.add(score)
+    calibrator = TrailingCalibrator(target_under=0.25, target_bad=0.25, window=100, min_jobs=4)
+    for end in (1, 2, 3):
+        calibrator.add(end, 0, 0)
     assert calibrator.multiplier() is None
-    calibrator.add(10)
+    calibrator.add(4, 10, 0)
     # Below multiplier 10, one job of four is under: (1 + 1) / 5 > 0.25; from 10 on, 1 / 5 <= 0.25.
     assert calibrator.multiplier() == MULTIPLIERS[10]
-    for score in (0, 0, 0, 0):
-        calibrator.add(score)  # the window keeps the latest four: the 10 is gone
-    assert len(calibrator) == 4
-    assert calibrator.multiplier() == MULTIPLIERS[0]
+    calibrator.add(103, 0, 0)  # the scores of jobs that ended before 3 are forgotten
+    assert len(calibrator) == 3
+    assert calibrator.multiplier() is None
+
+
+def test_trailing_calibrator_honours_the_stricter_target() -> None:
+    calibrator = TrailingCalibrator(target_under=0.5, target_bad=0.25, window=100, min_jobs=4)
+    for end, under, bad in ((1, 7, 0), (2, 0, 0), (3, 0, 0), (4, 9, 9)):
+        calibrator.add(end, under, bad)
+    # Under: from 7 on one job of four is above, (1 + 1) / 5 <= 0.5; bad: only from 9 on is none above.
+    assert calibrator.multiplier() == MULTIPLIERS[9]
+    restored = TrailingCalibrator(target_under=0.5, target_bad=0.25, window=100, min_jobs=4)
+    restored.restore(calibrator.state())
+    assert restored.state() == [[1, 7, 0], [2, 0, 0], [3, 0, 0], [4, 9, 9]]
+    assert restored.multiplier() == calibrator.multiplier()
+
+
+def test_users_with_enough_jobs_get_their_own_multiplier() -> None:
+    calibrator = UserCalibrator(target_under=0.25, target_bad=0.25, window=1000, min_jobs=4, min_user_jobs=4)
+    for end in range(4):
+        calibrator.add(end, 1, 0, 0)   # user 1: never underestimated
+    assert calibrator.multiplier(1) == MULTIPLIERS[0]
+    calibrator.add(10, 2, 20, 20)      # user 2: one job, underestimated up to multiplier 20
+    assert calibrator.multiplier(2) == calibrator.multiplier(3) == MULTIPLIERS[20]  # everybody's
+    assert calibrator.multiplier(1) == MULTIPLIERS[0]
+    restored = UserCalibrator(target_under=0.25, target_bad=0.25, window=1000, min_jobs=4, min_user_jobs=4)
+    restored.restore(calibrator.state())
+    assert [restored.multiplier(user) for user in (1, 2)] == [calibrator.multiplier(user) for user in (1, 2)]
+    for end in range(2000, 2004):
+        calibrator.add(end, 3, 0, 0)   # user 1's jobs left the window with everybody's
+    assert calibrator.multiplier(1) == calibrator.multiplier(3) == MULTIPLIERS[0]
+    assert calibrator.state() == [[end, 3, 0, 0] for end in range(2000, 2004)]
 
 
 def test_conformity_score_is_the_switching_multiplier() -> None:
     accuracy = np.array([[0.9, 0.5]])
-    under = np.array([[0.3, 0.0]])
-    estimates = np.array([[50, 100]])
-    # Candidate 0 wins while 0.9 - 0.3 m > 0.5, i.e. m < 4/3; the job (runtime 80) is under with it.
-    score = conformity_scores(accuracy, under, estimates, np.array([80]))[0]
-    assert MULTIPLIERS[score - 1] < 4 / 3 <= MULTIPLIERS[score]
-    assert conformity_scores(accuracy, under, estimates, np.array([40]))[0] == 0
+    penalty = np.array([[0.3, 0.0]])
+    estimates = np.array([[50, 4000]])
+    # Candidate 0 wins while 0.9 - 0.3 m > 0.5, i.e. m < 4/3; with it a job of 80 s is under, not bad.
+    under, bad = conformity_scores(accuracy, penalty, estimates, np.array([80]))
+    assert MULTIPLIERS[under[0] - 1] < 4 / 3 <= MULTIPLIERS[under[0]]
+    assert bad[0] == 0
+    under, bad = conformity_scores(accuracy, penalty, estimates, np.array([3000]))
+    assert under[0] == bad[0] and MULTIPLIERS[bad[0] - 1] < 4 / 3 <= MULTIPLIERS[bad[0]]
+    assert conformity_scores(accuracy, penalty, estimates, np.array([40]))[0][0] == 0
 
 
 def test_quantile_choice_is_the_first_candidate_reaching_alpha() -> None:

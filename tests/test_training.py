@@ -25,7 +25,7 @@ from simulator.swf import Trace
 from simulator.workload import UNIX_START_TIME, generate_workload
 
 DAY = 86_400
-SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=500,min_train=200,trees=5,target_under=0.1"
+SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,9 @@ def test_loading_round_trips_the_model(trained: tuple[Path, dict]) -> None:
     assert estimator.get_params() == manifest["params"]
     assert estimator.multiplier() == manifest["calibration"]["multiplier"]
     rows = np.random.default_rng(1).uniform(0, 10, size=(50, len(feature_names())))
+    t_req = np.full(50, 3600)
     fresh = load_model(folder).model
-    for mine, theirs in zip(loaded.model.distribution(rows), fresh.distribution(rows)):
+    for mine, theirs in zip(loaded.model.distribution(rows, t_req), fresh.distribution(rows, t_req)):
         np.testing.assert_array_equal(mine, theirs)
     assert estimator.model.trained_at == 12 * DAY
 

@@ -7,9 +7,9 @@ predicting the whole distribution of R (a multiclass model over bins of R,
 each bin represented by quantiles of its training jobs) and then choosing,
 per job, the estimate that maximises expected accuracy minus a multiplier
 times a penalty: P(under) + `be_weight` x P(under by more than 30 min)
-(`predictor.calibration`). The multiplier is calibrated on the latest
-`calibration` finished jobs so that the underestimation rate tracks
-`target_under`; until there are enough of them, or with `target_under=0`,
+(`predictor.calibration`). The multiplier is calibrated on the jobs that
+finished in the trailing `calibration` window so that the underestimation rate
+tracks `target_under`, and the BE rate stays within `be_share` of it; until there are enough of them, or with `target_under=0`,
 the estimate is the `alpha` quantile of the predicted runtime distribution.
 
 The model is trained on the jobs that finished in the trailing `window` and
@@ -28,7 +28,7 @@ from typing import Any, Self
 import lightgbm as lgb
 import numpy as np
 
-from predictor.calibration import TrailingCalibrator, choose, choose_quantile, conformity_scores
+from predictor.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
 from predictor.estimators.base import Estimator
 from predictor.features import SECONDS_PER_DAY, FeatureHistory, feature_names
 from predictor.jobs import FinishedJob, JobRequest, Prediction
@@ -41,6 +41,14 @@ CLASSES = len(RATIO_EDGES) + 1
 CANDIDATES = np.geomspace(1e-4, 1.0, 160)
 #: Quantiles of R kept per class to represent the jobs inside a bin.
 CLASS_QUANTILES = 64
+#: Weight of a uniform distribution over the classes mixed into the model's: no class is ever
+#: impossible, so a large enough multiplier always reaches the calibration target (a model sure of
+#: itself to 1e-8 on a trace like LPC-EGEE otherwise defeats any multiplier).
+HEDGE = 0.01
+#: Jobs whose candidate arrays are computed together in a batch prediction.
+ANSWER_CHUNK = 256
+#: Fewest recent finished jobs of a user for the user to get a multiplier of their own.
+MIN_USER_CALIBRATION_JOBS = 200
 #: Fewest finished jobs the calibration rests on before it overrides `alpha`.
 MIN_CALIBRATION_JOBS = 200
 
@@ -61,12 +69,13 @@ def candidate_estimates(t_req: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(t_req[:, None] * CANDIDATES[None, :]), 1.0, t_req[:, None]).astype(np.int64)
 
 
-def bad_probability(under: np.ndarray, t_req: np.ndarray) -> np.ndarray:
-    """Jobs x candidates: P(R > c + 1800 s / t_req), read off the P(R > c) curve at the next candidate."""
+def bad_shift(t_req: np.ndarray) -> np.ndarray:
+    """Per request, per candidate c: the index of the first candidate >= c + 1800 s / t_req.
+
+    len(CANDIDATES) where that is beyond the request: such a candidate cannot be a BE.
+    """
     thresholds = CANDIDATES[None, :] + BAD_UNDERESTIMATE_SECONDS / np.asarray(t_req, dtype=np.float64)[:, None]
-    shifted = np.searchsorted(CANDIDATES, thresholds)           # len(CANDIDATES): beyond t_req, probability 0
-    padded = np.concatenate([under, np.zeros((len(under), 1))], axis=1)
-    return np.take_along_axis(padded, shifted, axis=1)
+    return np.searchsorted(CANDIDATES, thresholds)
 
 
 def class_of(ratios: np.ndarray) -> np.ndarray:
@@ -97,8 +106,9 @@ class TrainingData:
     ends: np.ndarray
     runtimes: np.ndarray
     t_req: np.ndarray
+    users: np.ndarray
     now: int                # trace time of the snapshot: every job ended at or before it
-    bootstrap_jobs: int     # score this many latest jobs with a model trained on the earlier ones (0: none)
+    bootstrap_from: int | None  # score the jobs that ended after this with a model trained on the others
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -110,14 +120,14 @@ class TrainingData:
     def head(self, count: int) -> TrainingData:
         """The first `count` jobs (in end order), as a snapshot taken when the last of them ended."""
         return TrainingData(self.rows[:count], self.ends[:count], self.runtimes[:count], self.t_req[:count],
-                            int(self.ends[count - 1]), 0)
+                            self.users[:count], int(self.ends[count - 1]), None)
 
 
 class TrainedModel:
     """A booster and the R quantiles of each class: everything a prediction needs besides features."""
 
     def __init__(self, booster: lgb.Booster, class_ratios: np.ndarray, trained_at: int, first_end: int,
-                 jobs: int, bootstrap_scores: list[int] | None = None) -> None:
+                 jobs: int, bootstrap_scores: list[tuple[int, int, int, int]] | None = None) -> None:
         if class_ratios.shape != (CLASSES, CLASS_QUANTILES):
             raise ValueError(f"class ratios must be {CLASSES} x {CLASS_QUANTILES}, got {class_ratios.shape}")
         self.booster = booster
@@ -134,10 +144,27 @@ class TrainedModel:
         self._class_accuracy = accuracy.mean(axis=1)
         self._class_under = (samples > candidates).mean(axis=1)
 
-    def distribution(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Jobs x candidates: expected accuracy and probability of underestimating."""
-        probabilities = self.booster.predict(rows, num_threads=1)
-        return probabilities @ self._class_accuracy, probabilities @ self._class_under
+    def distribution(self, rows: np.ndarray, t_req: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Jobs x candidates: expected accuracy, P(under) and P(BE), from hedged class probabilities.
+
+        P(BE) at c is P(R > c + 1800 s / t_req), read off each class's
+        P(R > .) at the next candidate; jobs are grouped by request so that
+        this costs one small matrix product per distinct request.
+        """
+        probabilities = (1 - HEDGE) * self.booster.predict(rows, num_threads=1) + HEDGE / CLASSES
+        under_padded = np.concatenate([self._class_under, np.zeros((CLASSES, 1))], axis=1)
+        bad = np.empty((len(rows), len(CANDIDATES)))
+        requests, inverse = np.unique(np.asarray(t_req, dtype=np.float64), return_inverse=True)
+        shifts = bad_shift(requests)
+        if len(requests) == 1:
+            bad[:] = probabilities @ under_padded[:, shifts[0]]
+        else:
+            order = np.argsort(inverse, kind="stable")
+            bounds = np.searchsorted(inverse[order], np.arange(len(requests) + 1))
+            for index in range(len(requests)):
+                members = order[bounds[index]:bounds[index + 1]]
+                bad[members] = probabilities[members] @ under_padded[:, shifts[index]]
+        return probabilities @ self._class_accuracy, probabilities @ self._class_under, bad
 
 
 class LGBMQuantileEstimator(Estimator):
@@ -145,18 +172,19 @@ class LGBMQuantileEstimator(Estimator):
 
     name = "lgbm-quantile"
 
-    def __init__(self, alpha: float = 0.9, target_under: float = 0.06, be_weight: float = 3.0,
-                 window: str = "90d", retrain: str = "7d", calibration: int = 2000, trees: int = 20,
+    def __init__(self, alpha: float = 0.9, target_under: float = 0.06, be_share: float = 0.25,
+                 be_weight: float = 3.0, window: str = "90d", retrain: str = "7d", calibration: str = "14d",
+                 trees: int = 20,
                  leaves: int = 15, learning_rate: float = 0.2, min_train: int = 500, max_train: int = 20000,
                  threads: int = 1, seed: int = 1) -> None:
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         if not 0.0 <= target_under < 1.0:
             raise ValueError(f"target_under must be in [0, 1) (0: no calibration), got {target_under}")
+        if not 0.0 < be_share <= 1.0:
+            raise ValueError(f"be_share must be in (0, 1], got {be_share}")
         if be_weight < 0:
             raise ValueError(f"be_weight must be at least 0, got {be_weight}")
-        if calibration < MIN_CALIBRATION_JOBS:
-            raise ValueError(f"calibration must be at least {MIN_CALIBRATION_JOBS} jobs, got {calibration}")
         for name, value in (("trees", trees), ("min_train", min_train), ("threads", threads)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -167,10 +195,12 @@ class LGBMQuantileEstimator(Estimator):
         if not 0.0 < learning_rate <= 1.0:
             raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate}")
         window_seconds = parse_duration(window, "window")
-        if window_seconds is None:
-            raise ValueError("window must be a number of days such as 90d")
+        calibration_seconds = parse_duration(calibration, "calibration")
+        if window_seconds is None or calibration_seconds is None:
+            raise ValueError("window and calibration must be numbers of days such as 90d")
         self.alpha = alpha
         self.target_under = target_under
+        self.be_share = be_share
         self.be_weight = be_weight
         self.window = window
         self.retrain = retrain
@@ -185,17 +215,20 @@ class LGBMQuantileEstimator(Estimator):
         self._window_seconds = window_seconds
         self._retrain_seconds = parse_duration(retrain, "retrain")
         self._features = FeatureHistory()
-        self._calibrator = (TrailingCalibrator(target_under, calibration, MIN_CALIBRATION_JOBS)
+        self._calibration_seconds = calibration_seconds
+        self._calibrator = (UserCalibrator(target_under, be_share * target_under, calibration_seconds,
+                                           MIN_CALIBRATION_JOBS, MIN_USER_CALIBRATION_JOBS)
                             if target_under > 0 else None)
         self._model: TrainedModel | None = None
-        self._buffer: deque[tuple[int, list[float], int, int]] = deque()  # (end, row, runtime, t_req)
+        # Rows are kept as arrays: unlike lists of floats, the garbage collector need not scan them.
+        self._buffer: deque[tuple[int, np.ndarray, int, int, int]] = deque()  # end, row, runtime, t_req, user
         #: Predicted jobs not yet finished: submit time, feature row, expected accuracy, penalty.
-        self._pending: dict[int, tuple[int, list[float], np.ndarray, np.ndarray]] = {}
+        self._pending: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._next_retrain: int | None = None
 
     @classmethod
     def from_model(cls, model: TrainedModel, params: dict[str, Any],
-                   calibration_scores: list[int] | None = None) -> Self:
+                   calibration_scores: list[list[int]] | None = None) -> Self:
         """An estimator that starts with a trained model (and its calibration), e.g. one loaded from disk."""
         estimator = cls(**params)
         estimator.install(model)
@@ -229,8 +262,8 @@ class LGBMQuantileEstimator(Estimator):
     def _assess(self, model: TrainedModel, rows: np.ndarray,
                 t_req: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Jobs x candidates: expected accuracy, P(under), and the penalty the multiplier weighs."""
-        accuracy, under = model.distribution(rows)
-        return accuracy, under, under + self.be_weight * bad_probability(under, t_req)
+        accuracy, under, bad = model.distribution(rows, t_req)
+        return accuracy, under, under + self.be_weight * bad
 
     # -- learning ---------------------------------------------------------------------------------
 
@@ -240,21 +273,21 @@ class LGBMQuantileEstimator(Estimator):
         if pending is not None and pending[0] == request.submit:
             _, row, accuracy, penalty = pending
         else:
-            row = self._features.row(request)
+            row = np.asarray(self._features.row(request), dtype=np.float64)
             accuracy = penalty = None
             if self._calibrator is not None and self._model is not None:
                 # The live model was trained before this job ended: scoring it is still out of sample.
-                accuracies, _, penalties = self._assess(self._model, np.asarray([row]), np.array([request.t_req]))
+                accuracies, _, penalties = self._assess(self._model, row[None], np.array([request.t_req]))
                 accuracy, penalty = accuracies[0], penalties[0]
         self._features.observe(job)
         buffer = self._buffer
-        buffer.append((job.end, row, job.runtime, request.t_req))
+        buffer.append((job.end, row, job.runtime, request.t_req, request.user))
         while buffer[0][0] < job.end - self._window_seconds:
             buffer.popleft()
         if self._calibrator is not None and accuracy is not None:
-            score = conformity_scores(accuracy[None], penalty[None], candidate_estimates(np.array([request.t_req])),
-                                      np.array([job.runtime]))
-            self._calibrator.add(int(score[0]))
+            under, bad = conformity_scores(accuracy[None], penalty[None],
+                                           candidate_estimates(np.array([request.t_req])), np.array([job.runtime]))
+            self._calibrator.add(job.end, request.user, int(under[0]), int(bad[0]))
 
     def training_data(self, now: int) -> TrainingData:
         """Snapshot the jobs that ended in [now - window, now], at most `max_train` of them.
@@ -269,26 +302,29 @@ class LGBMQuantileEstimator(Estimator):
         needs_bootstrap = self._calibrator is not None and len(self._calibrator) < MIN_CALIBRATION_JOBS
         return TrainingData(rows, np.array([entry[0] for entry in chosen], dtype=np.int64),
                             np.array([entry[2] for entry in chosen], dtype=np.int64),
-                            np.array([entry[3] for entry in chosen], dtype=np.int64), now,
-                            self.calibration if needs_bootstrap else 0)
+                            np.array([entry[3] for entry in chosen], dtype=np.int64),
+                            np.array([entry[4] for entry in chosen], dtype=np.int64), now,
+                            now - self._calibration_seconds if needs_bootstrap else None)
 
     def train(self, data: TrainingData) -> TrainedModel:
         """Fit a model on `data`; touches no state of this estimator, so it may run in another thread.
 
-        When the snapshot asks for it, a second model trained on all but the
-        latest `calibration` jobs scores those, so that a fresh estimator is
-        calibrated from its first prediction.
+        When the snapshot asks for it, a second model trained on the jobs that
+        ended before the calibration window scores the jobs in it, so that a
+        fresh estimator is calibrated from its first prediction.
         """
         if len(data) < self.min_train:
             raise ValueError(f"training needs at least {self.min_train} finished jobs, got {len(data)}")
         model = self._fit(data)
-        earlier = len(data) - data.bootstrap_jobs
-        if data.bootstrap_jobs and earlier >= self.min_train:
+        earlier = (int(np.searchsorted(data.ends, data.bootstrap_from, side="right"))
+                   if data.bootstrap_from is not None else 0)
+        if earlier >= self.min_train:
             accuracy, _, penalty = self._assess(self._fit(data.head(earlier)), data.rows[earlier:],
                                                 data.t_req[earlier:])
-            scores = conformity_scores(accuracy, penalty, candidate_estimates(data.t_req[earlier:]),
-                                       data.runtimes[earlier:])
-            model.bootstrap_scores = scores.tolist()
+            under, bad = conformity_scores(accuracy, penalty, candidate_estimates(data.t_req[earlier:]),
+                                           data.runtimes[earlier:])
+            model.bootstrap_scores = list(zip(data.ends[earlier:].tolist(), data.users[earlier:].tolist(),
+                                              under.tolist(), bad.tolist()))
         return model
 
     def _fit(self, data: TrainingData) -> TrainedModel:
@@ -302,8 +338,8 @@ class LGBMQuantileEstimator(Estimator):
     def install(self, model: TrainedModel) -> None:
         """Make `model` the live one (an atomic reference swap) and take its bootstrap calibration."""
         if self._calibrator is not None and len(self._calibrator) < MIN_CALIBRATION_JOBS:
-            for score in model.bootstrap_scores:
-                self._calibrator.add(score)
+            for end, user, under, bad in model.bootstrap_scores:
+                self._calibrator.add(end, user, under, bad)
         self._model = model
         if self._retrain_seconds is not None:
             self._next_retrain = model.trained_at + self._retrain_seconds
@@ -312,13 +348,15 @@ class LGBMQuantileEstimator(Estimator):
         for job_id in stale:  # predicted long ago and never reported finished
             del self._pending[job_id]
 
-    def calibration_state(self) -> list[int]:
-        """The calibration scores of the latest finished jobs, to save with a model."""
+    def calibration_state(self) -> list[list[int]]:
+        """The calibration scores of the jobs in the calibration window, to save with a model."""
         return self._calibrator.state() if self._calibrator is not None else []
 
-    def multiplier(self) -> float | None:
-        """The calibrated multiplier in use (None: the `alpha` quantile is used)."""
-        return self._calibrator.multiplier() if self._calibrator is not None else None
+    def multiplier(self, user: int | None = None) -> float | None:
+        """The calibrated multiplier for `user`'s jobs, or everybody's (None: the `alpha` quantile is used)."""
+        if self._calibrator is None:
+            return None
+        return self._calibrator.multiplier(user) if user is not None else self._calibrator.everybody.multiplier()
 
     def _retrain_due(self, now: int) -> bool:
         if self._retrain_seconds is None:
@@ -361,19 +399,35 @@ class LGBMQuantileEstimator(Estimator):
 
     def _answer(self, jobs: list[JobRequest]) -> list[Prediction]:
         model = self._model
+        features = self._features
+        rows = []
+        for job in jobs:  # each job is in flight for the rows of the jobs after it, as one by one
+            if model is not None:
+                rows.append(features.row(job))
+            features.register(job)
         if model is None:
             return [Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True) for job in jobs]
-        rows = [self._features.row(job) for job in jobs]
+        answers: list[Prediction] = []
+        for start in range(0, len(jobs), ANSWER_CHUNK):  # jobs x candidates arrays stay in cache
+            answers += self._answer_rows(model, jobs[start:start + ANSWER_CHUNK], rows[start:start + ANSWER_CHUNK])
+        return answers
+
+    def _answer_rows(self, model: TrainedModel, jobs: list[JobRequest], rows: list[list[float]]) -> list[Prediction]:
         t_req = np.array([job.t_req for job in jobs], dtype=np.float64)
-        accuracy, under, penalty = self._assess(model, np.asarray(rows, dtype=np.float64), t_req)
-        multiplier = self.multiplier()
-        chosen = choose(accuracy, penalty, multiplier) if multiplier is not None else choose_quantile(under, self.alpha)
+        matrix = np.asarray(rows, dtype=np.float64)
+        accuracy, under, penalty = self._assess(model, matrix, t_req)
+        users = [job.user for job in jobs]
+        by_user = {user: self.multiplier(user) for user in set(users)}
+        multipliers = np.array([np.nan if by_user[user] is None else by_user[user] for user in users])
+        uncalibrated = np.isnan(multipliers)
+        chosen = choose(accuracy, penalty, np.where(uncalibrated, 0.0, multipliers)[:, None])
+        if uncalibrated.any():
+            chosen = np.where(uncalibrated, choose_quantile(under, self.alpha), chosen)
         factors = CANDIDATES[chosen]
-        estimates = np.clip(np.rint(t_req * factors), 1.0, t_req).astype(np.int64)
+        estimates = np.clip(np.rint(t_req * factors), 1.0, t_req).astype(np.int64).tolist()
         pending = self._pending
         answers = []
-        for index, job in enumerate(jobs):
-            pending[job.job_id] = (job.submit, rows[index], accuracy[index], penalty[index])
-            answers.append(Prediction(t_sched=int(estimates[index]), factor=float(factors[index]),
-                                      basis=model.jobs, fallback=False))
+        for index, (job, factor) in enumerate(zip(jobs, factors.tolist())):
+            pending[job.job_id] = (job.submit, matrix[index], accuracy[index], penalty[index])
+            answers.append(Prediction(t_sched=estimates[index], factor=factor, basis=model.jobs, fallback=False))
         return answers
