@@ -9,6 +9,9 @@ what an in-process run costs.
 from __future__ import annotations
 
 import logging
+import operator
+import queue
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -86,9 +89,23 @@ def add_completions(field: Any, finished: Sequence[FinishedJob]) -> None:
             end=job.end, runtime=job.runtime)
 
 
+_prediction_fields = operator.attrgetter("t_sched", "factor", "basis", "fallback")
+
+
+def sync_request(finished: Sequence[FinishedJob], submitted: Sequence[JobRequest], namespace: str, estimator: str,
+                 truth: Mapping[int, int] | None) -> pb.SyncRequest:
+    request = pb.SyncRequest(namespace=namespace, estimator=estimator)
+    add_completions(request.completions, finished)
+    add_jobs(request.submitted, submitted, truth)
+    return request
+
+
 def prediction_from(message: pb.Prediction) -> Prediction:
-    factor = message.factor if message.HasField("factor") else None
-    return Prediction(message.t_sched, factor, message.basis, message.fallback)
+    """An unset factor reads as 0.0, so presence is asked only of a zero (a batch reads thousands)."""
+    t_sched, factor, basis, fallback = _prediction_fields(message)
+    if not factor and not message.HasField("factor"):
+        factor = None
+    return Prediction(t_sched, factor, basis, fallback)
 
 
 class PredictorClient:
@@ -129,10 +146,12 @@ class PredictorClient:
              estimator: str = "", truth: Mapping[int, int] | None = None,
              timeout: float | None = None) -> list[Prediction]:
         """Report `finished`, then predict `submitted`, in one round trip."""
-        request = pb.SyncRequest(namespace=namespace, estimator=estimator)
-        add_completions(request.completions, finished)
-        add_jobs(request.submitted, submitted, truth)
+        request = sync_request(finished, submitted, namespace, estimator, truth)
         return [prediction_from(p) for p in self._call(self._stub.Sync, request, timeout).predictions]
+
+    def sync_stream(self) -> SyncStream:
+        """Open a `SyncStream`: the same exchange as `sync`, at about half the cost per round trip."""
+        return SyncStream(self._stub.SyncStream, self.address)
 
     def list_estimators(self, namespace: str = "", timeout: float | None = None) -> dict[str, Any]:
         """The server's estimators and defaults, and what `namespace` holds, as plain data."""
@@ -175,6 +194,66 @@ class PredictorClient:
             raise PredictorError(self.address, error.code(), error.details() or "") from None
 
 
+class SyncStream:
+    """One open `SyncStream` call: `exchange` sends a SyncRequest and waits for its answer.
+
+    A stream has one deadline for its whole life, so each exchange gets its
+    own from a watchdog thread that cancels the stream when an answer is
+    late: the caller then gets DEADLINE_EXCEEDED, as from a unary call, and
+    opens a new stream for its next attempt.
+    """
+
+    def __init__(self, method: Any, address: str) -> None:
+        self.address = address
+        self._outbox: queue.SimpleQueue[pb.SyncRequest | None] = queue.SimpleQueue()
+        self._responses = method(iter(self._outbox.get, None))
+        self._deadline: float | None = None
+        self._timed_out = False
+        self._closed = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    def exchange(self, request: pb.SyncRequest, timeout: float) -> pb.SyncResponse:
+        if self._closed.is_set():
+            raise PredictorError(self.address, grpc.StatusCode.CANCELLED, "the sync stream is closed")
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, args=(timeout,), name="tsched-sync-watchdog",
+                                              daemon=True)
+            self._watchdog.start()
+        self._deadline = time.monotonic() + timeout
+        self._outbox.put(request)
+        try:
+            return next(self._responses)
+        except grpc.RpcError as error:
+            self.close()
+            code = grpc.StatusCode.DEADLINE_EXCEEDED if self._timed_out else error.code()
+            raise PredictorError(self.address, code, "no answer within the deadline" if self._timed_out
+                                 else error.details() or "") from None
+        except StopIteration:
+            self.close()
+            raise PredictorError(self.address, grpc.StatusCode.UNAVAILABLE, "the server ended the sync stream") from None
+        finally:
+            self._deadline = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def close(self) -> None:
+        """End the stream (the server finishes it cleanly) and stop the watchdog."""
+        if not self._closed.is_set():
+            self._closed.set()
+            self._outbox.put(None)
+
+    def _watch(self, timeout: float) -> None:
+        interval = min(0.1, timeout / 4)
+        while not self._closed.wait(interval):
+            deadline = self._deadline
+            if deadline is not None and time.monotonic() > deadline:
+                self._timed_out = True
+                self._responses.cancel()
+                return
+
+
 def predict_once(address: str, namespace: str, spec: str, user: int, group: int, request: int, procs: int,
                  submit: int | None = None, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> dict[str, Any]:
     """One prediction as plain data (what `tsched predict` prints); PredictorError carries the server's message."""
@@ -187,12 +266,12 @@ def predict_once(address: str, namespace: str, spec: str, user: int, group: int,
 
 
 class RemoteSession:
-    """A `PredictionSession` served by the predictor service over `Sync`.
+    """A `PredictionSession` served by the predictor service over a `SyncStream`.
 
     Completions are held until the next call that has submissions to predict
     (or until `close`): the service learns them before it predicts anything
     submitted later, so answers equal `LocalSession`'s, with one round trip per
-    instant that has arrivals. `reset=True` starts from an empty namespace (a
+    instant that has arrivals, on one stream kept open for the session. `reset=True` starts from an empty namespace (a
     simulation run); a live scheduler keeps its namespace's history.
 
     On a transient failure the submitted jobs get t_req and count in
@@ -215,6 +294,7 @@ class RemoteSession:
         self._first_retry_after = retry_after
         self._max_retry_after = max_retry_after
         self._next_attempt = 0.0
+        self._stream: SyncStream | None = None
 
     def sync(self, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest]) -> list[Prediction]:
         self._pending.extend(finished)
@@ -233,6 +313,8 @@ class RemoteSession:
         if self._pending and self._send(()) is None:
             log.warning("predictor at %s unreachable: %d completions for namespace %r were not delivered",
                         self.client.address, len(self._pending), self.namespace)
+        if self._stream is not None:
+            self._stream.close()
         self.client.close()
 
     def _timeout_for(self, completions: int) -> float:
@@ -256,9 +338,14 @@ class RemoteSession:
                 client.observe(self._pending[:COMPLETIONS_PER_CALL], namespace=self.namespace,
                                timeout=self._timeout_for(COMPLETIONS_PER_CALL))
                 del self._pending[:COMPLETIONS_PER_CALL]
-            predictions = client.sync(self._pending, submitted, namespace=self.namespace, estimator=self.spec,
-                                      truth=self.truth, timeout=self._timeout_for(len(self._pending)))
+            if self._stream is None:
+                self._stream = client.sync_stream()
+            request = sync_request(self._pending, submitted, self.namespace, self.spec, self.truth)
+            response = self._stream.exchange(request, self._timeout_for(len(self._pending)))
+            predictions = [prediction_from(p) for p in response.predictions]
         except PredictorError as error:
+            if self._stream is not None and self._stream.closed:
+                self._stream = None  # the next attempt opens a new stream
             if error.code not in _TRANSIENT:
                 raise
             self._next_attempt = time.monotonic() + self._retry_after

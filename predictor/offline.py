@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import fields
 from typing import Any, TypeVar
 
 import numpy as np
@@ -31,7 +30,7 @@ from predictor.registry import make_estimator
 from predictor.scoring import summarize
 
 #: JobRequest's fields, in constructor order, are read from the columns of the same name.
-REQUEST_COLUMNS = tuple(field.name for field in fields(JobRequest))
+REQUEST_COLUMNS = JobRequest._fields
 REQUIRED_COLUMNS = REQUEST_COLUMNS + ("t_act", "end")
 #: The percentiles and floors of Tang et al.'s Figures 4-10.
 GRID_PERCENTILES = (50.0, 60.0, 70.0, 80.0, 85.0, 90.0, 95.0, 100.0)

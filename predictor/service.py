@@ -15,15 +15,16 @@ import bisect
 import inspect
 import json
 import logging
+import operator
 import queue
 import re
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -53,6 +54,8 @@ MAX_ESTIMATORS_PER_NAMESPACE = 32
 SPEC_CACHE_SIZE = 1024
 #: How long in-flight calls get to finish on SIGTERM/SIGINT.
 SHUTDOWN_GRACE_SECONDS = 10.0
+#: Threads that train models in the background (LightGBM releases the interpreter lock while it trains).
+TRAINING_THREADS = 2
 #: How often (in jobs) a long batch checks whether its caller's deadline has passed.
 DEADLINE_CHECK_EVERY = 4096
 _NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9._:/@+-]{1,128}")
@@ -102,22 +105,28 @@ def _optional(job: pb.Job, name: str, where: str, index: int | None, minimum: in
 
 #: The submit time of a job that left it unset: it is predicted at the namespace's clock.
 UNSET_SUBMIT = -1
+#: A Job message's fields in JobRequest order, read in one call.
+_job_fields = operator.attrgetter(*JobRequest._fields)
 
 
 def job_request(job: pb.Job, where: str, index: int | None = None) -> JobRequest:
     """Validate a Job message; an unset submit becomes UNSET_SUBMIT (to be read as the clock).
 
-    Batches make this the hot path, so a well-formed job with its submit time
-    is accepted by one combined test; anything else goes through the
+    Batches make this the hot path, so a well-formed job is accepted by one
+    combined test on its values: an unset field reads as 0, so presence is
+    asked only of fields whose value is 0 (t_req and procs must be >= 1, so a
+    0 there is refused either way). Anything else goes through the
     field-by-field checks, which name what is wrong.
     """
-    has = job.HasField
-    if has("submit") and has("user") and has("group") and has("t_req") and has("procs"):
-        job_id, submit, user, group, t_req, procs = job.job_id, job.submit, job.user, job.group, job.t_req, job.procs
-        queue = job.queue if has("queue") else -1
-        executable = job.executable if has("executable") else -1
-        if (job_id >= 0 and submit >= 0 and user >= -1 and group >= -1 and t_req >= 1 and procs >= 1
-                and queue >= -1 and executable >= -1):
+    job_id, submit, user, group, t_req, procs, queue, executable = _job_fields(job)
+    if (job_id >= 0 and submit > 0 and t_req >= 1 and procs >= 1 and user >= -1 and group >= -1
+            and queue >= -1 and executable >= -1):
+        has = job.HasField
+        if (user or has("user")) and (group or has("group")):
+            if not queue and not has("queue"):
+                queue = -1
+            if not executable and not has("executable"):
+                executable = -1
             return JobRequest(job_id, submit, user, group, t_req, procs, queue, executable)
     return _checked_job_request(job, where, index)
 
@@ -200,6 +209,8 @@ class Namespace:
 
     name: str
     factory: EstimatorFactory
+    #: Where estimators that train models train them, off the request path.
+    trainer: futures.Executor | None = None
     history: list[FinishedJob] = field(default_factory=list)
     clock: int = 0
     estimators: dict[str, Estimator] = field(default_factory=dict)
@@ -225,6 +236,7 @@ class Namespace:
                 raise ServiceError(f"estimator: namespace {self.name!r} already holds "
                                    f"{MAX_ESTIMATORS_PER_NAMESPACE} estimators; reset it or reuse a SPEC")
             estimator = self.factory(spec.written)
+            estimator.train_on(self.trainer)
             observe = estimator.observe
             for job in self.history:
                 observe(job)
@@ -263,23 +275,23 @@ class Namespace:
 
     def predict(self, estimator: Estimator, requests: Sequence[JobRequest], truth: dict[int, int] | None,
                 check_deadline: Callable[[], None]) -> list[Prediction]:
-        """Predict `requests` against the current history; an unset submit is the clock, a later one moves it."""
+        """Predict `requests` against the current history; an unset submit is the clock, a later one moves it.
+
+        One `predict_many` call per chunk lets an estimator batch its work (one
+        booster call for many jobs), and the caller's deadline is checked between chunks.
+        """
         if isinstance(estimator, OracleEstimator):
             estimator.bind_truth(truth or {})
-        predict = estimator.predict
         clock = self.clock
-        latest = clock
-        predictions = []
-        check_every, unset = DEADLINE_CHECK_EVERY, UNSET_SUBMIT
-        for index, request in enumerate(requests):
-            if index % check_every == check_every - 1:
+        if any(request.submit == UNSET_SUBMIT for request in requests):
+            requests = [request._replace(submit=clock) if request.submit == UNSET_SUBMIT else request
+                        for request in requests]
+        latest = max(clock, max((request.submit for request in requests), default=clock))
+        predictions: list[Prediction] = []
+        for start in range(0, len(requests), DEADLINE_CHECK_EVERY):
+            if start:
                 check_deadline()
-            submit = request.submit
-            if submit == unset:
-                request = replace(request, submit=clock)
-            elif submit > latest:
-                latest = submit
-            predictions.append(predict(request))
+            predictions += estimator.predict_many(requests[start:start + DEADLINE_CHECK_EVERY])
         self.clock = latest
         return predictions
 
@@ -313,6 +325,7 @@ class PredictorServicer(rpc.PredictorServicer):
         self._specs: dict[str, ResolvedSpec] = {}
         self._namespaces: dict[str, Namespace] = {}
         self._namespaces_lock = threading.Lock()
+        self.trainer = futures.ThreadPoolExecutor(max_workers=TRAINING_THREADS, thread_name_prefix="tsched-train")
         if not default_specs:
             raise ValueError("the server needs at least one default estimator SPEC")
         self.defaults = [self._resolve(spec, "default estimator") for spec in default_specs]
@@ -374,23 +387,37 @@ class PredictorServicer(rpc.PredictorServicer):
 
     def Sync(self, request: pb.SyncRequest, context: grpc.ServicerContext) -> pb.SyncResponse:
         try:
-            spec = self._spec(request.estimator)
-            namespace = self._namespace(request.namespace)
-            # Everything is validated before anything is learned: a refused call changes nothing.
-            batch = finished_jobs(request.completions, "completions")
-            jobs = job_requests(request.submitted, "submitted")
-            truth = actual_runtimes(request.submitted, "submitted") if spec.evaluation_only else None
-            check = _deadline_checker(context)
-            check()
-            with namespace:
-                estimator = namespace.estimator(spec)
-                accepted, duplicates = namespace.learn(batch, self._store, "completions")
-                predictions = namespace.predict(estimator, jobs, truth, check)
-            response = pb.SyncResponse(estimator=spec.canonical, accepted=accepted, duplicates=duplicates)
-            _add_predictions(response.predictions, predictions)
-            return response
+            return self._sync(request, context)
         except Exception as error:  # noqa: BLE001
             self._abort(context, "Sync", error)
+
+    def SyncStream(self, requests: Iterator[pb.SyncRequest],
+                   context: grpc.ServicerContext) -> Iterator[pb.SyncResponse]:
+        """Each request handled as `Sync`, answered in order; the first refusal ends the stream."""
+        try:
+            for request in requests:
+                yield self._sync(request, context)
+        except grpc.RpcError:  # raised by `requests`: the client cancelled the stream or went away
+            log.info("SyncStream ended by the client")
+        except Exception as error:  # noqa: BLE001
+            self._abort(context, "SyncStream", error)
+
+    def _sync(self, request: pb.SyncRequest, context: grpc.ServicerContext) -> pb.SyncResponse:
+        spec = self._spec(request.estimator)
+        namespace = self._namespace(request.namespace)
+        # Everything is validated before anything is learned: a refused call changes nothing.
+        batch = finished_jobs(request.completions, "completions")
+        jobs = job_requests(request.submitted, "submitted")
+        truth = actual_runtimes(request.submitted, "submitted") if spec.evaluation_only else None
+        check = _deadline_checker(context)
+        check()
+        with namespace:
+            estimator = namespace.estimator(spec)
+            accepted, duplicates = namespace.learn(batch, self._store, "completions")
+            predictions = namespace.predict(estimator, jobs, truth, check)
+        response = pb.SyncResponse(estimator=spec.canonical, accepted=accepted, duplicates=duplicates)
+        _add_predictions(response.predictions, predictions)
+        return response
 
     def ListEstimators(self, request: pb.ListEstimatorsRequest,
                        context: grpc.ServicerContext) -> pb.ListEstimatorsResponse:
@@ -465,7 +492,7 @@ class PredictorServicer(rpc.PredictorServicer):
 
     def _new_namespace(self, name: str, stored: StoredNamespace | None = None) -> Namespace:
         """A namespace with the default estimators, taught `stored` history if any."""
-        namespace = Namespace(name, self._factory)
+        namespace = Namespace(name, self._factory, self.trainer)
         if stored is not None:
             namespace.history, namespace.clock = stored.completions, stored.clock
         for spec in self.defaults:
@@ -507,11 +534,12 @@ class PredictorServer:
     """A started server: its port, and a graceful stop that also closes the state file."""
 
     def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer,
-                 store: CompletionStore | None) -> None:
+                 store: CompletionStore | None, trainer: futures.Executor) -> None:
         self.server = server
         self.port = port
         self._health = health_servicer
         self._store = store
+        self._trainer = trainer
 
     def stop(self, grace: float | None = SHUTDOWN_GRACE_SECONDS) -> threading.Event:
         """Refuse new calls, let in-flight ones finish within `grace`, then close the state file.
@@ -524,6 +552,7 @@ class PredictorServer:
 
         def close_when_stopped() -> None:
             stopped.wait()
+            self._trainer.shutdown(wait=False, cancel_futures=True)
             if self._store is not None:
                 self._store.close()
             log.info("predictor service stopped (port %d)", self.port)
@@ -584,7 +613,7 @@ def start_server(listen: str = "127.0.0.1:0", state: str | None = None,
     log.info("predictor service listening on %s (port %d); estimators %s; state %s; oracle %s",
              listen, port, ", ".join(spec.canonical for spec in servicer.defaults), state or "none (in memory)",
              "allowed" if allow_oracle else "refused")
-    return PredictorServer(server, port, health_servicer, store), port
+    return PredictorServer(server, port, health_servicer, store, servicer.trainer), port
 
 
 def serve(listen: str = "127.0.0.1:50051", state: str | None = None,

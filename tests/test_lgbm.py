@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -110,6 +111,34 @@ def test_predict_many_equals_predict_one_by_one(jobs: pd.DataFrame) -> None:
     singles = [one.predict(request) for request in batch]
     assert many.predict_many(batch) == singles
     assert one.model.trained_at > batch[0].submit  # the batch crossed a retraining point
+
+
+def test_background_training_gives_the_answers_of_inline_training(jobs: pd.DataFrame) -> None:
+    inline = replay(small_estimator(), jobs)
+    background = small_estimator()
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        background.train_on(executor)
+        threaded = replay(background, jobs)
+    assert (~inline["fallback"]).mean() > 0.8
+    pd.testing.assert_frame_equal(inline, threaded)
+
+
+def test_a_retrained_model_goes_live_swap_after_its_snapshot(jobs: pd.DataFrame) -> None:
+    ordered = jobs.sort_values(["submit", "job_id"], kind="stable")
+    split = int(ordered["submit"].quantile(0.5))
+    estimator = small_estimator(swap="6h")
+    for job in finished_from_frame(ordered):
+        if job.end <= split:
+            estimator.observe(job)
+
+    def probe(at: int) -> JobRequest:
+        return JobRequest(job_id=10**9 + at, submit=at, user=1, group=1, t_req=3600, procs=4)
+
+    assert estimator.predict(probe(split)).fallback  # the first training starts here...
+    assert estimator.model is None
+    assert estimator.predict(probe(split + 6 * 3600 - 1)).fallback
+    assert not estimator.predict(probe(split + 6 * 3600)).fallback  # ...and goes live 6 h of trace time later
+    assert estimator.model.trained_at == split
 
 
 def test_training_leaves_the_live_model_until_installed(jobs: pd.DataFrame) -> None:

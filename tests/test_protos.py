@@ -31,4 +31,4 @@ def test_generated_modules_import_as_a_package() -> None:
     assert pb.DESCRIPTOR.package == "tsched.v1"
     assert rpc.PredictorStub.__module__ == "predictor.proto.tsched.v1.predictor_pb2_grpc"
     assert set(pb.DESCRIPTOR.services_by_name["Predictor"].methods_by_name) == {
-        "Predict", "PredictBatch", "ObserveCompletions", "Sync", "ListEstimators", "ResetNamespace"}
+        "Predict", "PredictBatch", "ObserveCompletions", "Sync", "SyncStream", "ListEstimators", "ResetNamespace"}

@@ -14,7 +14,7 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import predictor.service as service
-from predictor.client import PredictorClient, PredictorError, RemoteSession, predict_once
+from predictor.client import PredictorClient, PredictorError, RemoteSession, predict_once, prediction_from, sync_request
 from predictor.estimators.baselines import RequestEstimator
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
@@ -125,6 +125,33 @@ def test_sync_learns_then_predicts_like_a_local_session(client: PredictorClient,
         chunk = finished[chunk_start:chunk_start + 30]
         jobs = submissions(chunk[-1].end)
         assert client.sync(chunk, jobs, namespace=namespace, estimator="last2") == local.sync(chunk, jobs)
+
+
+def test_sync_stream_answers_like_sync(client: PredictorClient, namespace: str) -> None:
+    finished = history(90)
+    stream = client.sync_stream()
+    try:
+        for chunk_start in range(0, 90, 30):
+            chunk = finished[chunk_start:chunk_start + 30]
+            jobs = submissions(chunk[-1].end)
+            request = sync_request(chunk, jobs, f"{namespace}-stream", "last2", None)
+            streamed = [prediction_from(p) for p in stream.exchange(request, timeout=10).predictions]
+            assert streamed == client.sync(chunk, jobs, namespace=f"{namespace}-unary", estimator="last2")
+    finally:
+        stream.close()
+
+
+def test_a_refused_request_ends_the_stream_and_the_server_keeps_serving(client: PredictorClient,
+                                                                        namespace: str) -> None:
+    stream = client.sync_stream()
+    bad = pb.SyncRequest(namespace=namespace, submitted=[pb.Job(job_id=1, submit=5, user=1, group=1, procs=1)])
+    code, details = status_of(lambda: stream.exchange(bad, timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "submitted[0].t_req" in details
+    assert stream.closed
+    fresh = client.sync_stream()
+    good = sync_request([], submissions(5, count=1), namespace, "request", None)
+    assert fresh.exchange(good, timeout=10).predictions[0].t_sched == 3600
+    fresh.close()
 
 
 def test_resent_completions_are_not_learned_twice(client: PredictorClient, namespace: str) -> None:
@@ -293,6 +320,22 @@ def _slow_server() -> tuple[service.PredictorServer, str]:
     return running, f"127.0.0.1:{port}"
 
 
+def test_a_late_stream_answer_is_a_deadline_and_the_session_falls_back() -> None:
+    running, address = _slow_server()
+    try:
+        session = RemoteSession(address, "late", "request", reset=False, timeout=0.3, retry_after=5.0)
+        started = time.monotonic()
+        session.sync([], submissions(0, count=1))  # the slow estimator takes 0.1 s per job
+        assert session.fallbacks == 0
+        predictions = session.sync([], submissions(1, count=10))
+        assert all(p.fallback and p.t_sched == 3600 for p in predictions) and session.fallbacks == 10
+        assert time.monotonic() - started < 1.0  # gave up at the deadline, not after the whole second
+        assert session.sync([], submissions(2, count=1))[0].fallback  # backing off: not even tried
+        session.close()
+    finally:
+        running.stop(0).wait()
+
+
 def test_deadlines_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(service, "DEADLINE_CHECK_EVERY", 1)
     running, address = _slow_server()
@@ -363,7 +406,11 @@ def test_concurrent_clients_get_the_sequential_answers(server: str, client: Pred
 
 # --- the simulator through the service ------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", [PERCENTILE, "last2"])
+#: Retrains every 2 days of trace time: in the service on its training threads, in-process inline.
+SMALL_LGBM = "lgbm-quantile:window=5d,retrain=2d,calibration=3d,min_train=200,trees=5"
+
+
+@pytest.mark.parametrize("spec", [PERCENTILE, "last2", SMALL_LGBM])
 def test_simulation_through_the_service_equals_in_process(server: str, spec: str) -> None:
     trace = generate_workload(jobs=1500, procs=128, load=0.8, seed=3)
     split = int(trace.jobs["submit"].iloc[300])
@@ -371,7 +418,7 @@ def test_simulation_through_the_service_equals_in_process(server: str, spec: str
     replay = trace.jobs.loc[trace.jobs["submit"] >= split]
     config = SimulationConfig(procs=128, policy="sjf", backfill="easy", mode="regular")
     in_process = simulate(replay, config, LocalSession(make_estimator(spec)), history=warmup)
-    session = RemoteSession(server, f"simulation-{spec}", spec, reset=True)
+    session = RemoteSession(server, f"simulation-{spec.partition(':')[0]}", spec, reset=True, timeout=60)
     remote = simulate(replay, config, session, history=warmup)
     session.close()
     assert remote.predictor_fallbacks == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from concurrent.futures import Executor
 from typing import Any, ClassVar, Self
 
 from predictor.jobs import FinishedJob, JobRequest, Prediction
@@ -48,6 +49,13 @@ class Estimator(ABC):
     def predict_many(self, jobs: Iterable[JobRequest]) -> list[Prediction]:
         """Predict several jobs against the same history (no learning in between)."""
         return [self.predict(job) for job in jobs]
+
+    def train_on(self, executor: Executor | None) -> None:
+        """Where an estimator that trains models runs its training (None: inline); others ignore it.
+
+        A service passes a background executor so that no call waits for a
+        training; the answers are the same either way (see the lgbm estimator).
+        """
 
     @classmethod
     def param_names(cls) -> list[str]:

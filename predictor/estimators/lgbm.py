@@ -14,14 +14,21 @@ the estimate is the `alpha` quantile of the predicted runtime distribution.
 
 The model is trained on the jobs that finished in the trailing `window` and
 retrained every `retrain` of trace time, when a prediction is asked past the
-next retraining point. For a service, `training_data` / `train` / `install`
-split retraining into a cheap snapshot, a slow pure step that never touches
-the live model, and an atomic swap.
+next retraining point: a cheap snapshot of the training jobs is taken then
+(`training_data`), the model is fitted by a pure step that never touches the
+live model (`train`, inline or on the executor given to `train_on`), and it
+goes live (`install`, an atomic swap) at the first prediction `swap` of trace
+time after the snapshot. On a live cluster, where trace time is wall time, the
+training is long done by then and no prediction waits for it; in a replay,
+where trace time runs far faster, that prediction waits for the model. Either
+way the answers depend only on the trace, never on how fast training ran, so a
+simulation through the service equals one in-process.
 """
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -53,14 +60,19 @@ MIN_USER_CALIBRATION_JOBS = 200
 MIN_CALIBRATION_JOBS = 200
 
 
-def parse_duration(text: str, name: str) -> int | None:
-    """Seconds in a trace-time duration such as `90d`; None for `never`."""
+#: Seconds per unit of a duration such as `90d` or `1h`.
+DURATION_UNITS = {"d": SECONDS_PER_DAY, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(text: str, name: str, zero: bool = False) -> int | None:
+    """Seconds in a trace-time duration such as `90d`, `12h`, `30m`; None for `never`."""
     if text == "never":
         return None
-    days = text[:-1]
-    if not text.endswith("d") or not days.isdigit() or int(days) <= 0:
-        raise ValueError(f"{name} must be a whole number of days such as 7d, or never; got {text!r}")
-    return int(days) * SECONDS_PER_DAY
+    number, unit = text[:-1], text[-1:]
+    if unit not in DURATION_UNITS or not number.isdigit() or (int(number) == 0 and not zero):
+        raise ValueError(f"{name} must be a whole number of days, hours, minutes or seconds such as 7d, 12h, 30m "
+                         f"or 90s, or never; got {text!r}")
+    return int(number) * DURATION_UNITS[unit]
 
 
 def candidate_estimates(t_req: np.ndarray) -> np.ndarray:
@@ -174,7 +186,7 @@ class LGBMQuantileEstimator(Estimator):
 
     def __init__(self, alpha: float = 0.9, target_under: float = 0.06, be_share: float = 0.25,
                  be_weight: float = 3.0, window: str = "90d", retrain: str = "7d", calibration: str = "14d",
-                 trees: int = 20,
+                 swap: str = "1h", trees: int = 20,
                  leaves: int = 15, learning_rate: float = 0.2, min_train: int = 500, max_train: int = 20000,
                  threads: int = 1, seed: int = 1) -> None:
         if not 0.0 < alpha < 1.0:
@@ -196,8 +208,9 @@ class LGBMQuantileEstimator(Estimator):
             raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate}")
         window_seconds = parse_duration(window, "window")
         calibration_seconds = parse_duration(calibration, "calibration")
-        if window_seconds is None or calibration_seconds is None:
-            raise ValueError("window and calibration must be numbers of days such as 90d")
+        swap_seconds = parse_duration(swap, "swap", zero=True)
+        if window_seconds is None or calibration_seconds is None or swap_seconds is None:
+            raise ValueError("window, calibration and swap must be durations such as 90d (not never)")
         self.alpha = alpha
         self.target_under = target_under
         self.be_share = be_share
@@ -205,6 +218,7 @@ class LGBMQuantileEstimator(Estimator):
         self.window = window
         self.retrain = retrain
         self.calibration = calibration
+        self.swap = swap
         self.trees = trees
         self.leaves = leaves
         self.learning_rate = learning_rate
@@ -214,6 +228,7 @@ class LGBMQuantileEstimator(Estimator):
         self.seed = seed
         self._window_seconds = window_seconds
         self._retrain_seconds = parse_duration(retrain, "retrain")
+        self._swap_seconds = swap_seconds
         self._features = FeatureHistory()
         self._calibration_seconds = calibration_seconds
         self._calibrator = (UserCalibrator(target_under, be_share * target_under, calibration_seconds,
@@ -225,6 +240,9 @@ class LGBMQuantileEstimator(Estimator):
         #: Predicted jobs not yet finished: submit time, feature row, expected accuracy, penalty.
         self._pending: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._next_retrain: int | None = None
+        self._executor: Executor | None = None
+        #: A model in training (or trained) and the trace time from which it goes live.
+        self._training: tuple[int, Future[TrainedModel]] | None = None
 
     @classmethod
     def from_model(cls, model: TrainedModel, params: dict[str, Any],
@@ -258,6 +276,10 @@ class LGBMQuantileEstimator(Estimator):
         self._buffer.clear()
         self._pending.clear()
         self._next_retrain = None
+        self._training = None
+
+    def train_on(self, executor: Executor | None) -> None:
+        self._executor = executor
 
     def _assess(self, model: TrainedModel, rows: np.ndarray,
                 t_req: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -359,39 +381,55 @@ class LGBMQuantileEstimator(Estimator):
         return self._calibrator.multiplier(user) if user is not None else self._calibrator.everybody.multiplier()
 
     def _retrain_due(self, now: int) -> bool:
-        if self._retrain_seconds is None:
+        if self._retrain_seconds is None or self._training is not None:
             return False
         if self._next_retrain is not None:
             return now >= self._next_retrain
         return len(self._buffer) >= self.min_train
 
-    def _retrain_if_due(self, now: int) -> None:
+    def _swap_due(self, now: int) -> bool:
+        return self._training is not None and now >= self._training[0]
+
+    def _advance(self, now: int) -> None:
+        """At trace time `now`: put a trained model whose time has come live, and start a training that is due."""
+        if self._swap_due(now):
+            _, model = self._training
+            self._training = None
+            self.install(model.result())  # waits only where trace time outruns training: a replay
         if not self._retrain_due(now):
             return
         self._next_retrain = now + self._retrain_seconds  # also when there is too little to train on
         data = self.training_data(now)
-        if len(data) >= self.min_train:
-            self.install(self.train(data))
+        if len(data) < self.min_train:
+            return
+        if self._executor is not None:
+            model = self._executor.submit(self.train, data)
+        else:
+            model = Future()
+            model.set_result(self.train(data))
+        self._training = (now + self._swap_seconds, model)
+        if self._swap_seconds == 0:
+            self._advance(now)
 
     # -- predicting -------------------------------------------------------------------------------
 
     def predict(self, job: JobRequest) -> Prediction:
-        self._retrain_if_due(job.submit)
+        self._advance(job.submit)
         return self._answer([job])[0]
 
     def predict_many(self, jobs: Iterable[JobRequest]) -> list[Prediction]:
         """Predict a batch (in submission order) with one booster call per model in force.
 
         The answers are those of `predict` called job by job: the batch is cut
-        where a job's submission makes a retraining due.
+        where a job's submission makes a retraining or a model swap due.
         """
         jobs = list(jobs)
         answers: list[Prediction] = []
         start = 0
         while start < len(jobs):
-            self._retrain_if_due(jobs[start].submit)
+            self._advance(jobs[start].submit)
             stop = start + 1
-            while stop < len(jobs) and not self._retrain_due(jobs[stop].submit):
+            while stop < len(jobs) and not (self._retrain_due(jobs[stop].submit) or self._swap_due(jobs[stop].submit)):
                 stop += 1
             answers += self._answer(jobs[start:stop])
             start = stop

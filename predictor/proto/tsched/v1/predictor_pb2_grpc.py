@@ -54,6 +54,11 @@ class PredictorStub:
                 request_serializer=tsched_dot_v1_dot_predictor__pb2.SyncRequest.SerializeToString,
                 response_deserializer=tsched_dot_v1_dot_predictor__pb2.SyncResponse.FromString,
                 _registered_method=True)
+        self.SyncStream = channel.stream_stream(
+                '/tsched.v1.Predictor/SyncStream',
+                request_serializer=tsched_dot_v1_dot_predictor__pb2.SyncRequest.SerializeToString,
+                response_deserializer=tsched_dot_v1_dot_predictor__pb2.SyncResponse.FromString,
+                _registered_method=True)
         self.ListEstimators = channel.unary_unary(
                 '/tsched.v1.Predictor/ListEstimators',
                 request_serializer=tsched_dot_v1_dot_predictor__pb2.ListEstimatorsRequest.SerializeToString,
@@ -98,6 +103,15 @@ class PredictorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SyncStream(self, request_iterator, context):
+        """Sync over one long-lived stream: each request is handled as Sync and
+        answered in order. A simulator keeps one open per run: a message on an open
+        stream costs about half a call. A refused request ends the stream with its status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListEstimators(self, request, context):
         """The estimators this server can build, its defaults, and what a namespace holds.
         """
@@ -132,6 +146,11 @@ def add_PredictorServicer_to_server(servicer, server):
             ),
             'Sync': grpc.unary_unary_rpc_method_handler(
                     servicer.Sync,
+                    request_deserializer=tsched_dot_v1_dot_predictor__pb2.SyncRequest.FromString,
+                    response_serializer=tsched_dot_v1_dot_predictor__pb2.SyncResponse.SerializeToString,
+            ),
+            'SyncStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SyncStream,
                     request_deserializer=tsched_dot_v1_dot_predictor__pb2.SyncRequest.FromString,
                     response_serializer=tsched_dot_v1_dot_predictor__pb2.SyncResponse.SerializeToString,
             ),
@@ -252,6 +271,33 @@ class Predictor:
             request,
             target,
             '/tsched.v1.Predictor/Sync',
+            tsched_dot_v1_dot_predictor__pb2.SyncRequest.SerializeToString,
+            tsched_dot_v1_dot_predictor__pb2.SyncResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tsched.v1.Predictor/SyncStream',
             tsched_dot_v1_dot_predictor__pb2.SyncRequest.SerializeToString,
             tsched_dot_v1_dot_predictor__pb2.SyncResponse.FromString,
             options,
