@@ -7,7 +7,13 @@ at most 0.5 ms per job slower than in-process, with identical results.
 
 The server runs in its own process (`ServerProcess`), as in a deployment; the
 clients are this process (1 client, PredictBatch, the simulation) or 8 client
-processes (throughput). Every number printed is measured here, now.
+processes (throughput). A Python gRPC client spends about as much CPU per call
+as the server does, so on 2 cores 8 Python client processes measure the
+machine more than the service: the server's own latency and capacity are also
+measured with h2load (nghttp2's HTTP/2 load generator, `apt install
+nghttp2-client`), which sends the same Predict request as raw gRPC frames from
+C++. Every response is checked to be the full answer (a refused call carries
+no message). Every number printed is measured here, now.
 
     /work/venv/bin/python benchmarks/bench_service.py [--traces DIR] [--estimator SPEC] [--skip-simulation]
 """
@@ -16,14 +22,22 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
 import time
 from pathlib import Path
+
+import grpc
 
 import numpy as np
 import pandas as pd
 
 from predictor.client import PredictorClient, RemoteSession
 from predictor.jobs import FinishedJob, JobRequest
+from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
 from predictor.service import ServerProcess
 from predictor.session import LocalSession
@@ -37,6 +51,7 @@ NAMESPACE = "bench"
 LATENCY_CALLS = 5_000
 THROUGHPUT_CALLS_PER_CLIENT = 1_500
 CLIENTS = 8
+H2LOAD_CALLS = 40_000
 BATCH_SIZE = 10_000
 BATCHES = 10
 
@@ -110,6 +125,51 @@ def bench_concurrent(address: str, queries: list[JobRequest], spec: str) -> None
           "(target >= 5,000)")
 
 
+def _grpc_frame(message: bytes) -> bytes:
+    """A gRPC length-prefixed message: uncompressed flag, 4-byte big-endian length, the message."""
+    return b"\x00" + struct.pack(">I", len(message)) + message
+
+
+def bench_h2load(address: str, query: JobRequest, spec: str) -> None:
+    """Predict latency (1 connection) and throughput (8 connections, one call in flight each) seen by h2load."""
+    h2load = shutil.which("h2load")
+    if h2load is None:
+        print("h2load: not installed (apt install nghttp2-client); server-side figures skipped")
+        return
+    request = pb.PredictRequest(namespace=NAMESPACE, estimator=spec, job=pb.Job(
+        job_id=query.job_id, submit=query.submit, user=query.user, group=query.group, t_req=query.t_req,
+        procs=query.procs, queue=query.queue, executable=query.executable))
+    with grpc.insecure_channel(address) as channel:
+        answer = rpc.PredictorStub(channel).Predict(request, timeout=10)
+    answer_bytes = len(_grpc_frame(answer.SerializeToString()))
+    with tempfile.TemporaryDirectory() as folder:
+        body, log = Path(folder) / "predict.bin", Path(folder) / "requests.log"
+        body.write_bytes(_grpc_frame(request.SerializeToString()))
+
+        def run(calls: int, clients: int) -> tuple[float, list[int]]:
+            log.unlink(missing_ok=True)
+            command = [h2load, "-n", str(calls), "-c", str(clients), "-m", "1", "-d", str(body),
+                       "-H", "content-type: application/grpc", "-H", "te: trailers", f"--log-file={log}",
+                       f"http://{address}/tsched.v1.Predictor/Predict"]
+            output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            rate = float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", output).group(1))
+            data = int(re.search(r"\(\d+\) headers.*?, [\d.]+\w*B \((\d+)\) data", output).group(1))
+            if data != calls * answer_bytes:
+                raise SystemExit(f"h2load: {data} bytes of answers for {calls} calls, expected {calls * answer_bytes}: "
+                                 f"some calls were refused\n{output}")
+            durations = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines())
+            return rate, durations
+
+        run(2_000, CLIENTS)  # warm-up
+        _, durations = run(LATENCY_CALLS, 1)
+        p50, p99 = durations[len(durations) // 2] / 1e3, durations[int(len(durations) * 0.99)] / 1e3
+        print(f"h2load Predict, 1 connection, {len(durations)} calls: p50 {p50:.3f} ms (target < 0.4), "
+              f"p99 {p99:.3f} ms (target < 1)")
+        rate, _ = run(H2LOAD_CALLS, CLIENTS)
+        print(f"h2load Predict, {CLIENTS} connections x 1 call in flight, {H2LOAD_CALLS} calls: {rate:,.0f} "
+              "predictions/s (target >= 5,000); every answer complete")
+
+
 def bench_batch(address: str, queries: list[JobRequest], spec: str, learned: list[FinishedJob]) -> None:
     with PredictorClient(address, timeout=60) as client:
         client.predict_batch(queries, namespace=NAMESPACE, estimator=spec)  # warm-up
@@ -176,6 +236,7 @@ def main() -> None:
         print(f"server {server.address}: namespace {NAMESPACE!r} holds {len(learned):,} completions of {TRACE}")
         bench_predict(server.address, server.pid, _queries(jobs, half, LATENCY_CALLS), args.estimator)
         bench_concurrent(server.address, _queries(jobs, half, THROUGHPUT_CALLS_PER_CLIENT), args.estimator)
+        bench_h2load(server.address, _queries(jobs, half, 1)[0], args.estimator)
         bench_batch(server.address, _queries(jobs, half, BATCH_SIZE), args.estimator, learned)
         if not args.skip_simulation:
             bench_simulation(server.address, jobs, trace.machine_procs(), args.estimator)

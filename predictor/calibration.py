@@ -166,6 +166,9 @@ class UserCalibrator:
     surprises, nor the reverse.
     """
 
+    #: `min_user_jobs` that gives no user a multiplier of their own: everybody shares one.
+    NOBODY = 2**62
+
     def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int,
                  min_user_jobs: int) -> None:
         self._make = lambda: TrailingCalibrator(target_under, target_bad, window, min_jobs)

@@ -9,7 +9,7 @@ underestimation rate each of the three adjusters reached on that trace
 Every estimator sees only jobs that finished before each submission.
 
 Writes, under `--out`: `frontier.csv` (one row per trace x estimator),
-`frontier-<trace>.png` (accuracy against underestimation: the adjuster grid,
+`img/frontier-<trace>.png` (accuracy against underestimation: the adjuster grid,
 its Pareto front, and the estimators) and `frontier.md` (a table per trace
 and a summary). Traces are read from `--traces` (default ../shared/traces),
 never copied.
@@ -136,7 +136,7 @@ def main() -> None:
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         raise SystemExit(f"missing trace(s): {', '.join(missing)}")
-    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "img").mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     parallel = Parallel(n_jobs=args.workers)
     measured = parallel(delayed(baseline_rows)(path) for path in paths)
@@ -161,7 +161,7 @@ def main() -> None:
         name = trace_name(path)
         mine = pd.concat([rows] + [frame for frame in lgbm if frame["trace"].iloc[0] == name], ignore_index=True)
         mine["frontier"] = [frontier_accuracy(grid, under) for under in mine["underestimated"]]
-        image = f"frontier-{slug(name)}.png"
+        image = f"img/frontier-{slug(name)}.png"
         plot(name, grid, mine, args.out / image)
         jobs = len(read_swf(path, lenient=True).jobs)
         report += markdown(name, jobs, mine, image)

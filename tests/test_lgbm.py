@@ -205,6 +205,16 @@ def test_calibration_tracks_target_under() -> None:
     assert abs(achieved - target) < 0.04, achieved
 
 
+def test_without_per_user_calibration_everybody_shares_one_multiplier(jobs: pd.DataFrame) -> None:
+    shared, own = small_estimator(per_user="false", min_train=100), small_estimator(min_train=100)
+    replay(shared, jobs)
+    replay(own, jobs)
+    users = jobs["user"].value_counts().index[:5].tolist()
+    assert shared.multiplier() is not None
+    assert {shared.multiplier(user) for user in users} == {shared.multiplier()}
+    assert len({own.multiplier(user) for user in users} | {own.multiplier()}) > 1
+
+
 def test_trailing_calibrator_takes_the_conformal_quantile() -> None:
     calibrator = TrailingCalibrator(target_under=0.25, target_bad=0.25, window=100, min_jobs=4)
     for end in (1, 2, 3):

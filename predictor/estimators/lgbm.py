@@ -54,7 +54,7 @@ CLASS_QUANTILES = 64
 HEDGE = 0.01
 #: Jobs whose candidate arrays are computed together in a batch prediction.
 ANSWER_CHUNK = 256
-#: Fewest recent finished jobs of a user for the user to get a multiplier of their own.
+#: Fewest recent finished jobs of a user for the user to get a multiplier of their own (with `per_user`).
 MIN_USER_CALIBRATION_JOBS = 200
 #: Fewest finished jobs the calibration rests on before it overrides `alpha`.
 MIN_CALIBRATION_JOBS = 200
@@ -186,7 +186,7 @@ class LGBMQuantileEstimator(Estimator):
 
     def __init__(self, alpha: float = 0.9, target_under: float = 0.06, be_share: float = 0.25,
                  be_weight: float = 3.0, window: str = "90d", retrain: str = "7d", calibration: str = "14d",
-                 swap: str = "1h", trees: int = 20,
+                 swap: str = "1h", per_user: bool = True, trees: int = 20,
                  leaves: int = 15, learning_rate: float = 0.2, min_train: int = 500, max_train: int = 20000,
                  threads: int = 1, seed: int = 1) -> None:
         if not 0.0 < alpha < 1.0:
@@ -219,6 +219,7 @@ class LGBMQuantileEstimator(Estimator):
         self.retrain = retrain
         self.calibration = calibration
         self.swap = swap
+        self.per_user = per_user
         self.trees = trees
         self.leaves = leaves
         self.learning_rate = learning_rate
@@ -232,7 +233,8 @@ class LGBMQuantileEstimator(Estimator):
         self._features = FeatureHistory()
         self._calibration_seconds = calibration_seconds
         self._calibrator = (UserCalibrator(target_under, be_share * target_under, calibration_seconds,
-                                           MIN_CALIBRATION_JOBS, MIN_USER_CALIBRATION_JOBS)
+                                           MIN_CALIBRATION_JOBS,
+                                           MIN_USER_CALIBRATION_JOBS if per_user else UserCalibrator.NOBODY)
                             if target_under > 0 else None)
         self._model: TrainedModel | None = None
         # Rows are kept as arrays: unlike lists of floats, the garbage collector need not scan them.
