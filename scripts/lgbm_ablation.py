@@ -2,8 +2,8 @@
 
 Every variant is held to the underestimation rate of the paper's q=85
 adjuster on each trace. The variants switch off one part at a time
-(`be_weight=0`: no BE penalty; `per_user=false`: one multiplier for
-everybody; `target_under=0,alpha=...`: the uncalibrated alpha quantile of
+(`be_weight=0`: no BE penalty; `per_user=true`: a multiplier per user
+with enough jobs; `target_under=0,alpha=...`: the uncalibrated alpha quantile of
 the predicted distribution), and `log-runtime quantile` is what we started
 from: LightGBM's quantile objective on log runtime with the same features and
 retraining schedule, shifted conformal-style (on the residuals of the jobs
@@ -100,7 +100,7 @@ def variants(under: float) -> dict[str, str | None]:
     return {
         "lgbm-quantile (all parts)": f"lgbm-quantile:{target}",
         "without the BE penalty": f"lgbm-quantile:{target},be_weight=0",
-        "one multiplier for everybody": f"lgbm-quantile:{target},per_user=false",
+        "with per-user multipliers": f"lgbm-quantile:{target},per_user=true",
         "uncalibrated alpha quantile of the distribution": f"lgbm-quantile:target_under=0,alpha={1 - under:.4f}",
         "log-runtime quantile regression, conformal shift": None,
     }

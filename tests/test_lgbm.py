@@ -205,8 +205,8 @@ def test_calibration_tracks_target_under() -> None:
     assert abs(achieved - target) < 0.04, achieved
 
 
-def test_without_per_user_calibration_everybody_shares_one_multiplier(jobs: pd.DataFrame) -> None:
-    shared, own = small_estimator(per_user="false", min_train=100), small_estimator(min_train=100)
+def test_everybody_shares_one_multiplier_unless_per_user(jobs: pd.DataFrame) -> None:
+    shared, own = small_estimator(min_train=100), small_estimator(per_user="true", min_train=100)
     replay(shared, jobs)
     replay(own, jobs)
     users = jobs["user"].value_counts().index[:5].tolist()

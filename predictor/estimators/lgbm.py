@@ -186,7 +186,7 @@ class LGBMQuantileEstimator(Estimator):
 
     def __init__(self, alpha: float = 0.9, target_under: float = 0.06, be_share: float = 0.25,
                  be_weight: float = 3.0, window: str = "90d", retrain: str = "7d", calibration: str = "14d",
-                 swap: str = "1h", per_user: bool = True, trees: int = 20,
+                 swap: str = "1h", per_user: bool = False, trees: int = 20,
                  leaves: int = 15, learning_rate: float = 0.2, min_train: int = 500, max_train: int = 20000,
                  threads: int = 1, seed: int = 1) -> None:
         if not 0.0 < alpha < 1.0:
