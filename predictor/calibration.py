@@ -163,14 +163,12 @@ class UserCalibrator:
     Group-conditional (Mondrian) calibration: each user with at least
     `min_user_jobs` scores in the window is held to the targets on their own
     jobs, so a user with regular jobs is not made timid by another user's
-    surprises, nor the reverse.
+    surprises, nor the reverse. With `min_user_jobs=None` everybody shares one
+    multiplier and no per-user windows are kept.
     """
 
-    #: `min_user_jobs` that gives no user a multiplier of their own: everybody shares one.
-    NOBODY = 2**62
-
     def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int,
-                 min_user_jobs: int) -> None:
+                 min_user_jobs: int | None) -> None:
         self._make = lambda: TrailingCalibrator(target_under, target_bad, window, min_jobs)
         self.everybody = self._make()
         self.min_user_jobs = min_user_jobs
@@ -188,13 +186,17 @@ class UserCalibrator:
 
     def add(self, end: int, user: int, under: int, bad: int) -> None:
         self.everybody.add(end, under, bad)
+        entries = self._entries
+        entries.append((end, user, under, bad))
+        horizon = end - self.window
+        if self.min_user_jobs is None:
+            while entries[0][0] < horizon:
+                entries.popleft()
+            return
         calibrator = self._users.get(user)
         if calibrator is None:
             calibrator = self._users[user] = self._make()
         calibrator.add(end, under, bad)
-        entries = self._entries
-        entries.append((end, user, under, bad))
-        horizon = end - self.window
         while entries[0][0] < horizon:  # keep every user's window in step with everybody's
             expired = entries.popleft()[1]
             calibrator = self._users.get(expired)
@@ -205,7 +207,7 @@ class UserCalibrator:
 
     def multiplier(self, user: int) -> float | None:
         """The user's multiplier if they have enough recent jobs, else everybody's (None: uncalibrated)."""
-        calibrator = self._users.get(user)
+        calibrator = self._users.get(user)  # None without per-user windows
         if calibrator is not None and len(calibrator) >= self.min_user_jobs:
             return calibrator.multiplier()
         return self.everybody.multiplier()

@@ -52,7 +52,7 @@ def baseline_rows(path: Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
         return None
     rows = pd.DataFrame(evaluate(jobs, list(BASELINES), trace_name(path))["results"])
     grid = percentile_grid(jobs, trace_name(path))
-    return rows.assign(trace=trace_name(path)), grid
+    return rows.assign(trace=trace_name(path), jobs=len(jobs)), grid
 
 
 def lgbm_row(path: Path, spec: str, matched: str) -> pd.DataFrame:
@@ -163,10 +163,9 @@ def main() -> None:
         mine["frontier"] = [frontier_accuracy(grid, under) for under in mine["underestimated"]]
         image = f"img/frontier-{slug(name)}.png"
         plot(name, grid, mine, args.out / image)
-        jobs = len(read_swf(path, lenient=True).jobs)
-        report += markdown(name, jobs, mine, image)
+        report += markdown(name, int(rows["jobs"].iloc[0]), mine, image)
         table.append(mine)
-        head = mine[mine.get("matched", pd.Series(dtype=str)) == f"q={HEADLINE_Q}"].iloc[0]
+        head = mine[mine["matched"] == f"q={HEADLINE_Q}"].iloc[0]
         adjuster = mine[mine["estimator"] == ADJUSTER.format(q=HEADLINE_Q)].iloc[0]
         summary.append(f"| {name} | {adjuster.accuracy_mean:.3f} | {adjuster.underestimated:.1%} | {adjuster.BE:.1%} | "
                        f"{head.frontier:.3f} | {head.accuracy_mean:.3f} | {head.underestimated:.1%} | {head.BE:.1%} | "

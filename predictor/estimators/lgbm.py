@@ -9,8 +9,9 @@ per job, the estimate that maximises expected accuracy minus a multiplier
 times a penalty: P(under) + `be_weight` x P(under by more than 30 min)
 (`predictor.calibration`). The multiplier is calibrated on the jobs that
 finished in the trailing `calibration` window so that the underestimation rate
-tracks `target_under`, and the BE rate stays within `be_share` of it; until there are enough of them, or with `target_under=0`,
-the estimate is the `alpha` quantile of the predicted runtime distribution.
+tracks `target_under` and the BE rate stays within `be_share` of it; until
+there are enough of them, or with `target_under=0`, the estimate is the
+`alpha` quantile of the predicted runtime distribution.
 
 The model is trained on the jobs that finished in the trailing `window` and
 retrained every `retrain` of trace time, when a prediction is asked past the
@@ -168,14 +169,11 @@ class TrainedModel:
         bad = np.empty((len(rows), len(CANDIDATES)))
         requests, inverse = np.unique(np.asarray(t_req, dtype=np.float64), return_inverse=True)
         shifts = bad_shift(requests)
-        if len(requests) == 1:
-            bad[:] = probabilities @ under_padded[:, shifts[0]]
-        else:
-            order = np.argsort(inverse, kind="stable")
-            bounds = np.searchsorted(inverse[order], np.arange(len(requests) + 1))
-            for index in range(len(requests)):
-                members = order[bounds[index]:bounds[index + 1]]
-                bad[members] = probabilities[members] @ under_padded[:, shifts[index]]
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(requests) + 1))
+        for index in range(len(requests)):
+            members = order[bounds[index]:bounds[index + 1]]
+            bad[members] = probabilities[members] @ under_padded[:, shifts[index]]
         return probabilities @ self._class_accuracy, probabilities @ self._class_under, bad
 
 
@@ -234,7 +232,7 @@ class LGBMQuantileEstimator(Estimator):
         self._calibration_seconds = calibration_seconds
         self._calibrator = (UserCalibrator(target_under, be_share * target_under, calibration_seconds,
                                            MIN_CALIBRATION_JOBS,
-                                           MIN_USER_CALIBRATION_JOBS if per_user else UserCalibrator.NOBODY)
+                                           MIN_USER_CALIBRATION_JOBS if per_user else None)
                             if target_under > 0 else None)
         self._model: TrainedModel | None = None
         # Rows are kept as arrays: unlike lists of floats, the garbage collector need not scan them.
@@ -393,25 +391,21 @@ class LGBMQuantileEstimator(Estimator):
         return self._training is not None and now >= self._training[0]
 
     def _advance(self, now: int) -> None:
-        """At trace time `now`: put a trained model whose time has come live, and start a training that is due."""
+        """At trace time `now`: start a training that is due, and put a model whose time has come live."""
+        if self._retrain_due(now):
+            self._next_retrain = now + self._retrain_seconds  # also when there is too little to train on
+            data = self.training_data(now)
+            if len(data) >= self.min_train:
+                if self._executor is not None:
+                    model = self._executor.submit(self.train, data)
+                else:
+                    model = Future()
+                    model.set_result(self.train(data))
+                self._training = (now + self._swap_seconds, model)
         if self._swap_due(now):
             _, model = self._training
             self._training = None
             self.install(model.result())  # waits only where trace time outruns training: a replay
-        if not self._retrain_due(now):
-            return
-        self._next_retrain = now + self._retrain_seconds  # also when there is too little to train on
-        data = self.training_data(now)
-        if len(data) < self.min_train:
-            return
-        if self._executor is not None:
-            model = self._executor.submit(self.train, data)
-        else:
-            model = Future()
-            model.set_result(self.train(data))
-        self._training = (now + self._swap_seconds, model)
-        if self._swap_seconds == 0:
-            self._advance(now)
 
     # -- predicting -------------------------------------------------------------------------------
 
