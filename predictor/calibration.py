@@ -19,6 +19,16 @@ window of trace time are at most their targets. The window is a time span,
 not a number of jobs: a few thousand jobs on a busy machine are only the last
 hours, whose finished jobs are the short ones, and the long jobs, which are the
 ones underestimated by hours, would never count.
+
+A trailing window only estimates the next weeks' rates from the last ones:
+on a bursty trace, a burst of surprises holds the multiplier up for a whole
+window and the rate falls well below its target afterwards. So the rate each
+window is held to (its level) adapts, as in adaptive conformal inference
+(Gibbs and Candes, NeurIPS 2021): after every served estimate the level moves
+by `adapt` x (target - missed), up when the served estimates miss less often
+than the target, down when more often, so that the rate actually delivered
+tracks the target over time. The level stays within a factor `LEVEL_RANGE` of
+the target: a burst of late-reported misses cannot shut predictions off.
 """
 from __future__ import annotations
 
@@ -30,6 +40,8 @@ from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: The multipliers a calibration can choose from (log-spaced; scores index into it).
 MULTIPLIERS = np.geomspace(0.01, 1e5, 141)
+#: How far adaptation may move a level from its target, as a factor either way.
+LEVEL_RANGE = 2.0
 _SCORE_CHUNK = 64
 
 
@@ -71,16 +83,23 @@ def conformity_scores(expected_accuracy: np.ndarray, penalty: np.ndarray, estima
 
 
 class _ScoreHistogram:
-    """Scores of one kind in the window, counted per multiplier."""
+    """Scores of one kind in the window, counted per multiplier, and the level their rate is held to."""
 
-    def __init__(self, target: float) -> None:
+    def __init__(self, target: float, adapt: float) -> None:
         self.target = target
+        self.adapt = adapt
+        self.level = target
         self.counts = np.zeros(len(MULTIPLIERS) + 1, dtype=np.int64)
 
+    def record(self, missed: bool) -> None:
+        """Adapt the level to the outcome of one served estimate."""
+        level = self.level + self.adapt * (self.target - missed)
+        self.level = min(self.target * LEVEL_RANGE, max(self.target / LEVEL_RANGE, level))
+
     def multiplier_index(self, total: int) -> int:
-        """The smallest multiplier whose finite-sample corrected rate of scores above it is <= target."""
+        """The smallest multiplier whose finite-sample corrected rate of scores above it is <= the level."""
         above = total - np.cumsum(self.counts[:-1])
-        acceptable = np.flatnonzero((above + 1) / (total + 1) <= self.target)
+        acceptable = np.flatnonzero((above + 1) / (total + 1) <= self.level)
         return int(acceptable[0]) if len(acceptable) else len(MULTIPLIERS) - 1
 
 
@@ -90,20 +109,23 @@ class TrailingCalibrator:
     Scores of the jobs that ended in the last `window` seconds count; below
     `min_jobs` of them there is no calibration (`multiplier()` is None). The
     multiplier is the larger of the one for `target_under` and the one for
-    `target_bad`.
+    `target_bad`, each adapted at rate `adapt` (0: not at all) by `record`.
     """
 
-    def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int) -> None:
+    def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int,
+                 adapt: float = 0.0) -> None:
         if not 0.0 < target_under < 1.0:
             raise ValueError(f"target_under must be in (0, 1), got {target_under}")
         if not 0.0 < target_bad <= target_under:
             raise ValueError(f"target_bad must be in (0, target_under], got {target_bad}")
+        if not 0.0 <= adapt < 1.0:
+            raise ValueError(f"adapt must be in [0, 1), got {adapt}")
         if min_jobs < 1 or window <= 0:
             raise ValueError(f"need min_jobs >= 1 and a positive window, got {min_jobs} and {window}")
         self.window = window
         self.min_jobs = min_jobs
-        self._under = _ScoreHistogram(target_under)
-        self._bad = _ScoreHistogram(target_bad)
+        self._under = _ScoreHistogram(target_under, adapt)
+        self._bad = _ScoreHistogram(target_bad, adapt)
         self._scores: deque[tuple[int, int, int]] = deque()  # (end, under, bad), in the order added
         self._multiplier: float | None = None
         self._stale = False
@@ -113,8 +135,9 @@ class TrailingCalibrator:
 
     def reset(self) -> None:
         self._scores.clear()
-        self._under.counts[:] = 0
-        self._bad.counts[:] = 0
+        for histogram in (self._under, self._bad):
+            histogram.counts[:] = 0
+            histogram.level = histogram.target
         self._multiplier = None
         self._stale = False
 
@@ -127,6 +150,16 @@ class TrailingCalibrator:
         self._under.counts[under] += 1
         self._bad.counts[bad] += 1
         self.expire(end - self.window)
+
+    def record(self, underestimated: bool, bad: bool) -> None:
+        """Adapt the levels to a served estimate that underestimated its job or not, by 30 min or more or not."""
+        self._under.record(underestimated)
+        self._bad.record(bad)
+        self._stale = True
+
+    def levels(self) -> tuple[float, float]:
+        """The under- and bad-estimate rates currently aimed at."""
+        return self._under.level, self._bad.level
 
     def expire(self, horizon: int) -> None:
         """Forget the scores of jobs that ended before `horizon`."""
@@ -168,8 +201,8 @@ class UserCalibrator:
     """
 
     def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int,
-                 min_user_jobs: int | None) -> None:
-        self._make = lambda: TrailingCalibrator(target_under, target_bad, window, min_jobs)
+                 min_user_jobs: int | None, adapt: float = 0.0) -> None:
+        self._make = lambda: TrailingCalibrator(target_under, target_bad, window, min_jobs, adapt)
         self.everybody = self._make()
         self.min_user_jobs = min_user_jobs
         self._users: dict[int, TrailingCalibrator] = {}
@@ -204,6 +237,13 @@ class UserCalibrator:
                 calibrator.expire(horizon)
                 if not len(calibrator):
                     del self._users[expired]
+
+    def record(self, user: int, underestimated: bool, bad: bool) -> None:
+        """Adapt everybody's levels, and the user's own, to the outcome of one served estimate."""
+        self.everybody.record(underestimated, bad)
+        calibrator = self._users.get(user)
+        if calibrator is not None:
+            calibrator.record(underestimated, bad)
 
     def multiplier(self, user: int) -> float | None:
         """The user's multiplier if they have enough recent jobs, else everybody's (None: uncalibrated)."""

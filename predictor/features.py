@@ -8,6 +8,11 @@ is "as of" the submission time (a binary search on end times), the history part
 of a row is the same whether it is computed when the job is submitted or later,
 when it finishes and becomes a training example.
 
+`FeatureHistory.ratio_counts(job)` counts, per bin of R, the jobs of the same
+user and request that ended in the window before the submission: the evidence
+a key's own history gives about the job, which the lgbm estimator weighs
+against its model's prediction.
+
 `FeatureHistory.register(job)` records a submission: until the job is observed
 finished it counts as in flight (queued or running) in the rows of later jobs.
 This is what a scheduler knows, and it tempers a bias of finished-job history:
@@ -18,7 +23,7 @@ at s whatever its runtime turns out to be.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from math import log, log1p, sqrt
 from operator import attrgetter
 
@@ -33,6 +38,9 @@ KEYS: dict[str, tuple[str, ...]] = {
     "user_req": ("user", "t_req"),
     "user_procs_req": ("user", "procs", "t_req"),
 }
+
+#: The key whose jobs `FeatureHistory.ratio_counts` counts per bin of R.
+COUNTED_KEY = "user_req"
 
 #: Statistics of one key's recent jobs, in row order.
 KEY_STATS = ("count", "last_logrt", "last_ratio", "age", "ratio_q50", "ratio_q85", "ratio_max",
@@ -103,32 +111,44 @@ class _EndSeries:
     same window over and over.
     """
 
-    __slots__ = ("ends", "logrts", "ratios", "window", "stats")
+    __slots__ = ("ends", "logrts", "ratios", "window", "stats", "counts")
 
-    def __init__(self) -> None:
+    def __init__(self, bins: int | None = None) -> None:
         self.ends: list[int] = []
         self.logrts: list[float] = []
         self.ratios: list[float] = []
         self.window: tuple[int, int] = (0, 0)
         self.stats: list[float] = []
+        self.counts: list[list[int]] | None = [[0] * bins] if bins else None
 
-    def append(self, end: int, logrt: float, ratio: float) -> None:
+    def append(self, end: int, logrt: float, ratio: float, bin_index: int = 0) -> None:
         ends = self.ends
+        counts = self.counts
         if ends and end < ends[-1]:  # out of end order (a remote client): keep sorted
             position = bisect_right(ends, end)
             ends.insert(position, end)
             self.logrts.insert(position, logrt)
             self.ratios.insert(position, ratio)
             self.window = (0, 0)
+            if counts is not None:
+                counts.insert(position + 1, list(counts[position]))
+                for later in counts[position + 1:]:
+                    later[bin_index] += 1
             return
         ends.append(end)
         self.logrts.append(logrt)
         self.ratios.append(ratio)
+        if counts is not None:
+            latest = list(counts[-1])
+            latest[bin_index] += 1
+            counts.append(latest)
 
     def drop_before(self, end: int) -> None:
         cut = bisect_left(self.ends, end)
         if cut:
             del self.ends[:cut], self.logrts[:cut], self.ratios[:cut]
+            if self.counts is not None:
+                del self.counts[:cut]
             self.window = (0, 0)
 
 
@@ -137,16 +157,18 @@ class FeatureHistory:
 
     `window` (seconds) bounds the jobs the windowed statistics use; `recent`
     caps them to the latest jobs so that a row costs the same for a heavy user.
+    `ratio_edges` are the upper edges of the R bins `ratio_counts` counts in.
     History older than `window + horizon` before the latest end is dropped:
     `horizon` is how long after its submission a job may still be turned into a
     training row with exact features.
     """
 
     def __init__(self, window: int = 30 * SECONDS_PER_DAY, recent: int = 32,
-                 horizon: int = 30 * SECONDS_PER_DAY) -> None:
+                 horizon: int = 30 * SECONDS_PER_DAY, ratio_edges: Sequence[float] = ()) -> None:
         self.window = window
         self.recent = recent
         self.horizon = horizon
+        self.ratio_edges = tuple(ratio_edges)
         self._getters = {name: attrgetter(*fields) for name, fields in KEYS.items()}
         self._series: dict[str, dict[Hashable, _EndSeries]] = {name: {} for name in KEYS}
         self._lookups = [(self._series[name], getter) for name, getter in self._getters.items()]
@@ -180,13 +202,15 @@ class FeatureHistory:
         self._land(request)
         logrt = log1p(job.runtime)
         ratio = job.ratio
+        bin_index = bisect_right(self.ratio_edges, ratio)
         for name, getter in self._getters.items():
             table = self._series[name]
             key = getter(request)
             series = table.get(key)
             if series is None:
-                series = table[key] = _EndSeries()
-            series.append(job.end, logrt, ratio)
+                counted = name == COUNTED_KEY and self.ratio_edges
+                series = table[key] = _EndSeries(len(self.ratio_edges) + 1 if counted else None)
+            series.append(job.end, logrt, ratio, bin_index)
         if job.end > self._latest_end:
             self._latest_end = job.end
             if job.end - self._trimmed_at > self.window:
@@ -236,6 +260,16 @@ class FeatureHistory:
                 continue
             values += self._key_stats(series, first, submit)
         return values
+
+    def ratio_counts(self, job: JobRequest) -> list[int]:
+        """Per R bin, the jobs of `job`'s user and request that ended in the window before its submission."""
+        series = self._series[COUNTED_KEY].get(self._getters[COUNTED_KEY](job))
+        if series is None or series.counts is None:
+            return [0] * (len(self.ratio_edges) + 1)
+        ends = series.ends
+        hi = bisect_right(ends, job.submit)
+        lo = bisect_left(ends, job.submit - self.window, 0, hi)
+        return [after - before for after, before in zip(series.counts[hi], series.counts[lo])]
 
     def _key_stats(self, series: _EndSeries, first: int, submit: int) -> list[float]:
         nan = float("nan")

@@ -157,6 +157,9 @@ def train(trace: TraceLike, out: str | Path, spec: str = "lgbm-quantile", until:
         "lightgbm": {"version": lgb.__version__, "params": estimator.lightgbm_params(), "trees": estimator.trees},
         "features": feature_encodings(),
         "classes": {"ratio_edges": list(RATIO_EDGES), "ratio_quantiles": model.class_ratios.tolist()},
+        "key_counts": "after the features, a row holds per class the jobs of the same user and request that "
+                      "ended in the 30 days before submission; with the model's class probabilities weighing "
+                      "as much as params.prior_jobs of them, they give the posterior the estimate is chosen from",
         "candidates": CANDIDATES.tolist(),
         "training": {
             "trace": str(trace.path),

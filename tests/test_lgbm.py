@@ -9,15 +9,16 @@ import pandas as pd
 import pytest
 
 from predictor.calibration import (
+    LEVEL_RANGE,
     MULTIPLIERS,
     TrailingCalibrator,
     UserCalibrator,
     choose_quantile,
     conformity_scores,
 )
-from predictor.estimators.lgbm import CANDIDATES, LGBMQuantileEstimator
+from predictor.estimators.lgbm import CANDIDATES, CLASSES, RATIO_EDGES, LGBMQuantileEstimator, class_of
 from predictor.features import FeatureHistory, feature_names
-from predictor.jobs import JobRequest
+from predictor.jobs import FinishedJob, JobRequest
 from predictor.offline import causal_replay, finished_from_frame, jobs_to_requests, replay
 from predictor.registry import SpecError, make_estimator
 from simulator.workload import generate_workload
@@ -76,6 +77,25 @@ def test_trains_on_schedule_and_estimates_within_the_request(jobs: pd.DataFrame)
     last_submit = int(jobs["submit"].max())
     assert last_submit - 2 * DAY <= estimator.model.trained_at <= last_submit
     assert estimator.model.jobs == modelled["basis"].iloc[-1]
+
+
+def test_a_key_with_a_long_regular_history_outweighs_the_model(jobs: pd.DataFrame) -> None:
+    estimator = small_estimator(prior_jobs=30)
+    replay(estimator, jobs)
+    model = estimator.model
+    features = np.random.default_rng(2).uniform(0, 5, size=(1, len(feature_names())))
+    t_req = np.array([36_000])
+    short = CANDIDATES.searchsorted(0.02)  # an estimate of 2% of the request
+
+    def under_at_short(counts: list[int]) -> float:
+        row = np.concatenate([features, np.array([counts], dtype=np.float64)], axis=1)
+        return float(model.distribution(row, t_req, estimator.prior_jobs)[1][0, short])
+
+    alone = under_at_short([0] * CLASSES)
+    regular = under_at_short([3000] + [0] * (CLASSES - 1))  # 3000 recent jobs, all below R 0.01
+    erratic = under_at_short([0] * (CLASSES - 1) + [3000])  # 3000 recent jobs, all to their request
+    assert regular < alone / 5 and regular < 0.02
+    assert erratic > 0.9
 
 
 def test_no_retraining_when_retrain_is_never(jobs: pd.DataFrame) -> None:
@@ -167,6 +187,29 @@ def test_feature_row_is_the_same_at_submission_and_later(jobs: pd.DataFrame) -> 
         assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(at_submission[index], later))
 
 
+def test_ratio_counts_are_the_key_jobs_that_ended_in_the_window(jobs: pd.DataFrame) -> None:
+    ordered = jobs.sort_values(["submit", "job_id"], kind="stable")
+    requests = jobs_to_requests(ordered)
+    finished = finished_from_frame(ordered)
+    history = FeatureHistory(ratio_edges=RATIO_EDGES)
+    counted = causal_replay(requests, finished, history.observe, history.ratio_counts)
+    for index in range(0, len(requests), 53):
+        job = requests[index]
+        mine = [other for other in finished if (other.request.user, other.request.t_req) == (job.user, job.t_req)
+                and job.submit - history.window <= other.end <= job.submit]
+        expected = np.bincount(class_of(np.array([other.ratio for other in mine])), minlength=len(RATIO_EDGES) + 1)
+        assert counted[index] == expected.tolist()
+
+
+def test_ratio_counts_stay_exact_for_jobs_reported_out_of_end_order() -> None:
+    history = FeatureHistory(ratio_edges=(0.5,))
+    request = JobRequest(job_id=1, submit=0, user=1, group=1, t_req=100, procs=1)
+    for job_id, end, runtime in ((1, 50, 90), (2, 70, 10), (3, 60, 80), (4, 10, 20)):
+        history.observe(FinishedJob(request._replace(job_id=job_id), end=end, runtime=runtime))
+    probe = request._replace(job_id=9, submit=65)
+    assert history.ratio_counts(probe) == [1, 2]  # ended by 65: R 0.2 (end 10), 0.9 (50), 0.8 (60)
+
+
 def test_jobs_in_flight_count_until_they_finish(jobs: pd.DataFrame) -> None:
     finished = finished_from_frame(jobs.sort_values(["submit", "job_id"], kind="stable"))
     first, second = finished[0].request, finished[1].request
@@ -238,6 +281,44 @@ def test_trailing_calibrator_honours_the_stricter_target() -> None:
     restored.restore(calibrator.state())
     assert restored.state() == [[1, 7, 0], [2, 0, 0], [3, 0, 0], [4, 9, 9]]
     assert restored.multiplier() == calibrator.multiplier()
+
+
+def test_adaptation_raises_the_level_after_hits_and_lowers_it_after_misses() -> None:
+    calibrator = TrailingCalibrator(target_under=0.2, target_bad=0.1, window=100, min_jobs=1, adapt=0.01)
+    calibrator.add(1, 5, 0)
+    for _ in range(10):
+        calibrator.record(underestimated=False, bad=False)
+    assert calibrator.levels() == pytest.approx((0.2 + 10 * 0.01 * 0.2, 0.1 + 10 * 0.01 * 0.1))
+    for _ in range(1000):
+        calibrator.record(underestimated=True, bad=True)
+    assert calibrator.levels() == pytest.approx((0.2 / LEVEL_RANGE, 0.1 / LEVEL_RANGE))  # bounded
+    fixed = TrailingCalibrator(target_under=0.2, target_bad=0.1, window=100, min_jobs=1)
+    fixed.record(underestimated=True, bad=True)
+    assert fixed.levels() == (0.2, 0.1)
+
+
+def test_adaptation_delivers_the_target_rate_when_the_window_misleads() -> None:
+    """Scores alternate between calm and stormy weeks: a trailing window alone misses the target."""
+    rng = np.random.default_rng(5)
+    target = 0.1
+    delivered = {}
+    for adapt in (0.0, 0.002):
+        calibrator = TrailingCalibrator(target_under=target, target_bad=target, window=2000, min_jobs=100,
+                                        adapt=adapt)
+        misses = served = 0
+        for end in range(40_000):
+            stormy = (end // 3000) % 2 == 1
+            score = int(rng.integers(0, 120 if stormy else 60))
+            multiplier = calibrator.multiplier()
+            if multiplier is not None:
+                missed = score > np.searchsorted(MULTIPLIERS, multiplier)
+                misses += missed
+                served += 1
+                calibrator.record(bool(missed), bool(missed))
+            calibrator.add(end, score, score)
+        delivered[adapt] = misses / served
+    assert abs(delivered[0.002] - target) < 0.015, delivered
+    assert abs(delivered[0.002] - target) < abs(delivered[0.0] - target) / 2, delivered
 
 
 def test_users_with_enough_jobs_get_their_own_multiplier() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.estimators.lgbm import LGBMQuantileEstimator
+from predictor.estimators.lgbm import CLASSES, LGBMQuantileEstimator
 from predictor.estimators.percentile import PercentileEstimator
 from predictor.features import feature_names
 from predictor.registry import SpecError
@@ -67,10 +67,11 @@ def test_loading_round_trips_the_model(trained: tuple[Path, dict]) -> None:
     estimator = loaded.estimator()
     assert estimator.get_params() == manifest["params"]
     assert estimator.multiplier() == manifest["calibration"]["multiplier"]
-    rows = np.random.default_rng(1).uniform(0, 10, size=(50, len(feature_names())))
+    rows = np.random.default_rng(1).uniform(0, 10, size=(50, len(feature_names()) + CLASSES))  # features, counts
     t_req = np.full(50, 3600)
     fresh = load_model(folder).model
-    for mine, theirs in zip(loaded.model.distribution(rows, t_req), fresh.distribution(rows, t_req)):
+    for mine, theirs in zip(loaded.model.distribution(rows, t_req, estimator.prior_jobs),
+                            fresh.distribution(rows, t_req, estimator.prior_jobs)):
         np.testing.assert_array_equal(mine, theirs)
     assert estimator.model.trained_at == 12 * DAY
 

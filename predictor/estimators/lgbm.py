@@ -4,14 +4,18 @@ Why not a plain quantile regression: on the real traces a LightGBM quantile
 model on log-runtime, shifted to the percentile adjuster's underestimation
 rate, is no more accurate than the adjuster (docs/lgbm.md). What pays is
 predicting the whole distribution of R (a multiclass model over bins of R,
-each bin represented by quantiles of its training jobs) and then choosing,
-per job, the estimate that maximises expected accuracy minus a multiplier
-times a penalty: P(under) + `be_weight` x P(under by more than 30 min)
-(`predictor.calibration`). The multiplier is calibrated on the jobs that
-finished in the trailing `calibration` window so that the underestimation rate
-tracks `target_under` and the BE rate stays within `be_share` of it; until
-there are enough of them, or with `target_under=0`, the estimate is the
-`alpha` quantile of the predicted runtime distribution.
+each bin represented by quantiles of its training jobs), sharpening it with
+the R classes of the same user's recent jobs with the same request (a
+Dirichlet posterior with the model as prior worth `prior_jobs` jobs: a model
+cannot be sure to one in a thousand, a key with a thousand regular jobs can),
+and then choosing, per job, the estimate that maximises expected accuracy
+minus a multiplier times a penalty: P(under) + `be_weight` x P(under by more
+than 30 min) (`predictor.calibration`). The multiplier is calibrated on the
+jobs that finished in the trailing `calibration` window, with targets that
+adapt (`adapt`) to the rates the served estimates actually reached, so that
+the underestimation rate tracks `target_under` and the BE rate stays within
+`be_share` of it; until there are enough jobs, or with `target_under=0`, the
+estimate is the `alpha` quantile of the predicted runtime distribution.
 
 The model is trained on the jobs that finished in the trailing `window` and
 retrained every `retrain` of trace time, when a prediction is asked past the
@@ -55,6 +59,8 @@ CLASS_QUANTILES = 64
 HEDGE = 0.01
 #: Jobs whose candidate arrays are computed together in a batch prediction.
 ANSWER_CHUNK = 256
+#: Model features at the head of a row; the key's R class counts follow.
+N_FEATURES = len(feature_names())
 #: Fewest recent finished jobs of a user for the user to get a multiplier of their own (with `per_user`).
 MIN_USER_CALIBRATION_JOBS = 200
 #: Fewest finished jobs the calibration rests on before it overrides `alpha`.
@@ -115,7 +121,7 @@ def class_ratio_quantiles(ratios: np.ndarray, classes: np.ndarray) -> np.ndarray
 class TrainingData:
     """A snapshot of the finished jobs a model is trained on (rows as of each job's submission)."""
 
-    rows: np.ndarray        # jobs x features, in end order
+    rows: np.ndarray        # jobs x (features + key class counts), in end order
     ends: np.ndarray
     runtimes: np.ndarray
     t_req: np.ndarray
@@ -157,14 +163,25 @@ class TrainedModel:
         self._class_accuracy = accuracy.mean(axis=1)
         self._class_under = (samples > candidates).mean(axis=1)
 
-    def distribution(self, rows: np.ndarray, t_req: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def distribution(self, rows: np.ndarray, t_req: np.ndarray,
+                     prior_jobs: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Jobs x candidates: expected accuracy, P(under) and P(BE), from hedged class probabilities.
+
+        A row is the model's features followed by the job's key's R class
+        counts (`FeatureHistory.ratio_counts`). The class probabilities are the
+        posterior mean of a Dirichlet whose prior is the model's prediction
+        weighing as much as `prior_jobs` jobs, updated with those counts: a
+        key with a long, regular history is judged by it (the model alone
+        cannot be sure to one in a thousand), a new key by the model.
 
         P(BE) at c is P(R > c + 1800 s / t_req), read off each class's
         P(R > .) at the next candidate; jobs are grouped by request so that
         this costs one small matrix product per distinct request.
         """
-        probabilities = (1 - HEDGE) * self.booster.predict(rows, num_threads=1) + HEDGE / CLASSES
+        counts = rows[:, N_FEATURES:]
+        predicted = self.booster.predict(rows[:, :N_FEATURES], num_threads=1)
+        posterior = (prior_jobs * predicted + counts) / (prior_jobs + counts.sum(axis=1, keepdims=True))
+        probabilities = (1 - HEDGE) * posterior + HEDGE / CLASSES
         under_padded = np.concatenate([self._class_under, np.zeros((CLASSES, 1))], axis=1)
         bad = np.empty((len(rows), len(CANDIDATES)))
         requests, inverse = np.unique(np.asarray(t_req, dtype=np.float64), return_inverse=True)
@@ -183,16 +200,20 @@ class LGBMQuantileEstimator(Estimator):
     name = "lgbm-quantile"
 
     def __init__(self, alpha: float = 0.9, target_under: float = 0.06, be_share: float = 0.25,
-                 be_weight: float = 3.0, window: str = "90d", retrain: str = "7d", calibration: str = "14d",
-                 swap: str = "1h", per_user: bool = False, trees: int = 20,
-                 leaves: int = 15, learning_rate: float = 0.2, min_train: int = 500, max_train: int = 20000,
-                 threads: int = 1, seed: int = 1) -> None:
+                 be_weight: float = 5.0, window: str = "90d", retrain: str = "7d", calibration: str = "14d",
+                 swap: str = "1h", per_user: bool = False, prior_jobs: float = 300.0, adapt: float = 0.001,
+                 trees: int = 20, leaves: int = 15, learning_rate: float = 0.2, min_train: int = 500,
+                 max_train: int = 20000, threads: int = 1, seed: int = 1) -> None:
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         if not 0.0 <= target_under < 1.0:
             raise ValueError(f"target_under must be in [0, 1) (0: no calibration), got {target_under}")
         if not 0.0 < be_share <= 1.0:
             raise ValueError(f"be_share must be in (0, 1], got {be_share}")
+        if not 0.0 <= adapt < 1.0:
+            raise ValueError(f"adapt must be in [0, 1) (0: no adaptation), got {adapt}")
+        if not prior_jobs > 0:
+            raise ValueError(f"prior_jobs must be positive, got {prior_jobs}")
         if be_weight < 0:
             raise ValueError(f"be_weight must be at least 0, got {be_weight}")
         for name, value in (("trees", trees), ("min_train", min_train), ("threads", threads)):
@@ -218,6 +239,8 @@ class LGBMQuantileEstimator(Estimator):
         self.calibration = calibration
         self.swap = swap
         self.per_user = per_user
+        self.prior_jobs = prior_jobs
+        self.adapt = adapt
         self.trees = trees
         self.leaves = leaves
         self.learning_rate = learning_rate
@@ -228,17 +251,18 @@ class LGBMQuantileEstimator(Estimator):
         self._window_seconds = window_seconds
         self._retrain_seconds = parse_duration(retrain, "retrain")
         self._swap_seconds = swap_seconds
-        self._features = FeatureHistory()
+        self._features = FeatureHistory(ratio_edges=RATIO_EDGES)
         self._calibration_seconds = calibration_seconds
         self._calibrator = (UserCalibrator(target_under, be_share * target_under, calibration_seconds,
                                            MIN_CALIBRATION_JOBS,
-                                           MIN_USER_CALIBRATION_JOBS if per_user else None)
+                                           MIN_USER_CALIBRATION_JOBS if per_user else None, adapt)
                             if target_under > 0 else None)
         self._model: TrainedModel | None = None
         # Rows are kept as arrays: unlike lists of floats, the garbage collector need not scan them.
         self._buffer: deque[tuple[int, np.ndarray, int, int, int]] = deque()  # end, row, runtime, t_req, user
-        #: Predicted jobs not yet finished: submit time, feature row, expected accuracy, penalty.
-        self._pending: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: Predicted jobs not yet finished: submit time, row, expected accuracy, penalty, and the estimate
+        #: served if the calibration chose it (None: the `alpha` quantile or no model).
+        self._pending: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray, int | None]] = {}
         self._next_retrain: int | None = None
         self._executor: Executor | None = None
         #: A model in training (or trained) and the trace time from which it goes live.
@@ -278,13 +302,17 @@ class LGBMQuantileEstimator(Estimator):
         self._next_retrain = None
         self._training = None
 
+    def _row(self, job: JobRequest) -> list[float]:
+        """The model's features of `job`, then its key's R class counts (see `TrainedModel.distribution`)."""
+        return self._features.row(job) + self._features.ratio_counts(job)
+
     def train_on(self, executor: Executor | None) -> None:
         self._executor = executor
 
     def _assess(self, model: TrainedModel, rows: np.ndarray,
                 t_req: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Jobs x candidates: expected accuracy, P(under), and the penalty the multiplier weighs."""
-        accuracy, under, bad = model.distribution(rows, t_req)
+        accuracy, under, bad = model.distribution(rows, t_req, self.prior_jobs)
         return accuracy, under, under + self.be_weight * bad
 
     # -- learning ---------------------------------------------------------------------------------
@@ -292,10 +320,11 @@ class LGBMQuantileEstimator(Estimator):
     def observe(self, job: FinishedJob) -> None:
         request = job.request
         pending = self._pending.pop(request.job_id, None)
+        served = None
         if pending is not None and pending[0] == request.submit:
-            _, row, accuracy, penalty = pending
+            _, row, accuracy, penalty, served = pending
         else:
-            row = np.asarray(self._features.row(request), dtype=np.float64)
+            row = np.asarray(self._row(request), dtype=np.float64)
             accuracy = penalty = None
             if self._calibrator is not None and self._model is not None:
                 # The live model was trained before this job ended: scoring it is still out of sample.
@@ -310,6 +339,9 @@ class LGBMQuantileEstimator(Estimator):
             under, bad = conformity_scores(accuracy[None], penalty[None],
                                            candidate_estimates(np.array([request.t_req])), np.array([job.runtime]))
             self._calibrator.add(job.end, request.user, int(under[0]), int(bad[0]))
+        if self._calibrator is not None and served is not None:
+            self._calibrator.record(request.user, served < job.runtime,
+                                    served < job.runtime - BAD_UNDERESTIMATE_SECONDS)
 
     def training_data(self, now: int) -> TrainingData:
         """Snapshot the jobs that ended in [now - window, now], at most `max_train` of them.
@@ -352,7 +384,8 @@ class LGBMQuantileEstimator(Estimator):
     def _fit(self, data: TrainingData) -> TrainedModel:
         ratios = data.ratios
         classes = class_of(ratios)
-        dataset = lgb.Dataset(data.rows, classes, feature_name=list(feature_names()), free_raw_data=True)
+        dataset = lgb.Dataset(data.rows[:, :N_FEATURES], classes, feature_name=list(feature_names()),
+                              free_raw_data=True)
         booster = lgb.train(self.lightgbm_params(), dataset, num_boost_round=self.trees)
         return TrainedModel(booster, class_ratio_quantiles(ratios, classes), data.now,
                             int(data.ends.min()), len(data))
@@ -437,7 +470,7 @@ class LGBMQuantileEstimator(Estimator):
         rows = []
         for job in jobs:  # each job is in flight for the rows of the jobs after it, as one by one
             if model is not None:
-                rows.append(features.row(job))
+                rows.append(self._row(job))
             features.register(job)
         if model is None:
             return [Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True) for job in jobs]
@@ -461,7 +494,9 @@ class LGBMQuantileEstimator(Estimator):
         estimates = np.clip(np.rint(t_req * factors), 1.0, t_req).astype(np.int64).tolist()
         pending = self._pending
         answers = []
+        calibrated = (~uncalibrated).tolist()
         for index, (job, factor) in enumerate(zip(jobs, factors.tolist())):
-            pending[job.job_id] = (job.submit, matrix[index], accuracy[index], penalty[index])
+            pending[job.job_id] = (job.submit, matrix[index], accuracy[index], penalty[index],
+                                   estimates[index] if calibrated[index] else None)
             answers.append(Prediction(t_sched=estimates[index], factor=factor, basis=model.jobs, fallback=False))
         return answers
