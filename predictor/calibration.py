@@ -40,7 +40,7 @@ from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: The multipliers a calibration can choose from (log-spaced; scores index into it).
 MULTIPLIERS = np.geomspace(0.01, 1e5, 141)
-#: How far adaptation may move a level from its target, as a factor either way.
+#: How far adaptation may move a level from its target, as a factor either way (and never to 1 or beyond).
 LEVEL_RANGE = 2.0
 _SCORE_CHUNK = 64
 
@@ -94,7 +94,8 @@ class _ScoreHistogram:
     def record(self, missed: bool) -> None:
         """Adapt the level to the outcome of one served estimate."""
         level = self.level + self.adapt * (self.target - missed)
-        self.level = min(self.target * LEVEL_RANGE, max(self.target / LEVEL_RANGE, level))
+        highest = min(self.target * LEVEL_RANGE, (1.0 + self.target) / 2)
+        self.level = min(highest, max(self.target / LEVEL_RANGE, level))
 
     def multiplier_index(self, total: int) -> int:
         """The smallest multiplier whose finite-sample corrected rate of scores above it is <= the level."""
@@ -152,7 +153,7 @@ class TrailingCalibrator:
         self.expire(end - self.window)
 
     def record(self, underestimated: bool, bad: bool) -> None:
-        """Adapt the levels to a served estimate that underestimated its job or not, by 30 min or more or not."""
+        """Adapt the levels to a served estimate: did it underestimate its job, and by more than 30 min?"""
         self._under.record(underestimated)
         self._bad.record(bad)
         self._stale = True
@@ -239,18 +240,23 @@ class UserCalibrator:
                     del self._users[expired]
 
     def record(self, user: int, underestimated: bool, bad: bool) -> None:
-        """Adapt everybody's levels, and the user's own, to the outcome of one served estimate."""
-        self.everybody.record(underestimated, bad)
-        calibrator = self._users.get(user)
-        if calibrator is not None:
-            calibrator.record(underestimated, bad)
+        """Adapt the levels of the calibrator that serves `user` now (theirs or everybody's) to one outcome.
+
+        Now, not when the estimate was served: the user may have crossed
+        `min_user_jobs` in between, which only shifts one outcome between two
+        calibrators that both aim at the same targets.
+        """
+        self._serving(user).record(underestimated, bad)
+
+    def _serving(self, user: int) -> TrailingCalibrator:
+        calibrator = self._users.get(user)  # None without per-user windows
+        if calibrator is not None and len(calibrator) >= self.min_user_jobs:
+            return calibrator
+        return self.everybody
 
     def multiplier(self, user: int) -> float | None:
         """The user's multiplier if they have enough recent jobs, else everybody's (None: uncalibrated)."""
-        calibrator = self._users.get(user)  # None without per-user windows
-        if calibrator is not None and len(calibrator) >= self.min_user_jobs:
-            return calibrator.multiplier()
-        return self.everybody.multiplier()
+        return self._serving(user).multiplier()
 
     def state(self) -> list[list[int]]:
         """The [end, user, under, bad] scores in the window, oldest first (for a model manifest)."""

@@ -106,7 +106,9 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 class _EndSeries:
     """One key's finished jobs in end order: end times, log runtimes, R values.
 
-    The statistics of the latest window asked for are kept (`window`,
+    With `bins`, `counts[i]` also counts the jobs before index i per bin of R
+    (prefix sums, `len(counts) == len(ends) + 1`: the counts of any range are
+    one subtraction). The statistics of the latest window asked for are kept (`window`,
     `stats`): the jobs of one user in a burst, or of one batch, ask for the
     same window over and over.
     """
@@ -121,7 +123,8 @@ class _EndSeries:
         self.stats: list[float] = []
         self.counts: list[list[int]] | None = [[0] * bins] if bins else None
 
-    def append(self, end: int, logrt: float, ratio: float, bin_index: int = 0) -> None:
+    def append(self, end: int, logrt: float, ratio: float, bin_index: int) -> None:
+        """Add a finished job; `bin_index` is its R bin (ignored without `bins`)."""
         ends = self.ends
         counts = self.counts
         if ends and end < ends[-1]:  # out of end order (a remote client): keep sorted
@@ -208,7 +211,7 @@ class FeatureHistory:
             key = getter(request)
             series = table.get(key)
             if series is None:
-                counted = name == COUNTED_KEY and self.ratio_edges
+                counted = name == COUNTED_KEY and bool(self.ratio_edges)
                 series = table[key] = _EndSeries(len(self.ratio_edges) + 1 if counted else None)
             series.append(job.end, logrt, ratio, bin_index)
         if job.end > self._latest_end:

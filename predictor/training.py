@@ -35,7 +35,9 @@ from predictor.features import SECONDS_PER_DAY, feature_encodings, feature_names
 from predictor.offline import causal_replay, finished_from_frame, jobs_to_requests, prediction_scores
 from predictor.registry import SpecError, make_estimator, parse_spec
 
-FORMAT = "tsched-lgbm-quantile/1"
+#: Version 2: rows end with the key's R class counts (`prior_jobs`) and calibration targets adapt (`adapt`);
+#: a version-1 folder would load with those defaults and no longer serve what its metrics describe.
+FORMAT = "tsched-lgbm-quantile/2"
 MODEL_FILE = "model.txt"
 MANIFEST_FILE = "manifest.json"
 #: Without --until, the last this-many days of the trace are held out for evaluation.

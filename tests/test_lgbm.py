@@ -50,6 +50,9 @@ def small_estimator(**overrides: object) -> LGBMQuantileEstimator:
     "lgbm-quantile:min_train=600,max_train=500",
     "lgbm-quantile:trees=0",
     "lgbm-quantile:depth=3",
+    "lgbm-quantile:prior_jobs=inf",
+    "lgbm-quantile:prior_jobs=0",
+    "lgbm-quantile:adapt=1",
 ])
 def test_bad_parameters_are_rejected(spec: str) -> None:
     with pytest.raises(SpecError):
@@ -295,6 +298,10 @@ def test_adaptation_raises_the_level_after_hits_and_lowers_it_after_misses() -> 
     fixed = TrailingCalibrator(target_under=0.2, target_bad=0.1, window=100, min_jobs=1)
     fixed.record(underestimated=True, bad=True)
     assert fixed.levels() == (0.2, 0.1)
+    lenient = TrailingCalibrator(target_under=0.8, target_bad=0.8, window=100, min_jobs=1, adapt=0.5)
+    for _ in range(10):
+        lenient.record(underestimated=False, bad=False)
+    assert lenient.levels() == (0.9, 0.9)  # never 1: some scores must still count
 
 
 def test_adaptation_delivers_the_target_rate_when_the_window_misleads() -> None:

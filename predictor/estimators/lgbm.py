@@ -31,6 +31,7 @@ simulation through the service equals one in-process.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Executor, Future
@@ -212,8 +213,8 @@ class LGBMQuantileEstimator(Estimator):
             raise ValueError(f"be_share must be in (0, 1], got {be_share}")
         if not 0.0 <= adapt < 1.0:
             raise ValueError(f"adapt must be in [0, 1) (0: no adaptation), got {adapt}")
-        if not prior_jobs > 0:
-            raise ValueError(f"prior_jobs must be positive, got {prior_jobs}")
+        if not 0 < prior_jobs < math.inf:
+            raise ValueError(f"prior_jobs must be a positive number (1e9: the model alone), got {prior_jobs}")
         if be_weight < 0:
             raise ValueError(f"be_weight must be at least 0, got {be_weight}")
         for name, value in (("trees", trees), ("min_train", min_train), ("threads", threads)):
