@@ -89,13 +89,14 @@ class _ScoreHistogram:
         self.target = target
         self.adapt = adapt
         self.level = target
+        self._lowest = target / LEVEL_RANGE
+        self._highest = min(target * LEVEL_RANGE, (1.0 + target) / 2)
         self.counts = np.zeros(len(MULTIPLIERS) + 1, dtype=np.int64)
 
     def record(self, missed: bool) -> None:
         """Adapt the level to the outcome of one served estimate."""
         level = self.level + self.adapt * (self.target - missed)
-        highest = min(self.target * LEVEL_RANGE, (1.0 + self.target) / 2)
-        self.level = min(highest, max(self.target / LEVEL_RANGE, level))
+        self.level = min(self._highest, max(self._lowest, level))
 
     def multiplier_index(self, total: int) -> int:
         """The smallest multiplier whose finite-sample corrected rate of scores above it is <= the level."""

@@ -39,6 +39,9 @@ KEYS: dict[str, tuple[str, ...]] = {
     "user_procs_req": ("user", "procs", "t_req"),
 }
 
+#: The span of finished-job history the windowed statistics and the R class counts look back on.
+HISTORY_WINDOW = 30 * SECONDS_PER_DAY
+
 #: The key whose jobs `FeatureHistory.ratio_counts` counts per bin of R.
 COUNTED_KEY = "user_req"
 
@@ -166,8 +169,8 @@ class FeatureHistory:
     training row with exact features.
     """
 
-    def __init__(self, window: int = 30 * SECONDS_PER_DAY, recent: int = 32,
-                 horizon: int = 30 * SECONDS_PER_DAY, ratio_edges: Sequence[float] = ()) -> None:
+    def __init__(self, window: int = HISTORY_WINDOW, recent: int = 32,
+                 horizon: int = HISTORY_WINDOW, ratio_edges: Sequence[float] = ()) -> None:
         self.window = window
         self.recent = recent
         self.horizon = horizon

@@ -31,7 +31,7 @@ from predictor.estimators.lgbm import (
     LGBMQuantileEstimator,
     TrainedModel,
 )
-from predictor.features import SECONDS_PER_DAY, feature_encodings, feature_names
+from predictor.features import COUNTED_KEY, HISTORY_WINDOW, KEYS, SECONDS_PER_DAY, feature_encodings, feature_names
 from predictor.offline import causal_replay, finished_from_frame, jobs_to_requests, prediction_scores
 from predictor.registry import SpecError, make_estimator, parse_spec
 
@@ -159,9 +159,13 @@ def train(trace: TraceLike, out: str | Path, spec: str = "lgbm-quantile", until:
         "lightgbm": {"version": lgb.__version__, "params": estimator.lightgbm_params(), "trees": estimator.trees},
         "features": feature_encodings(),
         "classes": {"ratio_edges": list(RATIO_EDGES), "ratio_quantiles": model.class_ratios.tolist()},
-        "key_counts": "after the features, a row holds per class the jobs of the same user and request that "
-                      "ended in the 30 days before submission; with the model's class probabilities weighing "
-                      "as much as params.prior_jobs of them, they give the posterior the estimate is chosen from",
+        "key_counts": {
+            "key": "+".join(KEYS[COUNTED_KEY]),
+            "window_days": HISTORY_WINDOW // SECONDS_PER_DAY,
+            "encoding": "after the features, a row holds per class the jobs of the same key that ended in the "
+                        "window before submission; with the model's class probabilities weighing as much as "
+                        "params.prior_jobs of them, they give the posterior the estimate is chosen from",
+        },
         "candidates": CANDIDATES.tolist(),
         "training": {
             "trace": str(trace.path),
