@@ -8,6 +8,7 @@ scoring) in under 60 s. The machine is shared: each figure is the best of
 
     /work/venv/bin/python benchmarks/bench_lgbm.py [--traces DIR] [--estimator SPEC] [--repeat N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,10 +16,11 @@ import dataclasses
 import time
 from pathlib import Path
 
-from predictor.estimators.lgbm import LGBMQuantileEstimator
-from predictor.offline import evaluate, finished_from_frame, jobs_to_requests
+from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
+from predictor.frames import finished_from_frame, jobs_to_requests
+from predictor.offline import evaluate
 from predictor.registry import make_estimator
-from simulator.swf import read_swf
+from simulator.traces.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TRACE_FILE = "SDSC-SP2-1998-4.2-cln.swf.gz"
@@ -64,25 +66,31 @@ def main() -> None:
     snapshot = estimator.training_data(now)
     plain = dataclasses.replace(snapshot, bootstrap_from=None)
     wall, cpu, model = timed(lambda: estimator.train(plain), args.repeat)
-    print(f"train, {estimator.window} of {TRACE_FILE} ({len(plain)} jobs):        {wall:6.2f} s wall {cpu:6.2f} s cpu"
-          f"   (target < 5 s)")
+    print(
+        f"train, {estimator.window} of {TRACE_FILE} ({len(plain)} jobs):        {wall:6.2f} s wall {cpu:6.2f} s cpu"
+        f"   (target < 5 s)"
+    )
     wall, cpu, _ = timed(lambda: estimator.train(snapshot), args.repeat)
     print(f"train + bootstrap calibration (first training only):   {wall:6.2f} s wall {cpu:6.2f} s cpu")
 
     estimator.install(model)
     batch = [request for request in jobs_to_requests(jobs) if request.submit > now][:BATCH]
     wall, cpu, _ = timed(lambda: estimator.predict_many(batch), args.repeat)
-    print(f"predict_many, {len(batch)} jobs:                        {len(batch) / wall:8.0f} jobs/s wall "
-          f"{len(batch) / cpu:8.0f} jobs/s cpu   (target >= 50,000)")
+    print(
+        f"predict_many, {len(batch)} jobs:                        {len(batch) / wall:8.0f} jobs/s wall "
+        f"{len(batch) / cpu:8.0f} jobs/s cpu   (target >= 50,000)"
+    )
 
     def predict_eval() -> dict:
         return evaluate(read_swf(path).jobs, [args.estimator], TRACE_FILE)
 
     wall, cpu, report = timed(predict_eval, 1)
     row = report["results"][0]
-    print(f"predict-eval {args.estimator} over {report['jobs']} jobs:    {wall:6.2f} s wall {cpu:6.2f} s cpu"
-          f"   (target < 60 s); accuracy {row['accuracy_mean']:.4f}, underestimated {row['underestimated']:.4f}, "
-          f"BE {row['BE']:.4f}")
+    print(
+        f"predict-eval {args.estimator} over {report['jobs']} jobs:    {wall:6.2f} s wall {cpu:6.2f} s cpu"
+        f"   (target < 60 s); accuracy {row['accuracy_mean']:.4f}, underestimated {row['underestimated']:.4f}, "
+        f"BE {row['BE']:.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ replay + scoring) in under 3 s.
 
     /work/venv/bin/python benchmarks/bench_predictors.py [--traces DIR] [--estimator SPEC ...] [--repeat N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 from predictor.offline import evaluate
-from simulator.swf import read_swf
+from simulator.traces.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TRACE_FILES = ("SDSC-SP2-1998-4.2-cln.swf.gz", "KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz")
@@ -43,7 +44,7 @@ def main() -> None:
                 result = evaluate(jobs, [spec], name)["results"][0]
                 finished = time.perf_counter()
                 runs.append((result["us_per_prediction"], finished - loaded, finished - started))
-            per_prediction, evaluation, total = (min(column) for column in zip(*runs))
+            per_prediction, evaluation, total = (min(column) for column in zip(*runs, strict=True))
             print(f"{name:32} {spec:40} {len(jobs):7d} {per_prediction:8.2f} {evaluation:7.2f} {total:11.2f}")
 
 

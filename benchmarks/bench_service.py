@@ -17,6 +17,7 @@ no message). Every number printed is measured here, now.
 
     /work/venv/bin/python benchmarks/bench_service.py [--traces DIR] [--estimator SPEC] [--skip-simulation]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,19 +32,18 @@ import time
 from pathlib import Path
 
 import grpc
-
 import numpy as np
 import pandas as pd
 
-from predictor.client import PredictorClient, RemoteSession
+from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
-from predictor.service import ServerProcess
+from predictor.service.client import PredictorClient, RemoteSession
+from predictor.service.launcher import ServerProcess
 from predictor.session import LocalSession
-from predictor.offline import finished_from_frame, jobs_to_requests
 from simulator.engine import SimulationConfig, simulate
-from simulator.swf import read_swf
+from simulator.traces.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TRACE = "SDSC-SP2-1998-4.2-cln.swf.gz"
@@ -59,20 +59,32 @@ BATCHES = 10
 def _queries(jobs: pd.DataFrame, at: int, count: int) -> list[JobRequest]:
     """Real jobs of the trace, asked about at time `at` (after the history the namespace holds)."""
     sample = jobs.iloc[np.linspace(0, len(jobs) - 1, count).astype(int)]
-    return [JobRequest(r.job_id, at, r.user, r.group, r.t_req, r.procs, r.queue, r.executable)
-            for r in jobs_to_requests(sample)]
+    return [
+        JobRequest(r.job_id, at, r.user, r.group, r.t_req, r.procs, r.queue, r.executable)
+        for r in jobs_to_requests(sample)
+    ]
 
 
 def _predict_many(address: str, queries: list[JobRequest], spec: str) -> None:
     with PredictorClient(address) as client:
         for q in queries:
-            client.predict(user=q.user, group=q.group, t_req=q.t_req, procs=q.procs, submit=q.submit,
-                           job_id=q.job_id, queue=q.queue, executable=q.executable, namespace=NAMESPACE,
-                           estimator=spec)
+            client.predict(
+                user=q.user,
+                group=q.group,
+                t_req=q.t_req,
+                procs=q.procs,
+                submit=q.submit,
+                job_id=q.job_id,
+                queue=q.queue,
+                executable=q.executable,
+                namespace=NAMESPACE,
+                estimator=spec,
+            )
 
 
-def _client_process(address: str, queries: list[JobRequest], spec: str, start: multiprocessing.Event,
-                    done: multiprocessing.Queue) -> None:
+def _client_process(
+    address: str, queries: list[JobRequest], spec: str, start: multiprocessing.Event, done: multiprocessing.Queue
+) -> None:
     with PredictorClient(address) as client:
         client.health()  # connected before the clock starts
     start.wait()
@@ -94,24 +106,36 @@ def bench_predict(address: str, server_pid: int, queries: list[JobRequest], spec
         latencies = []
         for q in queries:
             began = time.perf_counter()
-            client.predict(user=q.user, group=q.group, t_req=q.t_req, procs=q.procs, submit=q.submit,
-                           job_id=q.job_id, queue=q.queue, executable=q.executable, namespace=NAMESPACE,
-                           estimator=spec)
+            client.predict(
+                user=q.user,
+                group=q.group,
+                t_req=q.t_req,
+                procs=q.procs,
+                submit=q.submit,
+                job_id=q.job_id,
+                queue=q.queue,
+                executable=q.executable,
+                namespace=NAMESPACE,
+                estimator=spec,
+            )
             latencies.append(time.perf_counter() - began)
         server_cpu, client_cpu = _cpu_seconds(server_pid) - server_cpu, time.process_time() - client_cpu
     latencies.sort()
     p50 = latencies[len(latencies) // 2] * 1e3
     p99 = latencies[int(len(latencies) * 0.99)] * 1e3
-    print(f"Predict, 1 client, {len(latencies)} calls: p50 {p50:.3f} ms (target < 0.4), "
-          f"p99 {p99:.3f} ms (target < 1), {len(latencies) / sum(latencies):,.0f} predictions/s; CPU per call: "
-          f"server {server_cpu / len(latencies) * 1e6:.0f} us, client {client_cpu / len(latencies) * 1e6:.0f} us")
+    print(
+        f"Predict, 1 client, {len(latencies)} calls: p50 {p50:.3f} ms (target < 0.4), "
+        f"p99 {p99:.3f} ms (target < 1), {len(latencies) / sum(latencies):,.0f} predictions/s; CPU per call: "
+        f"server {server_cpu / len(latencies) * 1e6:.0f} us, client {client_cpu / len(latencies) * 1e6:.0f} us"
+    )
 
 
 def bench_concurrent(address: str, queries: list[JobRequest], spec: str) -> None:
     context = multiprocessing.get_context("spawn")
     start, done = context.Event(), context.Queue()
-    workers = [context.Process(target=_client_process, args=(address, queries, spec, start, done))
-               for _ in range(CLIENTS)]
+    workers = [
+        context.Process(target=_client_process, args=(address, queries, spec, start, done)) for _ in range(CLIENTS)
+    ]
     for worker in workers:
         worker.start()
     time.sleep(3)  # let every client process import and connect
@@ -121,8 +145,10 @@ def bench_concurrent(address: str, queries: list[JobRequest], spec: str) -> None
         worker.join()
     elapsed = max(end for _, end in spans) - min(began for began, _ in spans)
     total = CLIENTS * len(queries)
-    print(f"Predict, {CLIENTS} client processes x {len(queries)} calls: {total / elapsed:,.0f} predictions/s "
-          "(target >= 5,000)")
+    print(
+        f"Predict, {CLIENTS} client processes x {len(queries)} calls: {total / elapsed:,.0f} predictions/s "
+        "(target >= 5,000)"
+    )
 
 
 def _grpc_frame(message: bytes) -> bytes:
@@ -136,9 +162,20 @@ def bench_h2load(address: str, query: JobRequest, spec: str) -> None:
     if h2load is None:
         print("h2load: not installed (apt install nghttp2-client); server-side figures skipped")
         return
-    request = pb.PredictRequest(namespace=NAMESPACE, estimator=spec, job=pb.Job(
-        job_id=query.job_id, submit=query.submit, user=query.user, group=query.group, t_req=query.t_req,
-        procs=query.procs, queue=query.queue, executable=query.executable))
+    request = pb.PredictRequest(
+        namespace=NAMESPACE,
+        estimator=spec,
+        job=pb.Job(
+            job_id=query.job_id,
+            submit=query.submit,
+            user=query.user,
+            group=query.group,
+            t_req=query.t_req,
+            procs=query.procs,
+            queue=query.queue,
+            executable=query.executable,
+        ),
+    )
     with grpc.insecure_channel(address) as channel:
         answer = rpc.PredictorStub(channel).Predict(request, timeout=10)
     answer_bytes = len(_grpc_frame(answer.SerializeToString()))
@@ -148,26 +185,46 @@ def bench_h2load(address: str, query: JobRequest, spec: str) -> None:
 
         def run(calls: int, clients: int) -> tuple[float, list[int]]:
             log.unlink(missing_ok=True)
-            command = [h2load, "-n", str(calls), "-c", str(clients), "-m", "1", "-d", str(body),
-                       "-H", "content-type: application/grpc", "-H", "te: trailers", f"--log-file={log}",
-                       f"http://{address}/tsched.v1.Predictor/Predict"]
+            command = [
+                h2load,
+                "-n",
+                str(calls),
+                "-c",
+                str(clients),
+                "-m",
+                "1",
+                "-d",
+                str(body),
+                "-H",
+                "content-type: application/grpc",
+                "-H",
+                "te: trailers",
+                f"--log-file={log}",
+                f"http://{address}/tsched.v1.Predictor/Predict",
+            ]
             output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             rate = float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", output).group(1))
             data = int(re.search(r"\(\d+\) headers.*?, [\d.]+\w*B \((\d+)\) data", output).group(1))
             if data != calls * answer_bytes:
-                raise SystemExit(f"h2load: {data} bytes of answers for {calls} calls, expected {calls * answer_bytes}: "
-                                 f"some calls were refused\n{output}")
+                raise SystemExit(
+                    f"h2load: {data} bytes of answers for {calls} calls, expected {calls * answer_bytes}: "
+                    f"some calls were refused\n{output}"
+                )
             durations = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines())
             return rate, durations
 
         run(2_000, CLIENTS)  # warm-up
         _, durations = run(LATENCY_CALLS, 1)
         p50, p99 = durations[len(durations) // 2] / 1e3, durations[int(len(durations) * 0.99)] / 1e3
-        print(f"h2load Predict, 1 connection, {len(durations)} calls: p50 {p50:.3f} ms (target < 0.4), "
-              f"p99 {p99:.3f} ms (target < 1)")
+        print(
+            f"h2load Predict, 1 connection, {len(durations)} calls: p50 {p50:.3f} ms (target < 0.4), "
+            f"p99 {p99:.3f} ms (target < 1)"
+        )
         rate, _ = run(H2LOAD_CALLS, CLIENTS)
-        print(f"h2load Predict, {CLIENTS} connections x 1 call in flight, {H2LOAD_CALLS} calls: {rate:,.0f} "
-              "predictions/s (target >= 5,000); every answer complete")
+        print(
+            f"h2load Predict, {CLIENTS} connections x 1 call in flight, {H2LOAD_CALLS} calls: {rate:,.0f} "
+            "predictions/s (target >= 5,000); every answer complete"
+        )
 
 
 def bench_batch(address: str, queries: list[JobRequest], spec: str, learned: list[FinishedJob]) -> None:
@@ -177,15 +234,19 @@ def bench_batch(address: str, queries: list[JobRequest], spec: str, learned: lis
         for _ in range(BATCHES):
             client.predict_batch(queries, namespace=NAMESPACE, estimator=spec)
         elapsed = time.perf_counter() - began
-    print(f"PredictBatch, {BATCHES} x {len(queries):,} jobs: {BATCHES * len(queries) / elapsed:,.0f} predictions/s "
-          "(target >= 100,000; includes building and reading the messages in this client)")
+    print(
+        f"PredictBatch, {BATCHES} x {len(queries):,} jobs: {BATCHES * len(queries) / elapsed:,.0f} predictions/s "
+        "(target >= 100,000; includes building and reading the messages in this client)"
+    )
     local = make_estimator(spec)
     for job in learned:
         local.observe(job)
     began = time.perf_counter()
     local.predict_many(queries)
-    print(f"  for scale: the same estimator with the same history predicts "
-          f"{len(queries) / (time.perf_counter() - began):,.0f}/s in-process")
+    print(
+        f"  for scale: the same estimator with the same history predicts "
+        f"{len(queries) / (time.perf_counter() - began):,.0f}/s in-process"
+    )
 
 
 def bench_simulation(address: str, jobs: pd.DataFrame, procs: int, spec: str) -> None:
@@ -201,16 +262,20 @@ def bench_simulation(address: str, jobs: pd.DataFrame, procs: int, spec: str) ->
     via_service = time.perf_counter() - began
     same = remote.jobs.equals(local.jobs) and remote.predictor_fallbacks == 0
     extra = (via_service - in_process) / len(jobs) * 1e3
-    print(f"simulation of {TRACE} ({len(jobs):,} jobs, {config.policy}/{config.backfill}/{config.mode}, {spec}): "
-          f"in-process {in_process:.2f} s, via the service {via_service:.2f} s, "
-          f"+{extra:.3f} ms/job (target <= 0.5), identical results: {same}")
+    print(
+        f"simulation of {TRACE} ({len(jobs):,} jobs, {config.policy}/{config.backfill}/{config.mode}, {spec}): "
+        f"in-process {in_process:.2f} s, via the service {via_service:.2f} s, "
+        f"+{extra:.3f} ms/job (target <= 0.5), identical results: {same}"
+    )
 
     down = RemoteSession("127.0.0.1:9", "bench-down", spec, reset=False, timeout=1.0)
     began = time.perf_counter()
     fallen_back = simulate(jobs, config, down)
     down.close()
-    print(f"  with the service unreachable: {time.perf_counter() - began:.2f} s, "
-          f"{fallen_back.predictor_fallbacks:,} fallbacks to t_req")
+    print(
+        f"  with the service unreachable: {time.perf_counter() - began:.2f} s, "
+        f"{fallen_back.predictor_fallbacks:,} fallbacks to t_req"
+    )
 
 
 def main() -> None:
@@ -232,7 +297,7 @@ def main() -> None:
     try:
         with PredictorClient(server.address, timeout=60) as client:
             for start in range(0, len(learned), 20_000):
-                client.observe(learned[start:start + 20_000], namespace=NAMESPACE)
+                client.observe(learned[start : start + 20_000], namespace=NAMESPACE)
         print(f"server {server.address}: namespace {NAMESPACE!r} holds {len(learned):,} completions of {TRACE}")
         bench_predict(server.address, server.pid, _queries(jobs, half, LATENCY_CALLS), args.estimator)
         bench_concurrent(server.address, _queries(jobs, half, THROUGHPUT_CALLS_PER_CLIENT), args.estimator)

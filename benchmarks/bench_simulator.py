@@ -7,6 +7,7 @@ time grows with trace length (prefixes of HPC2N). Usage:
 
     python benchmarks/bench_simulator.py [--traces DIR] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ def _run(path: str, procs: int, policy: str, backfill: str, jobs: int | None, an
     from predictor.registry import make_estimator
     from predictor.session import LocalSession
     from simulator.engine import SimulationConfig, simulate
-    from simulator.swf import read_swf
+    from simulator.traces.swf import read_swf
 
     began = time.perf_counter()
     trace = read_swf(path)
@@ -57,8 +58,10 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(args.traces)
     names = list(TRACES)[:1] if args.quick else list(TRACES)
-    print(f"{'trace':<30} {'policy':<5} {'backfill':<13} {'jobs':>7} {'load s':>7} {'sim s':>7} "
-          f"{'total s':>8} {'jobs/s':>8} {'peak MB':>8}")
+    print(
+        f"{'trace':<30} {'policy':<5} {'backfill':<13} {'jobs':>7} {'load s':>7} {'sim s':>7} "
+        f"{'total s':>8} {'jobs/s':>8} {'peak MB':>8}"
+    )
     for name in names:
         path = folder / name
         if not path.exists():
@@ -67,8 +70,11 @@ def main() -> None:
         for policy in POLICIES:
             for backfill in BACKFILLS:
                 jobs, load, sim, peak = measure(str(path), TRACES[name], policy, backfill)
-                print(f"{name[:30]:<30} {policy:<5} {backfill:<13} {jobs:>7} {load:>7.2f} {sim:>7.2f} "
-                      f"{load + sim:>8.2f} {jobs / sim:>8.0f} {peak:>8.0f}", flush=True)
+                print(
+                    f"{name[:30]:<30} {policy:<5} {backfill:<13} {jobs:>7} {load:>7.2f} {sim:>7.2f} "
+                    f"{load + sim:>8.2f} {jobs / sim:>8.0f} {peak:>8.0f}",
+                    flush=True,
+                )
     if args.quick:
         return
     path = folder / "HPC2N-2002-2.2-cln.swf.gz"

@@ -14,6 +14,7 @@ discarded only when it ended before the window of a query already answered; a
 later query that would need it raises `HistoryDiscardedError` instead of
 answering from incomplete history.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
@@ -85,7 +86,7 @@ class EndSeries(Generic[V]):
     `discarded_through`, before every entry that remains.
     """
 
-    __slots__ = ("ends", "values", "start", "lo", "hi", "discarded_through", "aggregate")
+    __slots__ = ("aggregate", "discarded_through", "ends", "hi", "lo", "start", "values")
 
     def __init__(self, aggregate: WindowAggregate[V] | None = None) -> None:
         self.ends: list[int] = []
@@ -155,7 +156,7 @@ class EndSeries(Generic[V]):
         if first < self.start:
             if self.discarded_through is not None:
                 raise self._discarded_error(last_end)
-            return self.values[self.start:hi]
+            return self.values[self.start : hi]
         result = self.values[first:hi]
         if first > self.start:
             self._discard_before(first)
@@ -185,7 +186,7 @@ class EndSeries(Generic[V]):
     def _discard_before(self, index: int) -> None:
         if self.lo < index:  # keep the window inside what remains
             if self.aggregate is not None:
-                for value in self.values[self.lo:min(self.hi, index)]:
+                for value in self.values[self.lo : min(self.hi, index)]:
                     self.aggregate.remove(value)
             self.lo = index
             self.hi = max(self.hi, index)
@@ -212,10 +213,11 @@ class KeyedHistory(Generic[V]):
     percentiles, running moments for mean + k sigma); None keeps no summary.
     """
 
-    __slots__ = ("_key", "_aggregate", "_series")
+    __slots__ = ("_aggregate", "_key", "_series")
 
-    def __init__(self, key: Callable[[JobRequest], Hashable],
-                 aggregate: Callable[[], WindowAggregate[V]] | None = None) -> None:
+    def __init__(
+        self, key: Callable[[JobRequest], Hashable], aggregate: Callable[[], WindowAggregate[V]] | None = None
+    ) -> None:
         self._key = key
         self._aggregate = aggregate
         self._series: dict[Hashable, EndSeries[V]] = {}

@@ -8,9 +8,43 @@ They are named tuples: immutable, with no room for an attribute added later,
 and several times cheaper to build than frozen dataclasses, which matters
 because a service batch or a simulation builds one per job.
 """
+
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
+
+
+class JobField(NamedTuple):
+    """One field of a job as submitted: the single schema the job type, the wire and the state file share.
+
+    `JobRequest` lists the fields in this order; the service's codec reads
+    and writes proto `Job` fields of the same names with these bounds; the
+    state file stores them in columns named `column`. A test checks all three.
+    """
+
+    name: str
+    minimum: int
+    #: The value of a field a request leaves unset; None: the field is required.
+    unset: int | None
+    #: The SQLite column (`group` is an SQL keyword).
+    column: str
+
+
+#: The submit time of a job that left it unset: the service predicts it at the namespace's clock.
+UNSET_SUBMIT = -1
+
+JOB_FIELDS = (
+    JobField("job_id", 0, 0, "job_id"),
+    JobField("submit", 0, UNSET_SUBMIT, "submit"),
+    JobField("user", -1, None, "user"),
+    JobField("group", -1, None, "grp"),
+    JobField("t_req", 1, None, "t_req"),
+    JobField("procs", 1, None, "procs"),
+    JobField("queue", -1, -1, "queue"),
+    JobField("executable", -1, -1, "executable"),
+)
+JOB_FIELD_NAMES = tuple(field.name for field in JOB_FIELDS)
 
 
 class JobRequest(NamedTuple):
@@ -57,7 +91,7 @@ class Prediction(NamedTuple):
 
 
 def clamp_estimate(value: float, t_req: int) -> int:
-    """Every estimate is capped at t_req and floored at 1 s (paper-decisions.md)."""
-    if value != value:  # NaN
+    """Every estimate is capped at t_req and floored at 1 s (docs/definitions.md)."""
+    if math.isnan(value):
         return t_req
     return int(max(1, min(t_req, round(value))))

@@ -3,9 +3,10 @@
 The replay is causal by construction: before predicting a job submitted at s,
 the estimator is fed exactly the jobs whose trace end is at or before s (and
 that were submitted before s), in end order. The input is the job table of a
-parsed trace (`simulator.swf.Trace.jobs`) as a DataFrame, so that this module
+parsed trace (`simulator.traces.swf.Trace.jobs`) as a DataFrame, so that this module
 depends on no simulator code.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,68 +17,30 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from predictor.errors import TraceError
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
 from predictor.estimators.percentile import (
     KEYS as PERCENTILE_KEYS,
+)
+from predictor.estimators.percentile import (
     WINDOWS as PERCENTILE_WINDOWS,
+)
+from predictor.estimators.percentile import (
     PercentileEstimator,
     adjusted_estimate,
     interpolated_percentile,
 )
+from predictor.frames import finished_in_end_order, in_submission_order, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
-from predictor.scoring import summarize
+from predictor.scoring import prediction_scores
 
-#: JobRequest's fields, in constructor order, are read from the columns of the same name.
-REQUEST_COLUMNS = JobRequest._fields
-REQUIRED_COLUMNS = REQUEST_COLUMNS + ("t_act", "end")
 #: The percentiles and floors of Tang et al.'s Figures 4-10.
 GRID_PERCENTILES = (50.0, 60.0, 70.0, 80.0, 85.0, 90.0, 95.0, 100.0)
 GRID_FLOORS = (0.5, 0.0)
 
 Answer = TypeVar("Answer")
-
-
-def _check_columns(df: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS) -> None:
-    missing = [column for column in required if column not in df.columns]
-    if missing:
-        raise ValueError(f"job table lacks column(s) {', '.join(missing)}")
-    not_integer = [column for column in required if df[column].dtype.kind not in "iu"]
-    if not_integer:
-        raise ValueError(f"job table column(s) {', '.join(not_integer)} must hold integers")
-
-
-def _in_submission_order(df: pd.DataFrame) -> pd.DataFrame:
-    _check_columns(df)
-    return df.sort_values(["submit", "job_id"], kind="stable")
-
-
-def _requests(df: pd.DataFrame) -> list[JobRequest]:
-    columns = [df[name].to_numpy().tolist() for name in REQUEST_COLUMNS]
-    return [JobRequest(*row) for row in zip(*columns)]
-
-
-def _finished(requests: Sequence[JobRequest], df: pd.DataFrame) -> list[FinishedJob]:
-    """The requests as finished jobs, in the order an estimator must observe them."""
-    jobs = [
-        FinishedJob(request, end, runtime)
-        for request, end, runtime in zip(requests, df["end"].to_numpy().tolist(), df["t_act"].to_numpy().tolist())
-    ]
-    jobs.sort(key=lambda job: (job.end, job.request.submit, job.request.job_id))
-    return jobs
-
-
-def jobs_to_requests(df: pd.DataFrame) -> list[JobRequest]:
-    """The submit-time view of every job of a trace, in the frame's row order."""
-    _check_columns(df, REQUEST_COLUMNS)
-    return _requests(df)
-
-
-def finished_from_frame(df: pd.DataFrame) -> list[FinishedJob]:
-    """Every job of a trace as finished (end = trace end, runtime = t_act), in end order."""
-    _check_columns(df)
-    return _finished(_requests(df), df)
 
 
 def causal_replay(
@@ -108,11 +71,11 @@ def causal_replay(
 
 
 def _replay_timed(estimator: Estimator, df: pd.DataFrame) -> tuple[pd.DataFrame, float]:
-    ordered = _in_submission_order(df)
-    requests = _requests(ordered)
-    finished = _finished(requests, ordered)
+    ordered = in_submission_order(df)
+    requests = jobs_to_requests(ordered)
+    finished = finished_in_end_order(requests, ordered)
     if isinstance(estimator, OracleEstimator):
-        estimator.bind_truth(dict(zip(ordered["job_id"].tolist(), ordered["t_act"].tolist())))
+        estimator.bind_truth(dict(zip(ordered["job_id"].tolist(), ordered["t_act"].tolist(), strict=True)))
     estimator.reset()
     started = time.perf_counter()
     predictions: list[Prediction] = causal_replay(requests, finished, estimator.observe, estimator.predict)
@@ -124,7 +87,8 @@ def _replay_timed(estimator: Estimator, df: pd.DataFrame) -> tuple[pd.DataFrame,
             "t_act": ordered["t_act"].to_numpy(),
             "t_sched": np.fromiter((p.t_sched for p in predictions), dtype=np.int64, count=len(predictions)),
             "factor": np.fromiter(
-                (math.nan if p.factor is None else p.factor for p in predictions), dtype=np.float64,
+                (math.nan if p.factor is None else p.factor for p in predictions),
+                dtype=np.float64,
                 count=len(predictions),
             ),
             "basis": np.fromiter((p.basis for p in predictions), dtype=np.int64, count=len(predictions)),
@@ -143,26 +107,6 @@ def replay(estimator: Estimator, df: pd.DataFrame) -> pd.DataFrame:
     return _replay_timed(estimator, df)[0]
 
 
-def _defined(value: float) -> float | None:
-    """NaN becomes None, so that reports are valid JSON."""
-    return None if math.isnan(value) else value
-
-
-def prediction_scores(t_sched: np.ndarray, t_act: np.ndarray, t_req: np.ndarray) -> dict[str, float | None]:
-    """Tang's accuracy and categories plus absolute errors and lambda.
-
-    lambda = mean |t_sched - t_act| / mean |t_req - t_act|: below 1 the
-    estimates beat the requests (None when every request was exact).
-    """
-    error = np.abs(np.asarray(t_sched, dtype=np.float64) - t_act)
-    request_error = np.abs(np.asarray(t_req, dtype=np.float64) - t_act).mean()
-    scores: dict[str, float | None] = {key: _defined(value) for key, value in summarize(t_sched, t_act, t_req).items()}
-    scores["mae"] = float(error.mean())
-    scores["medae"] = float(np.median(error))
-    scores["lambda"] = float(error.mean() / request_error) if request_error > 0 else None
-    return scores
-
-
 def evaluate(df: pd.DataFrame, specs: list[str], trace_name: str) -> dict[str, Any]:
     """The `predict-eval` report: every estimator SPEC replayed over the trace and scored, in order.
 
@@ -170,14 +114,15 @@ def evaluate(df: pd.DataFrame, specs: list[str], trace_name: str) -> dict[str, A
     not building the job objects) divided by the number of jobs.
     """
     if len(df) == 0:
-        raise ValueError(f"trace {trace_name}: no jobs to evaluate")
+        raise TraceError(f"trace {trace_name}: no jobs to evaluate")
     estimators = [make_estimator(spec) for spec in specs]  # reject every bad SPEC before the first replay
-    results = [scored_replay(spec, df, estimator)[0] for spec, estimator in zip(specs, estimators)]
+    results = [scored_replay(spec, df, estimator)[0] for spec, estimator in zip(specs, estimators, strict=True)]
     return {"trace": trace_name, "jobs": len(df), "results": results}
 
 
-def scored_replay(spec: str, df: pd.DataFrame,
-                  estimator: Estimator | None = None) -> tuple[dict[str, Any], pd.DataFrame]:
+def scored_replay(
+    spec: str, df: pd.DataFrame, estimator: Estimator | None = None
+) -> tuple[dict[str, Any], pd.DataFrame]:
     """Replay one estimator over a trace: its `predict-eval` result row, and the per-job frame behind it."""
     frame, seconds = _replay_timed(estimator or make_estimator(spec), df)
     scores = prediction_scores(frame["t_sched"].to_numpy(), frame["t_act"].to_numpy(), frame["t_req"].to_numpy())
@@ -204,9 +149,9 @@ def percentile_grid(df: pd.DataFrame, trace_name: str) -> pd.DataFrame:
     One causal replay per key and window reads every percentile from the
     same eligible history; each row is scored as `evaluate` scores an estimator.
     """
-    ordered = _in_submission_order(df)
-    requests = _requests(ordered)
-    finished = _finished(requests, ordered)
+    ordered = in_submission_order(df)
+    requests = jobs_to_requests(ordered)
+    finished = finished_in_end_order(requests, ordered)
     t_req = ordered["t_req"].to_numpy()
     t_act = ordered["t_act"].to_numpy()
     rows = []
@@ -217,15 +162,24 @@ def percentile_grid(df: pd.DataFrame, trace_name: str) -> pd.DataFrame:
                 for floor in GRID_FLOORS:
                     t_sched = np.fromiter(
                         (
-                            request.t_req if job_factors is None else adjusted_estimate(request.t_req, job_factors[column], floor)[0]
-                            for request, job_factors in zip(requests, factors)
+                            request.t_req
+                            if job_factors is None
+                            else adjusted_estimate(request.t_req, job_factors[column], floor)[0]
+                            for request, job_factors in zip(requests, factors, strict=True)
                         ),
                         dtype=np.int64,
                         count=len(requests),
                     )
                     spec = f"percentile:key={key},window={window},q={q:g},floor={floor:g}"
                     rows.append(
-                        {"trace": trace_name, "estimator": spec, "key": key, "window": window, "q": q, "floor": floor,
-                         **prediction_scores(t_sched, t_act, t_req)}
+                        {
+                            "trace": trace_name,
+                            "estimator": spec,
+                            "key": key,
+                            "window": window,
+                            "q": q,
+                            "floor": floor,
+                            **prediction_scores(t_sched, t_act, t_req),
+                        }
                     )
     return pd.DataFrame(rows)

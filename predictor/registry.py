@@ -3,18 +3,15 @@
 A SPEC is how users name an estimator on the command line, in the gRPC
 contract and in reports, so parsing and validation live in one place.
 """
+
 from __future__ import annotations
 
 import importlib
 import inspect
 from typing import Any
 
+from predictor.errors import SpecError
 from predictor.estimators.base import Estimator
-
-
-class SpecError(ValueError):
-    """An estimator SPEC that names an unknown estimator or parameter, or a bad value."""
-
 
 #: Estimator name -> "module:class". Modules are imported only when their
 #: estimator is asked for, so `request` does not pay for importing LightGBM.

@@ -3,7 +3,10 @@
 One implementation, vectorised, shared by offline evaluation and by the
 simulator's report of the estimates it used.
 """
+
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -54,3 +57,23 @@ def summarize(t_est: np.ndarray, t_act: np.ndarray, t_req: np.ndarray) -> dict[s
     }
     result.update(categories(est, act, t_req))
     return result
+
+
+def _defined(value: float) -> float | None:
+    """NaN becomes None, so that reports are valid JSON."""
+    return None if math.isnan(value) else value
+
+
+def prediction_scores(t_sched: np.ndarray, t_act: np.ndarray, t_req: np.ndarray) -> dict[str, float | None]:
+    """Tang's accuracy and categories plus absolute errors and lambda.
+
+    lambda = mean |t_sched - t_act| / mean |t_req - t_act|: below 1 the
+    estimates beat the requests (None when every request was exact).
+    """
+    error = np.abs(np.asarray(t_sched, dtype=np.float64) - t_act)
+    request_error = np.abs(np.asarray(t_req, dtype=np.float64) - t_act).mean()
+    scores: dict[str, float | None] = {key: _defined(value) for key, value in summarize(t_sched, t_act, t_req).items()}
+    scores["mae"] = float(error.mean())
+    scores["medae"] = float(np.median(error))
+    scores["lambda"] = float(error.mean() / request_error) if request_error > 0 else None
+    return scores

@@ -7,6 +7,7 @@ the submissions that follow them are predicted) and makes the remote path one
 round trip per instant. `LocalSession` runs an estimator in-process; the gRPC
 client offers the same method, so the simulator cannot tell them apart.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -16,6 +16,7 @@ never copied.
 
     python scripts/frontier.py [--trace NAME ...] [--out DIR] [--workers N] [--lgbm SPEC]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from predictor.offline import evaluate, percentile_grid
-from simulator.plots import pareto_front
-from simulator.report import slug
-from simulator.swf import read_swf
+from simulator.evaluation.plots import pareto_front
+from simulator.evaluation.report import slug
+from simulator.traces.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 ADJUSTER = "percentile:q={q},key=user+group+request,window=30d,floor=0.5,min_jobs=10"
@@ -83,17 +84,32 @@ def plot(name: str, grid: pd.DataFrame, rows: pd.DataFrame, path: Path) -> None:
     front = pareto_front(under, acc)
     ax.plot(under[front], acc[front], "--", color="#777777", label="adjuster frontier")
     adjusters = rows[rows["estimator"].str.startswith("percentile")]
-    ax.plot(adjusters["underestimated"] * 100, adjusters["accuracy_mean"], "o", color="#1f77b4",
-            label="paper's adjuster, q = 95, 85, 70")
+    ax.plot(
+        adjusters["underestimated"] * 100,
+        adjusters["accuracy_mean"],
+        "o",
+        color="#1f77b4",
+        label="paper's adjuster, q = 95, 85, 70",
+    )
     lgbm = rows[rows["estimator"].str.startswith("lgbm")].sort_values("underestimated")
-    ax.plot(lgbm["underestimated"] * 100, lgbm["accuracy_mean"], "s-", color="#d62728",
-            label="lgbm-quantile at the adjusters' rates")
+    ax.plot(
+        lgbm["underestimated"] * 100,
+        lgbm["accuracy_mean"],
+        "s-",
+        color="#d62728",
+        label="lgbm-quantile at the adjusters' rates",
+    )
     for label in ("request", "last2", "mean-std"):
         row = rows[rows["estimator"] == label]
         if len(row):
             ax.plot(row["underestimated"] * 100, row["accuracy_mean"], "^", color="#2ca02c")
-            ax.annotate(label, (row["underestimated"].iloc[0] * 100, row["accuracy_mean"].iloc[0]),
-                        textcoords="offset points", xytext=(4, 3), fontsize=8)
+            ax.annotate(
+                label,
+                (row["underestimated"].iloc[0] * 100, row["accuracy_mean"].iloc[0]),
+                textcoords="offset points",
+                xytext=(4, 3),
+                fontsize=8,
+            )
     ax.set_xlim(-0.5, min(60.0, max(25.0, float(np.nanmax(rows["underestimated"])) * 100 + 2)))
     ax.set_xlabel("underestimated jobs (%)")
     ax.set_ylabel("mean accuracy (Tang's Eq. 3)")
@@ -105,20 +121,26 @@ def plot(name: str, grid: pd.DataFrame, rows: pd.DataFrame, path: Path) -> None:
 
 def short(spec: str) -> str:
     if spec.startswith("percentile:"):
-        return "percentile q=" + spec.split("q=")[1].split(",")[0]
+        return "percentile q=" + spec.split("q=")[1].split(",", maxsplit=1)[0]
     if spec.startswith("lgbm-quantile"):
-        return "lgbm-quantile target_under=" + spec.split("target_under=")[1].split(",")[0]
+        return "lgbm-quantile target_under=" + spec.split("target_under=")[1].split(",", maxsplit=1)[0]
     return spec
 
 
 def markdown(name: str, jobs: int, rows: pd.DataFrame, image: str) -> list[str]:
-    lines = [f"### {name} ({jobs:,} jobs)", "", "| estimator | accuracy | underestimated | BE | frontier accuracy "
-             "at that rate |", "|---|---|---|---|---|"]
+    lines = [
+        f"### {name} ({jobs:,} jobs)",
+        "",
+        "| estimator | accuracy | underestimated | BE | frontier accuracy at that rate |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows.itertuples():
         frontier = "" if np.isnan(row.frontier) else f"{row.frontier:.3f}"
-        lines.append(f"| {short(row.estimator)} | {row.accuracy_mean:.3f} | {row.underestimated:.1%} | "
-                     f"{row.BE:.1%} | {frontier} |")
-    return lines + ["", f"![{name} frontier]({image})", ""]
+        lines.append(
+            f"| {short(row.estimator)} | {row.accuracy_mean:.3f} | {row.underestimated:.1%} | "
+            f"{row.BE:.1%} | {frontier} |"
+        )
+    return [*lines, "", f"![{name} frontier]({image})", ""]
 
 
 def main() -> None:
@@ -128,11 +150,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--lgbm", default="lgbm-quantile", metavar="SPEC", help="target_under is set per trace")
-    parser.add_argument("--headline-only", action="store_true",
-                        help=f"match only the q={HEADLINE_Q} adjuster (one lgbm run per trace)")
+    parser.add_argument(
+        "--headline-only", action="store_true", help=f"match only the q={HEADLINE_Q} adjuster (one lgbm run per trace)"
+    )
     args = parser.parse_args()
-    paths = ([args.traces / name for name in args.trace] if args.trace
-             else sorted(args.traces.glob("*.swf.gz"), key=lambda p: p.stat().st_size))
+    paths = (
+        [args.traces / name for name in args.trace]
+        if args.trace
+        else sorted(args.traces.glob("*.swf.gz"), key=lambda p: p.stat().st_size)
+    )
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         raise SystemExit(f"missing trace(s): {', '.join(missing)}")
@@ -140,24 +166,28 @@ def main() -> None:
     began = time.perf_counter()
     parallel = Parallel(n_jobs=args.workers)
     measured = parallel(delayed(baseline_rows)(path) for path in paths)
-    unusable = [trace_name(path) for path, rows in zip(paths, measured) if rows is None]
-    paths = [path for path, rows in zip(paths, measured) if rows is not None]
+    unusable = [trace_name(path) for path, rows in zip(paths, measured, strict=True) if rows is None]
+    paths = [path for path, rows in zip(paths, measured, strict=True) if rows is not None]
     baselines = [rows for rows in measured if rows is not None]
     qs = (HEADLINE_Q,) if args.headline_only else ADJUSTER_QS
     tasks = []
-    for path, (rows, _) in zip(paths, baselines):
+    for path, (rows, _) in zip(paths, baselines, strict=True):
         for q in qs:
             under = float(rows.loc[rows["estimator"] == ADJUSTER.format(q=q), "underestimated"].iloc[0])
             tasks.append((path, lgbm_spec(args.lgbm, under), f"q={q}"))
     lgbm = parallel(delayed(lgbm_row)(*task) for task in tasks)
     print(f"measured in {time.perf_counter() - began:.0f} s with {args.workers} workers")
 
-    intro = ["# Prediction quality per trace", "",
-             f"Written by `python scripts/frontier.py` ({args.lgbm}); every estimator walk-forward, causal. "
-             "'Frontier accuracy' is the best accuracy of any adjuster in the grid (keys x windows x q x floor) "
-             "that underestimates at most as many jobs.", ""]
+    intro = [
+        "# Prediction quality per trace",
+        "",
+        f"Written by `python scripts/frontier.py` ({args.lgbm}); every estimator walk-forward, causal. "
+        "'Frontier accuracy' is the best accuracy of any adjuster in the grid (keys x windows x q x floor) "
+        "that underestimates at most as many jobs.",
+        "",
+    ]
     table, report, summary = [], [], []
-    for path, (rows, grid) in zip(paths, baselines):
+    for path, (rows, grid) in zip(paths, baselines, strict=True):
         name = trace_name(path)
         mine = pd.concat([rows] + [frame for frame in lgbm if frame["trace"].iloc[0] == name], ignore_index=True)
         mine["frontier"] = [frontier_accuracy(grid, under) for under in mine["underestimated"]]
@@ -167,12 +197,18 @@ def main() -> None:
         table.append(mine)
         head = mine[mine["matched"] == f"q={HEADLINE_Q}"].iloc[0]
         adjuster = mine[mine["estimator"] == ADJUSTER.format(q=HEADLINE_Q)].iloc[0]
-        summary.append(f"| {name} | {adjuster.accuracy_mean:.3f} | {adjuster.underestimated:.1%} | {adjuster.BE:.1%} | "
-                       f"{head.frontier:.3f} | {head.accuracy_mean:.3f} | {head.underestimated:.1%} | {head.BE:.1%} | "
-                       f"{'yes' if head.accuracy_mean > head.frontier and head.BE <= adjuster.BE else 'NO'} |")
-    header = ["## Summary: lgbm-quantile calibrated to the q=85 adjuster's rate", "",
-              "| trace | adjuster q=85 accuracy | under | BE | grid frontier at lgbm's rate | lgbm accuracy | under | BE "
-              "| above, BE no higher |", "|---|---|---|---|---|---|---|---|---|"]
+        summary.append(
+            f"| {name} | {adjuster.accuracy_mean:.3f} | {adjuster.underestimated:.1%} | {adjuster.BE:.1%} | "
+            f"{head.frontier:.3f} | {head.accuracy_mean:.3f} | {head.underestimated:.1%} | {head.BE:.1%} | "
+            f"{'yes' if head.accuracy_mean > head.frontier and head.BE <= adjuster.BE else 'NO'} |"
+        )
+    header = [
+        "## Summary: lgbm-quantile calibrated to the q=85 adjuster's rate",
+        "",
+        "| trace | adjuster q=85 accuracy | under | BE | grid frontier at lgbm's rate | lgbm accuracy | under | BE "
+        "| above, BE no higher |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     if unusable:
         summary += ["", f"Not evaluated, no job has a requested time (t_req): {', '.join(unusable)}."]
     report = intro + header + summary + [""] + report

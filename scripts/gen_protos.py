@@ -4,6 +4,7 @@ The generated code is committed so that installing tsched needs no protoc;
 tests/test_protos.py regenerates into a temporary folder and fails when the
 committed files have drifted from the .proto. Run: `python scripts/gen_protos.py`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,16 +31,22 @@ def generate(output: Path) -> list[Path]:
     """Write the generated modules (and their packages' __init__.py) under `output`; return them."""
     output.mkdir(parents=True, exist_ok=True)
     include = str(Path(protoc.__file__).parent / "_proto")
-    arguments = ["grpc_tools.protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"--python_out={output}",
-                 f"--pyi_out={output}", f"--grpc_python_out={output}", *PROTO_FILES]
+    arguments = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{include}",
+        f"--python_out={output}",
+        f"--pyi_out={output}",
+        f"--grpc_python_out={output}",
+        *PROTO_FILES,
+    ]
     if protoc.main(arguments) != 0:
         raise RuntimeError(f"protoc failed on {', '.join(PROTO_FILES)} (see its message above)")
     written: list[Path] = []
     for proto in PROTO_FILES:
         folder = output / Path(proto).parent
         stem = Path(proto).stem
-        for part in Path(proto).parent.parents[:-1]:
-            written.append(_write_init(output / part))
+        written += [_write_init(output / part) for part in Path(proto).parent.parents[:-1]]
         written.append(_write_init(folder))
         module = _module_path(proto)
         for name in (f"{stem}_pb2.py", f"{stem}_pb2.pyi", f"{stem}_pb2_grpc.py"):
@@ -61,8 +68,9 @@ def _write_init(folder: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
-                        help=f"folder of the {PACKAGE} package (default: %(default)s)")
+    parser.add_argument(
+        "--output", type=Path, default=DEFAULT_OUTPUT, help=f"folder of the {PACKAGE} package (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     for path in generate(args.output):
         print(path)

@@ -14,6 +14,7 @@ that finished in the trailing 14 days) to the target rate.
 
     python scripts/lgbm_ablation.py [--traces DIR] [--workers N] [--out FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,10 +29,10 @@ import pandas as pd
 from joblib import Parallel, delayed
 
 from predictor.estimators.base import Estimator
-from predictor.features import FeatureHistory, feature_names
+from predictor.estimators.lgbm.features import FeatureHistory, feature_names
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.offline import evaluate, scored_replay
-from simulator.swf import read_swf
+from simulator.traces.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 DEVELOPMENT = ("KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz", "SDSC-SP2-1998-4.2-cln.swf.gz")
@@ -45,8 +46,14 @@ class LogRuntimeQuantile(Estimator):
 
     name = "log-runtime-quantile"
 
-    def __init__(self, target_under: float = 0.06, window_days: int = 90, retrain_days: int = 7,
-                 calibration_days: int = 14, min_train: int = 500) -> None:
+    def __init__(
+        self,
+        target_under: float = 0.06,
+        window_days: int = 90,
+        retrain_days: int = 7,
+        calibration_days: int = 14,
+        min_train: int = 500,
+    ) -> None:
         self.target_under = target_under
         self.window_days = window_days
         self.retrain_days = retrain_days
@@ -80,9 +87,19 @@ class LogRuntimeQuantile(Estimator):
         if len(self._buffer) >= self.min_train and (self._next_train is None or job.submit >= self._next_train):
             rows = np.asarray([entry[1] for entry in self._buffer])
             targets = np.asarray([entry[2] for entry in self._buffer])
-            params = {"objective": "quantile", "alpha": 1 - self.target_under, "num_leaves": 15,
-                      "learning_rate": 0.2, "min_data_in_leaf": 40, "feature_fraction": 0.5, "max_bin": 63,
-                      "num_threads": 1, "deterministic": True, "seed": 1, "verbose": -1}
+            params = {
+                "objective": "quantile",
+                "alpha": 1 - self.target_under,
+                "num_leaves": 15,
+                "learning_rate": 0.2,
+                "min_data_in_leaf": 40,
+                "feature_fraction": 0.5,
+                "max_bin": 63,
+                "num_threads": 1,
+                "deterministic": True,
+                "seed": 1,
+                "verbose": -1,
+            }
             dataset = lgb.Dataset(rows, targets, feature_name=list(feature_names()))
             self._booster = lgb.train(params, dataset, num_boost_round=20)
             self._next_train = job.submit + self.retrain_days * DAY
@@ -118,8 +135,13 @@ def run(path: Path, label: str, spec: str | None, under: float) -> dict:
         row, _ = scored_replay(label, jobs, LogRuntimeQuantile(target_under=under))
     else:
         row = evaluate(jobs, [spec], path.name)["results"][0]
-    return {"trace": path.name.split("-cln")[0].removesuffix(".swf.gz"), "variant": label, "spec": spec or "scripts/lgbm_ablation.py",
-            "target_under": under, **row}
+    return {
+        "trace": path.name.split("-cln")[0].removesuffix(".swf.gz"),
+        "variant": label,
+        "spec": spec or "scripts/lgbm_ablation.py",
+        "target_under": under,
+        **row,
+    }
 
 
 def main() -> None:
@@ -130,10 +152,14 @@ def main() -> None:
     args = parser.parse_args()
     began = time.perf_counter()
     paths = [args.traces / name for name in DEVELOPMENT + GENERALISATION]
-    adjusters = Parallel(n_jobs=args.workers)(delayed(run)(path, "paper's adjuster, q=85", ADJUSTER, 0.0)
-                                              for path in paths)
-    tasks = [(path, label, spec, adjuster["underestimated"]) for path, adjuster in zip(paths, adjusters)
-             for label, spec in variants(adjuster["underestimated"]).items()]
+    adjusters = Parallel(n_jobs=args.workers)(
+        delayed(run)(path, "paper's adjuster, q=85", ADJUSTER, 0.0) for path in paths
+    )
+    tasks = [
+        (path, label, spec, adjuster["underestimated"])
+        for path, adjuster in zip(paths, adjusters, strict=True)
+        for label, spec in variants(adjuster["underestimated"]).items()
+    ]
     rows = adjusters + Parallel(n_jobs=args.workers)(delayed(run)(*task) for task in tasks)
     frame = pd.DataFrame(rows)
     frame.to_csv(args.out, index=False)

@@ -9,6 +9,7 @@ returns the jobs to start now. They follow the Mu'alem & Feitelson digest:
   only if it delays no reservation; reservations are compressed (moved earlier,
   never later) whenever the profile frees up.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -33,7 +34,7 @@ class Backfill(ABC):
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         """Jobs to start now, in start order. Does not change `machine`."""
 
-    def forget(self, job: WaitingJob) -> None:
+    def forget(self, job: WaitingJob) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """`job` has left the queue (started)."""
 
     def wake_time(self) -> int | None:
@@ -79,7 +80,7 @@ class EasyBackfill(Backfill):
             return started
         head = queue[position]
         shadow = extra = None  # computed when the first job small enough to backfill comes up
-        for job in queue[position + 1:]:
+        for job in queue[position + 1 :]:
             size = job.size
             if size > free:
                 continue
@@ -97,8 +98,7 @@ class EasyBackfill(Backfill):
         return started
 
     @staticmethod
-    def _shadow(now: int, need: int, free: int, machine: Machine,
-                just_started: list[WaitingJob]) -> tuple[int, int]:
+    def _shadow(now: int, need: int, free: int, machine: Machine, just_started: list[WaitingJob]) -> tuple[int, int]:
         """When enough processors free up for the head job, and how many spare ones then.
 
         Every job expected to end at the shadow time counts towards the extra
@@ -142,7 +142,7 @@ class Profile:
     the last step lasts forever.
     """
 
-    __slots__ = ("times", "free")
+    __slots__ = ("free", "times")
 
     def __init__(self, now: int, free_now: int, releases: list[tuple[int, int]]) -> None:
         """Start from `free_now` at `now`; each (time, size) in `releases` frees processors then."""
@@ -236,8 +236,8 @@ class ConservativeBackfill(Backfill):
 
     def __init__(self) -> None:
         self._profile: Profile | None = None
-        self._reserved: dict[int, int] = {}               # trace index -> reserved start
-        self._running: dict[int, tuple[int, int]] = {}    # trace index -> (expected end, size) in the profile
+        self._reserved: dict[int, int] = {}  # trace index -> reserved start
+        self._running: dict[int, tuple[int, int]] = {}  # trace index -> (expected end, size) in the profile
         self._replan = False
 
     def forget(self, job: WaitingJob) -> None:

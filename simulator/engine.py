@@ -9,6 +9,7 @@ before the simulated job has finished.
 Actual runtimes live only in this module (`_runtime`); the queue policy and
 backfilling see `WaitingJob` / `RunningJob`, which have no runtime field.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from predictor.frames import REQUEST_COLUMNS, finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob
-from predictor.offline import finished_from_frame, jobs_to_requests
 from predictor.session import PredictionSession
 from simulator.backfill import make_backfill
 from simulator.jobs import WaitingJob
@@ -33,7 +34,7 @@ class SimulationConfig:
     procs: int
     policy: str = "fcfs"
     backfill: str = "easy"
-    mode: str = "none"          # none | regular | selective
+    mode: str = "none"  # none | regular | selective
     correction: str = "request"  # request | tsafrir (regular mode only)
 
 
@@ -42,17 +43,19 @@ class SimulationResult:
     """Per-job outcome of a simulation, plus what was left out and why."""
 
     config: SimulationConfig
-    jobs: pd.DataFrame                       # job_id, user, group, size, submit, start, end, wait, run, t_req, t_sched
+    jobs: pd.DataFrame  # job_id, user, group, size, submit, start, end, wait, run, t_req, t_sched
     skipped: dict[str, int] = field(default_factory=dict)
     predictor_fallbacks: int = 0
 
 
-_NEVER = 2 ** 62
-JOB_COLUMNS = ("job_id", "submit", "procs", "t_req", "t_act", "user", "group", "queue", "executable")
+_NEVER = 2**62
+#: The trace columns a simulation reads: a job as submitted, and its actual runtime.
+JOB_COLUMNS = (*REQUEST_COLUMNS, "t_act")
 
 
-def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSession,
-             history: pd.DataFrame | None = None) -> SimulationResult:
+def simulate(
+    jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSession, history: pd.DataFrame | None = None
+) -> SimulationResult:
     """Replay `jobs` (replayable trace jobs sorted by submit) under `config`.
 
     `session` answers t_sched at submission and learns each simulated
@@ -86,9 +89,11 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
     next_arrival = 0
     wake: int | None = None
     while next_arrival < count or completions or wake is not None:
-        now = min(completions[0][0] if completions else _NEVER,
-                  requests[next_arrival].submit if next_arrival < count else _NEVER,
-                  _NEVER if wake is None else wake)
+        now = min(
+            completions[0][0] if completions else _NEVER,
+            requests[next_arrival].submit if next_arrival < count else _NEVER,
+            _NEVER if wake is None else wake,
+        )
 
         finished: list[FinishedJob] = []
         while completions and completions[0][0] == now:
@@ -103,7 +108,7 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
 
         if finished or arrivals:
             predictions = session.sync(finished, arrivals)
-            for offset, (request, prediction) in enumerate(zip(arrivals, predictions)):
+            for offset, (request, prediction) in enumerate(zip(arrivals, predictions, strict=True)):
                 index = first + offset
                 t_sched[index] = prediction.t_sched
                 t_est = prediction.t_sched if use_prediction else request.t_req
@@ -128,15 +133,17 @@ def simulate(jobs: pd.DataFrame, config: SimulationConfig, session: PredictionSe
         if wake is not None and wake <= now:
             raise AssertionError(f"{config.backfill} backfilling left a job reserved at {wake} unstarted at {now}")
 
-    result = pd.DataFrame({
-        "job_id": jobs["job_id"].to_numpy(),
-        "user": jobs["user"].to_numpy(),
-        "group": jobs["group"].to_numpy(),
-        "size": jobs["procs"].to_numpy(),
-        "submit": jobs["submit"].to_numpy(),
-        "start": np.asarray(start_at, dtype=np.int64),
-        "end": np.asarray(end_at, dtype=np.int64),
-    })
+    result = pd.DataFrame(
+        {
+            "job_id": jobs["job_id"].to_numpy(),
+            "user": jobs["user"].to_numpy(),
+            "group": jobs["group"].to_numpy(),
+            "size": jobs["procs"].to_numpy(),
+            "submit": jobs["submit"].to_numpy(),
+            "start": np.asarray(start_at, dtype=np.int64),
+            "end": np.asarray(end_at, dtype=np.int64),
+        }
+    )
     result["wait"] = result["start"] - result["submit"]
     result["run"] = result["end"] - result["start"]
     result["t_req"] = jobs["t_req"].to_numpy()

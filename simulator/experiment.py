@@ -5,6 +5,7 @@ prediction session (in-process estimator or the gRPC service), warms the
 predictor up with jobs that finished before the period, runs the simulation
 and returns the JSON-ready summary.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -17,11 +18,12 @@ from predictor.registry import make_estimator
 from predictor.session import LocalSession, PredictionSession
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.metrics import prediction_metrics, scheduling_metrics
-from simulator.swf import Trace
+from simulator.traces.swf import Trace
 
 
-def open_session(spec: str, jobs: pd.DataFrame, address: str | None = None,
-                 namespace: str | None = None, timeout: float = 1.0) -> PredictionSession:
+def open_session(
+    spec: str, jobs: pd.DataFrame, address: str | None = None, namespace: str | None = None, timeout: float = 1.0
+) -> PredictionSession:
     """An in-process session, or one served by the predictor at `address`.
 
     The oracle is the one estimator that is handed the actual runtimes, and
@@ -30,20 +32,27 @@ def open_session(spec: str, jobs: pd.DataFrame, address: str | None = None,
     truth = None
     estimator = make_estimator(spec)  # validates the SPEC on both paths
     if estimator.evaluation_only:
-        truth = dict(zip(jobs["job_id"].tolist(), jobs["t_act"].tolist()))
+        truth = dict(zip(jobs["job_id"].tolist(), jobs["t_act"].tolist(), strict=True))
     if address is None:
         if truth is not None:
             estimator.bind_truth(truth)
         return LocalSession(estimator)
-    from predictor.client import RemoteSession  # grpc is only imported for the service path
+    from predictor.service.client import RemoteSession  # grpc is only imported for the service path
 
-    return RemoteSession(address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, truth=truth,
-                         timeout=timeout)
+    return RemoteSession(
+        address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, truth=truth, timeout=timeout
+    )
 
 
-def run_simulation(trace: Trace, config: SimulationConfig, spec: str = "request", month: str | None = None,
-                   address: str | None = None, namespace: str | None = None,
-                   timeout: float = 1.0) -> tuple[dict[str, Any], SimulationResult]:
+def run_simulation(
+    trace: Trace,
+    config: SimulationConfig,
+    spec: str = "request",
+    month: str | None = None,
+    address: str | None = None,
+    namespace: str | None = None,
+    timeout: float = 1.0,
+) -> tuple[dict[str, Any], SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
     `timeout` is how long to wait for the service per call before a job gets

@@ -4,6 +4,7 @@ These classes deliberately have no actual-runtime field: queue policies and
 backfilling only ever see estimates. The event loop keeps actual runtimes to
 itself and uses them only to schedule completion events.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,12 +14,12 @@ from dataclasses import dataclass
 class WaitingJob:
     """A queued job as the scheduler knows it."""
 
-    index: int      # position in the replayed trace
+    index: int  # position in the replayed trace
     job_id: int
     submit: int
     size: int
     t_req: int
-    t_est: int      # the estimate the scheduler plans with (t_sched or t_req)
+    t_est: int  # the estimate the scheduler plans with (t_sched or t_req)
 
 
 @dataclass(slots=True)
@@ -30,4 +31,4 @@ class RunningJob:
     start: int
     t_req: int
     expected_end: int
-    corrections: int = 0   # how many times the expected end was pushed back
+    corrections: int = 0  # how many times the expected end was pushed back

@@ -4,6 +4,7 @@ In regular mode a running job can pass its predicted end; `correct_overruns`
 pushes such expected ends back as paper-decisions.md says. A heap of expected
 ends (stale entries skipped) finds overruns in O(log n) per pass.
 """
+
 from __future__ import annotations
 
 import heapq

@@ -1,4 +1,5 @@
 """Scheduling metrics (paper-decisions.md), computed from a simulation's per-job table."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,18 @@ def scheduling_metrics(jobs: pd.DataFrame, procs: int) -> dict[str, float]:
     from t_req, whatever the policy, so that runs compare.
     """
     if jobs.empty:
-        return {k: 0.0 for k in ("avg_wait", "avg_response", "avg_slowdown", "avg_bounded_slowdown",
-                                 "weighted_wait", "utilization", "makespan")}
+        return dict.fromkeys(
+            (
+                "avg_wait",
+                "avg_response",
+                "avg_slowdown",
+                "avg_bounded_slowdown",
+                "weighted_wait",
+                "utilization",
+                "makespan",
+            ),
+            0.0,
+        )
     wait = jobs["wait"].to_numpy(dtype=np.float64)
     run = jobs["run"].to_numpy(dtype=np.float64)
     size = jobs["size"].to_numpy(dtype=np.float64)

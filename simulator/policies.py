@@ -5,6 +5,7 @@ needs sorting. SJF's key is fixed at submission, so it is kept in a sorted
 container. WFP's score grows with waiting time, so it is recomputed once per
 scheduling pass, vectorised. Ties are broken by submit time, then job id.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

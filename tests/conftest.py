@@ -1,12 +1,13 @@
 """Shared fixtures: the real traces (when present) and a small generated workload."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from simulator.swf import Trace
-from simulator.workload import generate_workload
+from simulator.traces.swf import Trace
+from simulator.traces.workload import generate_workload
 
 #: The Parallel Workloads Archive traces live outside the repository, in ../shared/traces.
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"

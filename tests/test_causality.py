@@ -5,6 +5,7 @@ through the offline replay, and with the estimator told about every job of the
 trace (as a remote predictor may be, when submissions reach it late), where
 the estimator's own bounds must keep the future out.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,10 +15,11 @@ import pandas as pd
 import pytest
 
 from predictor.estimators.baselines import OracleEstimator
+from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import Prediction
-from predictor.offline import finished_from_frame, jobs_to_requests, replay
+from predictor.offline import replay
 from predictor.registry import available, make_estimator
-from simulator.workload import generate_workload
+from simulator.traces.workload import generate_workload
 
 SCHEDULER_ESTIMATORS = sorted(name for name, cls in available().items() if not cls.evaluation_only)
 #: Estimators whose history-based answers are known to be real (not fallbacks) on this workload,
@@ -64,8 +66,12 @@ def with_new_future(jobs: pd.DataFrame, submit: int, seed: int) -> pd.DataFrame:
 
 def as_tuple(row: pd.Series | Prediction) -> tuple:
     factor = row.factor
-    return (int(row.t_sched), None if factor is None or math.isnan(factor) else factor, int(row.basis),
-            bool(row.fallback))
+    return (
+        int(row.t_sched),
+        None if factor is None or math.isnan(factor) else factor,
+        int(row.basis),
+        bool(row.fallback),
+    )
 
 
 def replayed(name: str, jobs: pd.DataFrame, position: int) -> tuple:
@@ -75,7 +81,7 @@ def replayed(name: str, jobs: pd.DataFrame, position: int) -> tuple:
 def told_everything(name: str, jobs: pd.DataFrame, position: int) -> tuple:
     estimator = make_estimator(name)
     if isinstance(estimator, OracleEstimator):
-        estimator.bind_truth(dict(zip(jobs["job_id"].tolist(), jobs["t_act"].tolist())))
+        estimator.bind_truth(dict(zip(jobs["job_id"].tolist(), jobs["t_act"].tolist(), strict=True)))
     estimator.fit(finished_from_frame(jobs))
     return as_tuple(estimator.predict(jobs_to_requests(jobs)[position]))
 

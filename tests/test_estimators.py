@@ -1,4 +1,5 @@
 """The history-based estimators against hand-computed values and brute-force numpy."""
+
 from __future__ import annotations
 
 import math
@@ -8,20 +9,29 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from predictor.errors import SpecError
 from predictor.estimators.last2 import LastTwoEstimator
 from predictor.estimators.meanstd import MeanStdEstimator
 from predictor.estimators.percentile import PercentileEstimator, interpolated_percentile
 from predictor.history import SECONDS_PER_DAY, HistoryDiscardedError, parse_window
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
-from predictor.registry import SpecError, make_estimator
+from predictor.registry import make_estimator
 
 DAY = SECONDS_PER_DAY
 
 
-def request(submit: int = 0, t_req: int = 1000, user: int = 1, group: int = 1, job_id: int = 0,
-            procs: int = 1, executable: int = -1) -> JobRequest:
-    return JobRequest(job_id=job_id, submit=submit, user=user, group=group, t_req=t_req, procs=procs,
-                      executable=executable)
+def request(
+    submit: int = 0,
+    t_req: int = 1000,
+    user: int = 1,
+    group: int = 1,
+    job_id: int = 0,
+    procs: int = 1,
+    executable: int = -1,
+) -> JobRequest:
+    return JobRequest(
+        job_id=job_id, submit=submit, user=user, group=group, t_req=t_req, procs=procs, executable=executable
+    )
 
 
 def finished(end: int, runtime: int, t_req: int = 1000, **fields: int) -> FinishedJob:
@@ -29,6 +39,7 @@ def finished(end: int, runtime: int, t_req: int = 1000, **fields: int) -> Finish
 
 
 # --- percentile -------------------------------------------------------------------------------
+
 
 def test_percentile_needs_min_jobs_then_adjusts_by_the_interpolated_percentile() -> None:
     estimator = PercentileEstimator(key="user", window="all", q=50)
@@ -65,9 +76,9 @@ def test_percentile_window_includes_both_ends_and_nothing_that_ends_after_submis
     estimator = PercentileEstimator(key="user", window="30d", q=100, min_jobs=1, floor=0)
     submit = 40 * DAY
     estimator.observe(finished(end=submit - 30 * DAY - 1, runtime=900))  # just too old
-    estimator.observe(finished(end=submit - 30 * DAY, runtime=200))      # oldest eligible
-    estimator.observe(finished(end=submit, runtime=300))                 # ended at submission
-    estimator.observe(finished(end=submit + 1, runtime=1000))            # not finished yet
+    estimator.observe(finished(end=submit - 30 * DAY, runtime=200))  # oldest eligible
+    estimator.observe(finished(end=submit, runtime=300))  # ended at submission
+    estimator.observe(finished(end=submit + 1, runtime=1000))  # not finished yet
     assert estimator.predict(request(submit=submit)) == Prediction(300, 0.3, 2, False)
 
 
@@ -105,19 +116,21 @@ def test_interpolated_percentile_matches_numpy_bit_for_bit() -> None:
 
 # --- last2 ------------------------------------------------------------------------------------
 
+
 def test_last2_averages_the_users_two_latest_finished_jobs() -> None:
     estimator = LastTwoEstimator()
     estimator.observe(finished(end=10, runtime=100))
     assert estimator.predict(request(submit=20)) == Prediction(1000, None, 1, True)
-    estimator.observe(finished(end=15, runtime=201, user=2))   # another user
+    estimator.observe(finished(end=15, runtime=201, user=2))  # another user
     estimator.observe(finished(end=20, runtime=200))
-    estimator.observe(finished(end=30, runtime=400))            # ends after the submission below
+    estimator.observe(finished(end=30, runtime=400))  # ends after the submission below
     assert estimator.predict(request(submit=20)) == Prediction(150, None, 2, False)
     assert estimator.predict(request(submit=30)) == Prediction(300, None, 2, False)
     assert estimator.predict(request(submit=30, t_req=250)).t_sched == 250
 
 
 # --- mean-std ---------------------------------------------------------------------------------
+
 
 def test_mean_std_is_mean_plus_k_population_sigma() -> None:
     estimator = MeanStdEstimator()
@@ -135,8 +148,13 @@ def test_mean_std_is_mean_plus_k_population_sigma() -> None:
 
 def test_mean_std_key_and_k() -> None:
     estimator = MeanStdEstimator(key="user+executable", window="all", k=0)
-    estimator.fit([finished(end=0, runtime=100, executable=1), finished(end=1, runtime=300, executable=1),
-                   finished(end=2, runtime=900, executable=2)])
+    estimator.fit(
+        [
+            finished(end=0, runtime=100, executable=1),
+            finished(end=1, runtime=300, executable=1),
+            finished(end=2, runtime=900, executable=2),
+        ]
+    )
     assert estimator.predict(request(submit=5, executable=1)).t_sched == 200
     assert estimator.predict(request(submit=5, executable=2)).fallback
 
@@ -145,8 +163,9 @@ def test_mean_std_key_and_k() -> None:
 
 QUARTER_DAY = DAY // 4
 moments = st.integers(0, 200).map(lambda t: t * QUARTER_DAY)  # 50 days, with exact window-edge hits
-observation = st.tuples(st.just("observe"), st.integers(0, 1), moments, st.sampled_from([10, 100, 1000]),
-                        st.floats(0, 1))
+observation = st.tuples(
+    st.just("observe"), st.integers(0, 1), moments, st.sampled_from([10, 100, 1000]), st.floats(0, 1)
+)
 query = st.tuples(st.just("predict"), st.integers(0, 1), moments, st.sampled_from([10, 100, 1000]))
 
 
@@ -159,7 +178,7 @@ def events(draw):
     queries = draw(st.lists(query, min_size=1, max_size=30))
     positions = draw(st.lists(st.integers(0, len(observations)), min_size=len(queries), max_size=len(queries)))
     script = list(observations)
-    for position, event in sorted(zip(positions, queries), key=lambda pair: pair[0], reverse=True):
+    for position, event in sorted(zip(positions, queries, strict=True), key=lambda pair: pair[0], reverse=True):
         script.insert(position, event)
     return script
 
@@ -192,8 +211,13 @@ def assert_rejection_justified(asked, user, submit, window, history) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(script=events(), window=st.sampled_from(["30d", "all"]), q=st.floats(50, 100),
-       floor=st.sampled_from([0.0, 0.5]), min_jobs=st.integers(1, 4))
+@given(
+    script=events(),
+    window=st.sampled_from(["30d", "all"]),
+    q=st.floats(50, 100),
+    floor=st.sampled_from([0.0, 0.5]),
+    min_jobs=st.integers(1, 4),
+)
 def test_percentile_equals_numpy_on_the_eligible_history(script, window, q, floor, min_jobs) -> None:
     estimator = PercentileEstimator(key="user", window=window, q=q, floor=floor, min_jobs=min_jobs)
     seconds = parse_window(window)
@@ -202,8 +226,11 @@ def test_percentile_equals_numpy_on_the_eligible_history(script, window, q, floo
         if isinstance(outcome, HistoryDiscardedError):
             assert_rejection_justified(asked, user, submit, seconds, history)
         else:
-            ratios = [min(1.0, runtime / req) for u, end, runtime, req in history
-                      if u == user and end <= submit and (seconds is None or end >= submit - seconds)]
+            ratios = [
+                min(1.0, runtime / req)
+                for u, end, runtime, req in history
+                if u == user and end <= submit and (seconds is None or end >= submit - seconds)
+            ]
             if len(ratios) < min_jobs:
                 assert outcome == Prediction(t_req, None, len(ratios), True)
             else:
@@ -222,8 +249,11 @@ def test_mean_std_equals_numpy_on_the_eligible_history(script, window, k) -> Non
         if isinstance(outcome, HistoryDiscardedError):
             assert_rejection_justified(asked, user, submit, seconds, history)
         else:
-            runtimes = [runtime for u, end, runtime, _ in history
-                        if u == user and end <= submit and (seconds is None or end >= submit - seconds)]
+            runtimes = [
+                runtime
+                for u, end, runtime, _ in history
+                if u == user and end <= submit and (seconds is None or end >= submit - seconds)
+            ]
             assert outcome.basis == len(runtimes)
             if len(runtimes) < 2:
                 assert outcome == Prediction(t_req, None, len(runtimes), True)
@@ -242,8 +272,10 @@ def test_last2_equals_brute_force_on_the_finished_history(script) -> None:
         if isinstance(outcome, HistoryDiscardedError):
             assert [s for u, s in asked if u == user and s > submit]
         else:
-            done = sorted(((end, runtime) for u, end, runtime, _ in history if u == user and end <= submit),
-                          key=lambda pair: pair[0])
+            done = sorted(
+                ((end, runtime) for u, end, runtime, _ in history if u == user and end <= submit),
+                key=lambda pair: pair[0],
+            )
             if len(done) < 2:
                 assert outcome == Prediction(t_req, None, len(done), True)
             else:
@@ -257,13 +289,14 @@ def test_long_monotone_replay_matches_brute_force_through_compaction() -> None:
     estimator = PercentileEstimator(key="user", window="30d", q=85, min_jobs=3)
     ends = np.sort(rng.integers(0, 400 * DAY, 2000))
     runtimes = rng.integers(0, 1001, 2000)
-    for i, (end, runtime) in enumerate(zip(ends.tolist(), runtimes.tolist())):
+    for i, (end, runtime) in enumerate(zip(ends.tolist(), runtimes.tolist(), strict=True)):
         estimator.observe(finished(end=end, runtime=runtime))
         if i % 50 == 49:
             eligible = runtimes[(ends <= end) & (ends >= end - 30 * DAY)] / 1000
             factor = max(float(np.percentile(eligible, 85)), 0.5)
             assert estimator.predict(request(submit=end)) == Prediction(
-                clamp_estimate(1000 * factor, 1000), factor, len(eligible), False)
+                clamp_estimate(1000 * factor, 1000), factor, len(eligible), False
+            )
 
 
 def test_query_needing_discarded_history_is_refused_and_others_stay_exact() -> None:
@@ -278,6 +311,7 @@ def test_query_needing_discarded_history_is_refused_and_others_stay_exact() -> N
 
 
 # --- SPECs ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("spec", "message"),
@@ -305,10 +339,15 @@ def test_bad_specs_are_rejected_with_the_reason(spec: str, message: str) -> None
     ("spec", "params"),
     [
         ("percentile", {"key": "user+group+request", "window": "30d", "q": 85.0, "floor": 0.5, "min_jobs": 10}),
-        ("percentile:key=user+group,window=all,q=90,floor=0,min_jobs=5",
-         {"key": "user+group", "window": "all", "q": 90.0, "floor": 0.0, "min_jobs": 5}),
+        (
+            "percentile:key=user+group,window=all,q=90,floor=0,min_jobs=5",
+            {"key": "user+group", "window": "all", "q": 90.0, "floor": 0.0, "min_jobs": 5},
+        ),
         ("mean-std", {"key": "user", "window": "7d", "k": 1.5}),
-        ("mean-std:key=user+executable+procs,window=30d,k=2", {"key": "user+executable+procs", "window": "30d", "k": 2.0}),
+        (
+            "mean-std:key=user+executable+procs,window=30d,k=2",
+            {"key": "user+executable+procs", "window": "30d", "k": 2.0},
+        ),
         ("last2", {}),
     ],
 )

@@ -1,4 +1,5 @@
-"""`tsched evaluate`: task building, the report's consistency with results.csv, and identical results on every backend."""
+"""`tsched evaluate`: task building, the report agreeing with results.csv, identical results on every backend."""
+
 from __future__ import annotations
 
 import io
@@ -10,40 +11,42 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.registry import SpecError
+from predictor.errors import SpecError
 from simulator.cli import main
-from simulator.evaluation import (
+from simulator.evaluation.execution import Progress, run_evaluation, run_task, service_host
+from simulator.evaluation.plan import (
     Backend,
     EvaluationPlan,
-    Progress,
     QualityTask,
     SimulationTask,
     TaskError,
     TraceInput,
     build_tasks,
     months_with_jobs,
-    run_evaluation,
-    run_task,
-    service_host,
     split_choices,
     split_specs,
 )
-from simulator.plots import pareto_front
-from simulator.report import improvement
-from simulator.swf import write_swf
-from simulator.workload import generate_workload
+from simulator.evaluation.plots import pareto_front
+from simulator.evaluation.report import improvement
+from simulator.traces.swf import write_swf
+from simulator.traces.workload import generate_workload
 
 #: 600 jobs spread over three calendar months (a low load stretches the arrivals).
 SOURCE = "generate_workload(jobs=600, procs=64, load=0.2, seed=3)"
-PLAN = EvaluationPlan(estimators=("request", "percentile:q=85", "last2"), policies=("wfp",), backfills=("easy",),
-                      modes=("regular", "selective"))
+PLAN = EvaluationPlan(
+    estimators=("request", "percentile:q=85", "last2"),
+    policies=("wfp",),
+    backfills=("easy",),
+    modes=("regular", "selective"),
+)
 
 
 def small_input() -> TraceInput:
     return TraceInput("small", generate_workload(jobs=600, procs=64, load=0.2, seed=3), SOURCE)
 
 
-def evaluate_into(folder: Path, plan: EvaluationPlan = PLAN, backend: Backend = Backend(in_process=True)) -> Path:
+def evaluate_into(folder: Path, plan: EvaluationPlan = PLAN, backend: Backend | None = None) -> Path:
+    backend = backend or Backend(in_process=True)
     outcome = run_evaluation([small_input()], plan, folder, backend, show_progress=False)
     assert outcome.fallbacks == 0
     return outcome.report.parent
@@ -62,13 +65,20 @@ def monthly(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # --- parsing the command line ----------------------------------------------------------------
 
+
 def test_spec_lists_keep_each_specs_own_parameters():
     assert split_specs(["request,percentile:q=95,window=60d,last2", "mean-std:k=2"]) == [
-        "request", "percentile:q=95,window=60d", "last2", "mean-std:k=2"]
+        "request",
+        "percentile:q=95,window=60d",
+        "last2",
+        "mean-std:k=2",
+    ]
     assert split_specs(["last2,last2"]) == ["last2"]
 
 
-@pytest.mark.parametrize("text, message", [("q=95,request", "follows no estimator"), ("request,,last2", "empty item")])
+@pytest.mark.parametrize(
+    ("text", "message"), [("q=95,request", "follows no estimator"), ("request,,last2", "empty item")]
+)
 def test_bad_spec_lists_are_refused(text, message):
     with pytest.raises(SpecError, match=message):
         split_specs([text])
@@ -76,7 +86,7 @@ def test_bad_spec_lists_are_refused(text, message):
 
 def test_choices_are_checked_against_the_allowed_names():
     assert split_choices("wfp, fcfs,wfp", ("fcfs", "wfp", "sjf"), "--policies") == ("wfp", "fcfs")
-    with pytest.raises(ValueError, match="--modes 'none'.*regular, selective"):
+    with pytest.raises(ValueError, match=r"--modes 'none'.*regular, selective"):
         split_choices("none", ("regular", "selective"), "--modes")
 
 
@@ -89,10 +99,16 @@ def test_unknown_estimator_fails_before_anything_runs(tmp_path, capsys):
 
 # --- tasks -----------------------------------------------------------------------------------
 
+
 def test_tasks_have_one_baseline_per_period_policy_and_backfilling():
     entry = small_input()
-    plan = EvaluationPlan(estimators=("request", "last2", "mean-std"), policies=("wfp", "fcfs"),
-                          backfills=("easy",), modes=("regular", "selective"), monthly=True)
+    plan = EvaluationPlan(
+        estimators=("request", "last2", "mean-std"),
+        policies=("wfp", "fcfs"),
+        backfills=("easy",),
+        modes=("regular", "selective"),
+        monthly=True,
+    )
     simulations = [task for task in build_tasks([entry], plan) if isinstance(task, SimulationTask)]
     months = months_with_jobs(entry.trace)
     assert len(months) == 3
@@ -102,8 +118,9 @@ def test_tasks_have_one_baseline_per_period_policy_and_backfilling():
     assert not [task for task in simulations if task.estimator == "request" and not task.is_baseline]
 
 
-@pytest.mark.parametrize("scheduler", [None, "inproc://10.1.2.3/77/1", "tcp://127.0.0.1:8786", "localhost",
-                                       "tcp://[::1]:8786", "[::1]"])
+@pytest.mark.parametrize(
+    "scheduler", [None, "inproc://10.1.2.3/77/1", "tcp://127.0.0.1:8786", "localhost", "tcp://[::1]:8786", "[::1]"]
+)
 def test_the_service_stays_on_loopback_for_a_local_scheduler(scheduler):
     assert service_host(scheduler) == "127.0.0.1"
 
@@ -132,6 +149,7 @@ def test_progress_reports_done_elapsed_and_time_left():
 
 # --- the report ------------------------------------------------------------------------------
 
+
 def test_report_files_are_present_and_agree_with_results_csv(reference):
     report = (reference / "report.md").read_text()
     results = pd.read_csv(reference / "results.csv", keep_default_na=False, na_values=[""])
@@ -139,7 +157,8 @@ def test_report_files_are_present_and_agree_with_results_csv(reference):
     for image in re.findall(r"\]\(([^)]+\.png)\)", report):
         assert (reference / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"frontier-small.png", "accuracy-cdf-small.png", "improvement-small-wfp-easy.png"} <= {
-        path.name for path in reference.glob("*.png")}
+        path.name for path in reference.glob("*.png")
+    }
     baseline = results[(results["estimator"] == "request") & (results["mode"] == "none")].iloc[0]
     for row in results.itertuples():
         expected = (baseline.avg_wait - row.avg_wait) / baseline.avg_wait
@@ -167,7 +186,9 @@ def test_the_service_path_gives_the_in_process_results(reference, tmp_path):
 
 def test_a_dask_cluster_gives_identical_results(reference, tmp_path):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
         folder = evaluate_into(tmp_path, backend=Backend(dask_scheduler=cluster.scheduler_address, in_process=True))
     assert (folder / "results.csv").read_bytes() == (reference / "results.csv").read_bytes()
 
@@ -197,8 +218,24 @@ def test_the_command_evaluates_a_trace_file_and_names_the_report(tmp_path, capsy
     trace_file = tmp_path / "tiny.swf"
     write_swf(generate_workload(jobs=300, procs=32, load=0.5, seed=5), trace_file)
     out = tmp_path / "report"
-    code = main(["evaluate", "--trace", str(trace_file), "--estimators", "request,percentile:q=85",
-                 "--policies", "fcfs", "--modes", "selective", "--workers", "1", "--in-process", "--out", str(out)])
+    code = main(
+        [
+            "evaluate",
+            "--trace",
+            str(trace_file),
+            "--estimators",
+            "request,percentile:q=85",
+            "--policies",
+            "fcfs",
+            "--modes",
+            "selective",
+            "--workers",
+            "1",
+            "--in-process",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     captured = capsys.readouterr()
     assert captured.out.strip().endswith(f"report: {out / 'report.md'}")

@@ -1,4 +1,5 @@
 """The lgbm-quantile estimator, its features and its calibration, on small generated traces."""
+
 from __future__ import annotations
 
 import math
@@ -8,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.calibration import (
+from predictor.errors import SpecError
+from predictor.estimators.lgbm.calibration import (
     LEVEL_RANGE,
     MULTIPLIERS,
     TrailingCalibrator,
@@ -16,12 +18,13 @@ from predictor.calibration import (
     choose_quantile,
     conformity_scores,
 )
-from predictor.estimators.lgbm import CANDIDATES, CLASSES, RATIO_EDGES, LGBMQuantileEstimator, class_of
-from predictor.features import FeatureHistory, feature_names
+from predictor.estimators.lgbm.estimator import CANDIDATES, CLASSES, RATIO_EDGES, LGBMQuantileEstimator, class_of
+from predictor.estimators.lgbm.features import FeatureHistory, feature_names
+from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest
-from predictor.offline import causal_replay, finished_from_frame, jobs_to_requests, replay
-from predictor.registry import SpecError, make_estimator
-from simulator.workload import generate_workload
+from predictor.offline import causal_replay, replay
+from predictor.registry import make_estimator
+from simulator.traces.workload import generate_workload
 
 DAY = 86_400
 #: Small enough to train in a blink on a few thousand jobs.
@@ -41,19 +44,22 @@ def small_estimator(**overrides: object) -> LGBMQuantileEstimator:
     return estimator
 
 
-@pytest.mark.parametrize("spec", [
-    "lgbm-quantile:alpha=1.5",
-    "lgbm-quantile:target_under=1",
-    "lgbm-quantile:window=90",
-    "lgbm-quantile:window=never",
-    "lgbm-quantile:retrain=weekly",
-    "lgbm-quantile:min_train=600,max_train=500",
-    "lgbm-quantile:trees=0",
-    "lgbm-quantile:depth=3",
-    "lgbm-quantile:prior_jobs=inf",
-    "lgbm-quantile:prior_jobs=0",
-    "lgbm-quantile:adapt=1",
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "lgbm-quantile:alpha=1.5",
+        "lgbm-quantile:target_under=1",
+        "lgbm-quantile:window=90",
+        "lgbm-quantile:window=never",
+        "lgbm-quantile:retrain=weekly",
+        "lgbm-quantile:min_train=600,max_train=500",
+        "lgbm-quantile:trees=0",
+        "lgbm-quantile:depth=3",
+        "lgbm-quantile:prior_jobs=inf",
+        "lgbm-quantile:prior_jobs=0",
+        "lgbm-quantile:adapt=1",
+    ],
+)
 def test_bad_parameters_are_rejected(spec: str) -> None:
     with pytest.raises(SpecError):
         make_estimator(spec)
@@ -187,7 +193,9 @@ def test_feature_row_is_the_same_at_submission_and_later(jobs: pd.DataFrame) -> 
     for index in range(0, len(requests), 97):
         later = history.row(requests[index])
         assert len(later) == len(feature_names())
-        assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(at_submission[index], later))
+        assert all(
+            a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(at_submission[index], later, strict=True)
+        )
 
 
 def test_ratio_counts_are_the_key_jobs_that_ended_in_the_window(jobs: pd.DataFrame) -> None:
@@ -198,8 +206,12 @@ def test_ratio_counts_are_the_key_jobs_that_ended_in_the_window(jobs: pd.DataFra
     counted = causal_replay(requests, finished, history.observe, history.ratio_counts)
     for index in range(0, len(requests), 53):
         job = requests[index]
-        mine = [other for other in finished if (other.request.user, other.request.t_req) == (job.user, job.t_req)
-                and job.submit - history.window <= other.end <= job.submit]
+        mine = [
+            other
+            for other in finished
+            if (other.request.user, other.request.t_req) == (job.user, job.t_req)
+            and job.submit - history.window <= other.end <= job.submit
+        ]
         expected = np.bincount(class_of(np.array([other.ratio for other in mine])), minlength=len(RATIO_EDGES) + 1)
         assert counted[index] == expected.tolist()
 
@@ -218,14 +230,20 @@ def test_jobs_in_flight_count_until_they_finish(jobs: pd.DataFrame) -> None:
     first, second = finished[0].request, finished[1].request
     history = FeatureHistory()
     names = feature_names()
-    probe = JobRequest(job_id=-1, submit=max(first.submit, second.submit) + 3600, user=first.user,
-                       group=first.group, t_req=first.t_req, procs=first.procs)
+    probe = JobRequest(
+        job_id=-1,
+        submit=max(first.submit, second.submit) + 3600,
+        user=first.user,
+        group=first.group,
+        t_req=first.t_req,
+        procs=first.procs,
+    )
     history.register(first)
-    row = dict(zip(names, history.row(probe)))
+    row = dict(zip(names, history.row(probe), strict=True))
     assert row["user_inflight"] == 1 and row["user_req_inflight"] == 1
     assert row["user_req_inflight_age"] == min(1.0, (probe.submit - first.submit) / first.t_req)
     history.observe(finished[0])
-    row = dict(zip(names, history.row(probe)))
+    row = dict(zip(names, history.row(probe), strict=True))
     assert row["user_inflight"] == 0 and row["user_req_inflight"] == 0
     assert math.isnan(row["user_req_inflight_age"])
 
@@ -310,8 +328,7 @@ def test_adaptation_delivers_the_target_rate_when_the_window_misleads() -> None:
     target = 0.1
     delivered = {}
     for adapt in (0.0, 0.002):
-        calibrator = TrailingCalibrator(target_under=target, target_bad=target, window=2000, min_jobs=100,
-                                        adapt=adapt)
+        calibrator = TrailingCalibrator(target_under=target, target_bad=target, window=2000, min_jobs=100, adapt=adapt)
         misses = served = 0
         for end in range(40_000):
             stormy = (end // 3000) % 2 == 1
@@ -331,16 +348,16 @@ def test_adaptation_delivers_the_target_rate_when_the_window_misleads() -> None:
 def test_users_with_enough_jobs_get_their_own_multiplier() -> None:
     calibrator = UserCalibrator(target_under=0.25, target_bad=0.25, window=1000, min_jobs=4, min_user_jobs=4)
     for end in range(4):
-        calibrator.add(end, 1, 0, 0)   # user 1: never underestimated
+        calibrator.add(end, 1, 0, 0)  # user 1: never underestimated
     assert calibrator.multiplier(1) == MULTIPLIERS[0]
-    calibrator.add(10, 2, 20, 20)      # user 2: one job, underestimated up to multiplier 20
+    calibrator.add(10, 2, 20, 20)  # user 2: one job, underestimated up to multiplier 20
     assert calibrator.multiplier(2) == calibrator.multiplier(3) == MULTIPLIERS[20]  # everybody's
     assert calibrator.multiplier(1) == MULTIPLIERS[0]
     restored = UserCalibrator(target_under=0.25, target_bad=0.25, window=1000, min_jobs=4, min_user_jobs=4)
     restored.restore(calibrator.state())
     assert [restored.multiplier(user) for user in (1, 2)] == [calibrator.multiplier(user) for user in (1, 2)]
     for end in range(2000, 2004):
-        calibrator.add(end, 3, 0, 0)   # user 1's jobs left the window with everybody's
+        calibrator.add(end, 3, 0, 0)  # user 1's jobs left the window with everybody's
     assert calibrator.multiplier(1) == calibrator.multiplier(3) == MULTIPLIERS[0]
     assert calibrator.state() == [[end, 3, 0, 0] for end in range(2000, 2004)]
 

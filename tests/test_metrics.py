@@ -1,4 +1,5 @@
 """Scheduling metrics and estimate scoring, against values worked out by hand (paper-decisions.md)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,16 @@ def three_jobs() -> pd.DataFrame:
      2     4     10    100    105   90     5    10
      3     1     50    105    105   55     0    60
     """
-    table = pd.DataFrame({"job_id": [1, 2, 3], "size": [2, 4, 1], "submit": [0, 10, 50],
-                          "start": [0, 100, 105], "end": [100, 105, 105], "t_req": [200, 10, 60]})
+    table = pd.DataFrame(
+        {
+            "job_id": [1, 2, 3],
+            "size": [2, 4, 1],
+            "submit": [0, 10, 50],
+            "start": [0, 100, 105],
+            "end": [100, 105, 105],
+            "t_req": [200, 10, 60],
+        }
+    )
     table["wait"] = table["start"] - table["submit"]
     table["run"] = table["end"] - table["start"]
     table["t_sched"] = [150, 10, 60]

@@ -1,24 +1,25 @@
 """Offline replay and the predict-eval report."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.errors import SpecError
 from predictor.estimators.base import Estimator
+from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.offline import (
     GRID_FLOORS,
     GRID_PERCENTILES,
     evaluate,
-    finished_from_frame,
-    jobs_to_requests,
     percentile_grid,
     replay,
 )
-from predictor.registry import SpecError, make_estimator
-from simulator.swf import read_swf
-from simulator.workload import generate_workload
+from predictor.registry import make_estimator
+from simulator.traces.swf import read_swf
+from simulator.traces.workload import generate_workload
 
 
 def job_table(rows: list[tuple[int, int, int, int, int]], user: int = 1) -> pd.DataFrame:
@@ -36,8 +37,9 @@ def job_table(rows: list[tuple[int, int, int, int, int]], user: int = 1) -> pd.D
 
 #: last2 on these jobs, by hand: jobs 1 and 2 have no history (t_req); job 3 averages jobs 1 and 2
 #: (50, 100 -> 75); job 4 averages jobs 1 and 3 (100, 300 -> 200); job 5 jobs 3 and 4 (300, 10 -> 155).
-TINY = job_table([(1, 0, 0, 100, 200), (2, 10, 0, 50, 100), (3, 200, 0, 300, 400),
-                  (4, 600, 0, 10, 1000), (5, 700, 0, 3000, 4000)])
+TINY = job_table(
+    [(1, 0, 0, 100, 200), (2, 10, 0, 50, 100), (3, 200, 0, 300, 400), (4, 600, 0, 10, 1000), (5, 700, 0, 3000, 4000)]
+)
 
 
 def test_evaluate_reports_the_issue_json_with_hand_computed_values() -> None:
@@ -45,23 +47,56 @@ def test_evaluate_reports_the_issue_json_with_hand_computed_values() -> None:
     assert report["trace"] == "tiny.swf"
     assert report["jobs"] == 5
     request, last2 = report["results"]
-    keys = ["estimator", "accuracy_mean", "accuracy_median", "underestimated", "NA", "OE", "UE", "BE",
-            "mae", "medae", "lambda", "us_per_prediction"]
+    keys = [
+        "estimator",
+        "accuracy_mean",
+        "accuracy_median",
+        "underestimated",
+        "NA",
+        "OE",
+        "UE",
+        "BE",
+        "mae",
+        "medae",
+        "lambda",
+        "us_per_prediction",
+    ]
     assert list(request) == keys and list(last2) == keys
     assert request["us_per_prediction"] > 0
     del request["us_per_prediction"], last2["us_per_prediction"]
     # request: accuracy 0.5, 0.5, 0.75, 0.01, 0.75; errors 100, 50, 100, 990, 1000
-    assert request == pytest.approx({
-        "estimator": "request", "accuracy_mean": 2.51 / 5, "accuracy_median": 0.5, "underestimated": 0.0,
-        "NA": 1.0, "OE": 0.0, "UE": 0.0, "BE": 0.0, "mae": 448.0, "medae": 100.0, "lambda": 1.0,
-    })
+    assert request == pytest.approx(
+        {
+            "estimator": "request",
+            "accuracy_mean": 2.51 / 5,
+            "accuracy_median": 0.5,
+            "underestimated": 0.0,
+            "NA": 1.0,
+            "OE": 0.0,
+            "UE": 0.0,
+            "BE": 0.0,
+            "mae": 448.0,
+            "medae": 100.0,
+            "lambda": 1.0,
+        }
+    )
     # last2: t_sched 200, 100, 75, 200, 155 -> accuracy 0.5, 0.5, 0.25, 0.05, 155/3000;
     # job 3 under by 225 s (UE), job 5 under by 2845 s (BE), job 4 over (OE); errors 100, 50, 225, 190, 2845
-    assert last2 == pytest.approx({
-        "estimator": "last2", "accuracy_mean": (1.3 + 155 / 3000) / 5, "accuracy_median": 0.25,
-        "underestimated": 0.4, "NA": 0.4, "OE": 0.2, "UE": 0.2, "BE": 0.2, "mae": 682.0, "medae": 190.0,
-        "lambda": 682.0 / 448.0,
-    })
+    assert last2 == pytest.approx(
+        {
+            "estimator": "last2",
+            "accuracy_mean": (1.3 + 155 / 3000) / 5,
+            "accuracy_median": 0.25,
+            "underestimated": 0.4,
+            "NA": 0.4,
+            "OE": 0.2,
+            "UE": 0.2,
+            "BE": 0.2,
+            "mae": 682.0,
+            "medae": 190.0,
+            "lambda": 682.0 / 448.0,
+        }
+    )
 
 
 def test_evaluate_rejects_a_bad_spec_before_replaying() -> None:
@@ -97,14 +132,16 @@ class Recorder(Estimator):
 
 
 def test_replay_feeds_exactly_the_jobs_finished_before_each_submission() -> None:
-    frame = job_table([
-        (1, 0, 0, 100, 200),    # ends at 100: exactly when job 2 is submitted
-        (2, 100, 5, 10, 50),    # ends at 115
-        (3, 114, 0, 0, 10),     # ends at 114, before job 2
-        (4, 115, 0, 0, 10),     # no wait, no runtime: ends the second it is submitted
-        (5, 115, 0, 30, 40),    # submitted the same second as job 4
-        (6, 116, 0, 1, 10),
-    ])
+    frame = job_table(
+        [
+            (1, 0, 0, 100, 200),  # ends at 100: exactly when job 2 is submitted
+            (2, 100, 5, 10, 50),  # ends at 115
+            (3, 114, 0, 0, 10),  # ends at 114, before job 2
+            (4, 115, 0, 0, 10),  # no wait, no runtime: ends the second it is submitted
+            (5, 115, 0, 30, 40),  # submitted the same second as job 4
+            (6, 116, 0, 1, 10),
+        ]
+    )
     recorder = Recorder()
     out = replay(recorder, frame.sample(frac=1, random_state=3))  # row order of the input does not matter
     assert out["job_id"].tolist() == [1, 2, 3, 4, 5, 6]
@@ -166,8 +203,8 @@ def test_percentile_on_kth_equals_an_independent_numpy_computation(traces_dir) -
     ratio = np.minimum(1.0, ordered["t_act"].to_numpy() / ordered["t_req"].to_numpy())
     end, submit, t_req = (ordered[c].to_numpy() for c in ("end", "submit", "t_req"))
     expected = t_req.copy()
-    for _, rows in ordered.reset_index(drop=True).groupby(["user", "group", "t_req"]).groups.items():
-        rows = np.asarray(rows)
+    for members in ordered.reset_index(drop=True).groupby(["user", "group", "t_req"]).groups.values():
+        rows = np.asarray(members)
         for row in rows:
             eligible = (end[rows] <= submit[row]) & (end[rows] >= submit[row] - 30 * 86_400)
             if eligible.sum() >= 10:

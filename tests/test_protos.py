@@ -1,4 +1,5 @@
 """The committed gRPC code must be what scripts/gen_protos.py makes of the .proto today."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,9 +20,12 @@ def _generator():
 def test_committed_code_matches_the_proto(tmp_path: Path) -> None:
     generated = _generator().generate(tmp_path)
     assert generated, "the generator wrote nothing"
-    stale = [str(path.relative_to(tmp_path)) for path in generated
-             if not (COMMITTED / path.relative_to(tmp_path)).is_file()
-             or (COMMITTED / path.relative_to(tmp_path)).read_bytes() != path.read_bytes()]
+    stale = [
+        str(path.relative_to(tmp_path))
+        for path in generated
+        if not (COMMITTED / path.relative_to(tmp_path)).is_file()
+        or (COMMITTED / path.relative_to(tmp_path)).read_bytes() != path.read_bytes()
+    ]
     assert not stale, f"regenerate with `python scripts/gen_protos.py`; out of date: {', '.join(stale)}"
 
 
@@ -31,4 +35,11 @@ def test_generated_modules_import_as_a_package() -> None:
     assert pb.DESCRIPTOR.package == "tsched.v1"
     assert rpc.PredictorStub.__module__ == "predictor.proto.tsched.v1.predictor_pb2_grpc"
     assert set(pb.DESCRIPTOR.services_by_name["Predictor"].methods_by_name) == {
-        "Predict", "PredictBatch", "ObserveCompletions", "Sync", "SyncStream", "ListEstimators", "ResetNamespace"}
+        "Predict",
+        "PredictBatch",
+        "ObserveCompletions",
+        "Sync",
+        "SyncStream",
+        "ListEstimators",
+        "ResetNamespace",
+    }

@@ -1,4 +1,5 @@
 """The gRPC predictor service against a real server on a loopback port."""
+
 from __future__ import annotations
 
 import queue
@@ -13,16 +14,20 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-import predictor.service as service
-from predictor.client import PredictorClient, PredictorError, RemoteSession, predict_once, prediction_from, sync_request
 from predictor.estimators.baselines import RequestEstimator
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
+from predictor.service import codec, core
+from predictor.service.client import PredictorClient, PredictorError, RemoteSession, predict_once
+from predictor.service.codec import prediction_from, sync_request
+from predictor.service.launcher import ServerProcess
+from predictor.service.server import PredictorServer, start_server
+from predictor.service.servicer import SERVICE_NAME
+from predictor.service.state import CompletionStore, StateError
 from predictor.session import LocalSession
-from predictor.state import CompletionStore, StateError
 from simulator.engine import SimulationConfig, simulate
-from simulator.workload import generate_workload
+from simulator.traces.workload import generate_workload
 
 DAY = 86_400
 PERCENTILE = "percentile"
@@ -40,8 +45,7 @@ def history(count: int = 60, users: int = 3) -> list[FinishedJob]:
 
 
 def submissions(at: int, count: int = 6, users: int = 3) -> list[JobRequest]:
-    return [JobRequest(10_000 + index, at, user=index % users, group=7, t_req=3600, procs=4)
-            for index in range(count)]
+    return [JobRequest(10_000 + index, at, user=index % users, group=7, t_req=3600, procs=4) for index in range(count)]
 
 
 def local_predictions(spec: str, finished: list[FinishedJob], jobs: list[JobRequest]) -> list[Prediction]:
@@ -59,7 +63,7 @@ def status_of(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    running, port = service.start_server("127.0.0.1:0", default_estimators=[PERCENTILE, "request"])
+    running, port = start_server("127.0.0.1:0", default_estimators=[PERCENTILE, "request"])
     yield f"127.0.0.1:{port}"
     running.stop(0).wait()
 
@@ -85,14 +89,17 @@ def namespace(request: pytest.FixtureRequest) -> str:
 
 # --- every RPC ---------------------------------------------------------------------------------
 
+
 def test_observe_then_predict_equals_in_process(client: PredictorClient, namespace: str) -> None:
     finished = history()
     assert client.observe(finished, namespace=namespace) == len(finished)
     at = finished[-1].end
     expected = local_predictions(PERCENTILE, finished, submissions(at))
     assert any(not p.fallback for p in expected)
-    served = [client.predict(user=job.user, group=job.group, t_req=job.t_req, procs=job.procs, submit=at,
-                             namespace=namespace) for job in submissions(at)]
+    served = [
+        client.predict(user=job.user, group=job.group, t_req=job.t_req, procs=job.procs, submit=at, namespace=namespace)
+        for job in submissions(at)
+    ]
     assert [s.prediction for s in served] == expected
     assert served[0].estimator == make_estimator(PERCENTILE).spec
     assert client.predict_batch(submissions(at), namespace=namespace) == expected
@@ -103,8 +110,7 @@ def test_predict_without_submit_uses_the_namespace_clock(client: PredictorClient
     client.observe(finished, namespace=namespace)
     served = client.predict(user=0, group=7, t_req=3600, procs=4, namespace=namespace)
     assert served.submit == finished[-1].end
-    later = client.predict(user=0, group=7, t_req=3600, procs=4, submit=finished[-1].end + DAY,
-                           namespace=namespace)
+    later = client.predict(user=0, group=7, t_req=3600, procs=4, submit=finished[-1].end + DAY, namespace=namespace)
     assert client.predict(user=0, group=7, t_req=3600, procs=4, namespace=namespace).submit == later.submit
     assert client.list_estimators(namespace)["clock"] == later.submit
 
@@ -114,7 +120,7 @@ def test_predict_once_gives_the_cli_fields(server: str, client: PredictorClient,
     answer = predict_once(server, namespace, "", user=0, group=7, request=3600, procs=4)
     assert {"t_sched", "factor", "estimator", "basis", "fallback"} <= answer.keys()
     assert answer["fallback"] is False and 1 <= answer["t_sched"] < 3600 and answer["basis"] >= 10
-    with pytest.raises(PredictorError, match="request|t_req"):
+    with pytest.raises(PredictorError, match=r"request|t_req"):
         predict_once(server, namespace, "", user=0, group=7, request=0, procs=4)
 
 
@@ -122,7 +128,7 @@ def test_sync_learns_then_predicts_like_a_local_session(client: PredictorClient,
     finished = history(90)
     local = LocalSession(make_estimator("last2"))
     for chunk_start in range(0, 90, 30):
-        chunk = finished[chunk_start:chunk_start + 30]
+        chunk = finished[chunk_start : chunk_start + 30]
         jobs = submissions(chunk[-1].end)
         assert client.sync(chunk, jobs, namespace=namespace, estimator="last2") == local.sync(chunk, jobs)
 
@@ -132,7 +138,7 @@ def test_sync_stream_answers_like_sync(client: PredictorClient, namespace: str) 
     stream = client.sync_stream()
     try:
         for chunk_start in range(0, 90, 30):
-            chunk = finished[chunk_start:chunk_start + 30]
+            chunk = finished[chunk_start : chunk_start + 30]
             jobs = submissions(chunk[-1].end)
             request = sync_request(chunk, jobs, f"{namespace}-stream", "last2", None)
             streamed = [prediction_from(p) for p in stream.exchange(request, timeout=10).predictions]
@@ -141,8 +147,9 @@ def test_sync_stream_answers_like_sync(client: PredictorClient, namespace: str) 
         stream.close()
 
 
-def test_a_refused_request_ends_the_stream_and_the_server_keeps_serving(client: PredictorClient,
-                                                                        namespace: str) -> None:
+def test_a_refused_request_ends_the_stream_and_the_server_keeps_serving(
+    client: PredictorClient, namespace: str
+) -> None:
     stream = client.sync_stream()
     bad = pb.SyncRequest(namespace=namespace, submitted=[pb.Job(job_id=1, submit=5, user=1, group=1, procs=1)])
     code, details = status_of(lambda: stream.exchange(bad, timeout=10))
@@ -189,24 +196,28 @@ def test_namespaces_are_kept_apart(client: PredictorClient, namespace: str) -> N
 
 # --- bad input -----------------------------------------------------------------------------------
 
+
 def _job(**changes: object) -> pb.Job:
     fields = {"job_id": 1, "submit": 100, "user": 3, "group": 7, "t_req": 3600, "procs": 4}
     fields.update(changes)
     return pb.Job(**{k: v for k, v in fields.items() if v is not None})
 
 
-@pytest.mark.parametrize(("job", "field"), [
-    (_job(t_req=0), "job.t_req"),
-    (_job(t_req=-5), "job.t_req"),
-    (_job(t_req=None), "job.t_req"),
-    (_job(procs=0), "job.procs"),
-    (_job(submit=-1), "job.submit"),
-    (_job(user=None), "job.user"),
-    (_job(user=-2), "job.user"),
-    (_job(group=None), "job.group"),
-    (_job(queue=-3), "job.queue"),
-    (_job(job_id=-1), "job.job_id"),
-])
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        (_job(t_req=0), "job.t_req"),
+        (_job(t_req=-5), "job.t_req"),
+        (_job(t_req=None), "job.t_req"),
+        (_job(procs=0), "job.procs"),
+        (_job(submit=-1), "job.submit"),
+        (_job(user=None), "job.user"),
+        (_job(user=-2), "job.user"),
+        (_job(group=None), "job.group"),
+        (_job(queue=-3), "job.queue"),
+        (_job(job_id=-1), "job.job_id"),
+    ],
+)
 def test_bad_job_fields_are_refused_by_name(stub: rpc.PredictorStub, job: pb.Job, field: str) -> None:
     with pytest.raises(grpc.RpcError) as raised:
         stub.Predict(pb.PredictRequest(job=job), timeout=5)
@@ -215,31 +226,37 @@ def test_bad_job_fields_are_refused_by_name(stub: rpc.PredictorStub, job: pb.Job
     assert stub.Predict(pb.PredictRequest(job=_job()), timeout=5).prediction.t_sched == 3600
 
 
-@pytest.mark.parametrize(("spec", "words"), [
-    ("no-such-estimator", "unknown estimator"),
-    ("percentile:nope=1", "no parameter 'nope'"),
-    ("percentile:q=ten", "'q' must be float"),
-    ("oracle", "evaluation only"),
-])
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("no-such-estimator", "unknown estimator"),
+        ("percentile:nope=1", "no parameter 'nope'"),
+        ("percentile:q=ten", "'q' must be float"),
+        ("oracle", "evaluation only"),
+    ],
+)
 def test_bad_estimators_are_refused(client: PredictorClient, spec: str, words: str) -> None:
     code, details = status_of(lambda: client.predict(user=1, group=1, t_req=60, procs=1, estimator=spec))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "estimator" in details and words in details
 
 
-@pytest.mark.parametrize(("arguments", "words"), [
-    ({"listen": "127.0.0.1:99999"}, "HOST:PORT"),
-    ({"listen": "no-port"}, "HOST:PORT"),
-    ({"default_estimators": ["percentile:q=5"]}, "q must be"),
-    ({"default_estimators": ["oracle"]}, "evaluation only"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        ({"listen": "127.0.0.1:99999"}, "HOST:PORT"),
+        ({"listen": "no-port"}, "HOST:PORT"),
+        ({"default_estimators": ["percentile:q=5"]}, "q must be"),
+        ({"default_estimators": ["oracle"]}, "evaluation only"),
+    ],
+)
 def test_bad_server_arguments_are_refused(arguments: dict[str, object], words: str) -> None:
     with pytest.raises(ValueError, match=words):
-        service.start_server(**arguments)  # type: ignore[arg-type]
+        start_server(**arguments)  # type: ignore[arg-type]
 
 
 def test_the_oracle_needs_an_explicit_flag_and_the_truth() -> None:
-    running, port = service.start_server("127.0.0.1:0", default_estimators=["request"], allow_oracle=True)
+    running, port = start_server("127.0.0.1:0", default_estimators=["request"], allow_oracle=True)
     address = f"127.0.0.1:{port}"
     try:
         jobs = submissions(100, count=4)
@@ -248,8 +265,7 @@ def test_the_oracle_needs_an_explicit_flag_and_the_truth() -> None:
         assert [p.t_sched for p in session.sync([], jobs)] == [truth[job.job_id] for job in jobs]
         session.close()
         with PredictorClient(address) as client:
-            code, details = status_of(lambda: client.predict(user=1, group=1, t_req=60, procs=1,
-                                                             estimator="oracle"))
+            code, details = status_of(lambda: client.predict(user=1, group=1, t_req=60, procs=1, estimator="oracle"))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "job.actual_runtime" in details
     finally:
         running.stop(0).wait()
@@ -283,7 +299,7 @@ def test_a_refused_sync_learns_nothing(stub: rpc.PredictorStub, namespace: str) 
 
 
 def test_oversized_batches_are_refused(client: PredictorClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service, "BATCH_LIMIT", 5)
+    monkeypatch.setattr(codec, "BATCH_LIMIT", 5)
     code, details = status_of(lambda: client.predict_batch(submissions(0, count=6)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "jobs" in details and "at most 5" in details
     code, details = status_of(lambda: client.observe(history(6), namespace="oversized"))
@@ -292,9 +308,10 @@ def test_oversized_batches_are_refused(client: PredictorClient, monkeypatch: pyt
 
 # --- health, reflection, deadlines ----------------------------------------------------------------
 
+
 def test_health_and_reflection(server: str, client: PredictorClient) -> None:
     assert client.health() == "SERVING"
-    assert client.health(service.SERVICE_NAME) == "SERVING"
+    assert client.health(SERVICE_NAME) == "SERVING"
     request = reflection_pb2.ServerReflectionRequest(list_services="")
     with grpc.insecure_channel(server) as channel:
         reflection_stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -314,9 +331,10 @@ class _SlowEstimator(RequestEstimator):
         return super().predict(job)
 
 
-def _slow_server() -> tuple[service.PredictorServer, str]:
-    running, port = service.start_server("127.0.0.1:0", default_estimators=["request"],
-                                         estimator_factory=lambda spec: _SlowEstimator())
+def _slow_server() -> tuple[PredictorServer, str]:
+    running, port = start_server(
+        "127.0.0.1:0", default_estimators=["request"], estimator_factory=lambda spec: _SlowEstimator()
+    )
     return running, f"127.0.0.1:{port}"
 
 
@@ -338,7 +356,7 @@ def test_a_late_stream_answer_is_a_deadline_and_the_session_falls_back() -> None
 
 
 def test_deadlines_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service, "DEADLINE_CHECK_EVERY", 1)
+    monkeypatch.setattr(core, "DEADLINE_CHECK_EVERY", 1)
     running, address = _slow_server()
     try:
         with PredictorClient(address) as client:
@@ -360,8 +378,7 @@ def test_graceful_stop_lets_in_flight_calls_finish() -> None:
     with PredictorClient(address) as client:
         client.health()
         _SlowEstimator.busy.clear()
-        caller = threading.Thread(target=lambda: results.put(
-            client.predict_batch(submissions(0, count=3))))
+        caller = threading.Thread(target=lambda: results.put(client.predict_batch(submissions(0, count=3))))
         caller.start()
         assert _SlowEstimator.busy.wait(5)
         stopped = running.stop(grace=5)
@@ -374,16 +391,21 @@ def test_graceful_stop_lets_in_flight_calls_finish() -> None:
 
 # --- concurrency ----------------------------------------------------------------------------------
 
-def test_concurrent_clients_get_the_sequential_answers(server: str, client: PredictorClient,
-                                                         namespace: str) -> None:
+
+def test_concurrent_clients_get_the_sequential_answers(server: str, client: PredictorClient, namespace: str) -> None:
     finished = history(300, users=10)
     client.observe(finished, namespace=namespace)
-    queries = [JobRequest(i, finished[-1].end - (i % 50) * 600, user=i % 12, group=7, t_req=3600, procs=4)
-               for i in range(500)]
+    queries = [
+        JobRequest(i, finished[-1].end - (i % 50) * 600, user=i % 12, group=7, t_req=3600, procs=4) for i in range(500)
+    ]
 
     def ask(connected: PredictorClient) -> list[Prediction]:
-        return [connected.predict(user=q.user, group=q.group, t_req=q.t_req, procs=q.procs, submit=q.submit,
-                                  namespace=namespace).prediction for q in queries]
+        return [
+            connected.predict(
+                user=q.user, group=q.group, t_req=q.t_req, procs=q.procs, submit=q.submit, namespace=namespace
+            ).prediction
+            for q in queries
+        ]
 
     sequential = ask(client)
     answers: list[list[Prediction]] = []
@@ -393,7 +415,7 @@ def test_concurrent_clients_get_the_sequential_answers(server: str, client: Pred
         try:
             with PredictorClient(server, timeout=10) as own:
                 answers.append(ask(own))
-        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=worker) for _ in range(8)]
@@ -428,19 +450,19 @@ def test_simulation_through_the_service_equals_in_process(server: str, spec: str
 
 
 def test_remote_session_falls_back_fast_and_recovers() -> None:
-    running, port = service.start_server("127.0.0.1:0", default_estimators=["last2"])
+    running, port = start_server("127.0.0.1:0", default_estimators=["last2"])
     address = f"127.0.0.1:{port}"
     running.stop(0).wait()
     session = RemoteSession(address, "recovering", "last2", reset=False, timeout=1.0, retry_after=0.3)
     finished = history(40)
     started = time.perf_counter()
     for index in range(50):
-        predictions = session.sync(finished[index:index + 1] if index < 40 else [], submissions(index, count=2))
+        predictions = session.sync(finished[index : index + 1] if index < 40 else [], submissions(index, count=2))
         assert all(p.t_sched == 3600 and p.fallback for p in predictions)
     assert time.perf_counter() - started < 1.0
     assert session.fallbacks == 100
 
-    revived, _ = service.start_server(address, default_estimators=["last2"])
+    revived, _ = start_server(address, default_estimators=["last2"])
     try:
         time.sleep(0.4)
         jobs = submissions(finished[-1].end)
@@ -457,23 +479,26 @@ def test_remote_session_falls_back_fast_and_recovers() -> None:
 
 # --- persistence ----------------------------------------------------------------------------------
 
+
 def test_restart_after_kill_9_keeps_every_acknowledged_completion(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite"
     finished = history(120, users=4)
     queries = submissions(finished[-1].end, count=8, users=4)
-    first = service.ServerProcess(state=str(state), default_estimators=[PERCENTILE, "last2"])
+    first = ServerProcess(state=str(state), default_estimators=[PERCENTILE, "last2"])
     try:
         with PredictorClient(first.address, timeout=10) as client:
             client.observe(finished[:60], namespace="cluster-a")
             client.sync(finished[60:], queries, namespace="cluster-a")
             client.observe(finished[:30], namespace="cluster-b")
-            before = {spec: client.predict_batch(queries, namespace="cluster-a", estimator=spec)
-                      for spec in (PERCENTILE, "last2")}
+            before = {
+                spec: client.predict_batch(queries, namespace="cluster-a", estimator=spec)
+                for spec in (PERCENTILE, "last2")
+            }
             clock = client.list_estimators("cluster-a")["clock"]
     finally:
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
 
-    second = service.ServerProcess(state=str(state), default_estimators=[PERCENTILE, "last2"])
+    second = ServerProcess(state=str(state), default_estimators=[PERCENTILE, "last2"])
     try:
         with PredictorClient(second.address, timeout=10) as client:
             listing = client.list_estimators("cluster-a")
@@ -491,5 +516,5 @@ def test_restart_after_kill_9_keeps_every_acknowledged_completion(tmp_path: Path
 def test_state_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
     bogus = tmp_path / "notes.txt"
     bogus.write_text("this is not SQLite\n" * 100)
-    with pytest.raises(StateError, match="notes.txt"):
+    with pytest.raises(StateError, match=r"notes\.txt"):
         CompletionStore(bogus)

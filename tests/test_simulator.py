@@ -7,6 +7,7 @@ checked over a real trace when ../shared/traces is present. Unless a test says
 otherwise the machine has 10 processors, the estimator is `request` and the
 mode is `none`, so the scheduler plans with t_req.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,13 +36,14 @@ from simulator.backfill import Backfill, ConservativeBackfill, EasyBackfill
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.jobs import RunningJob, WaitingJob
 from simulator.machine import Machine
-from simulator.swf import read_swf
+from simulator.traces.swf import read_swf
 
 #: One job: (submit, procs, t_req, t_act). Job ids are 1, 2, ... in the order given.
 Spec = tuple[int, int, int, int]
 
-COMBINATIONS = [(policy, backfill) for policy in ("fcfs", "wfp", "sjf")
-                for backfill in ("none", "easy", "conservative")]
+COMBINATIONS = [
+    (policy, backfill) for policy in ("fcfs", "wfp", "sjf") for backfill in ("none", "easy", "conservative")
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,9 +53,20 @@ COMBINATIONS = [(policy, backfill) for policy in ("fcfs", "wfp", "sjf")
 def job_table(specs: Sequence[Spec], job_ids: Sequence[int] | None = None) -> pd.DataFrame:
     """The engine's input table for `specs`, sorted by submit then job id."""
     ids = list(job_ids) if job_ids is not None else list(range(1, len(specs) + 1))
-    submit, procs, t_req, t_act = (list(column) for column in zip(*specs))
-    table = pd.DataFrame({"job_id": ids, "submit": submit, "procs": procs, "t_req": t_req, "t_act": t_act,
-                          "user": 1, "group": 1, "queue": -1, "executable": -1})
+    submit, procs, t_req, t_act = (list(column) for column in zip(*specs, strict=True))
+    table = pd.DataFrame(
+        {
+            "job_id": ids,
+            "submit": submit,
+            "procs": procs,
+            "t_req": t_req,
+            "t_act": t_act,
+            "user": 1,
+            "group": 1,
+            "queue": -1,
+            "executable": -1,
+        }
+    )
     return table.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
 
 
@@ -90,9 +103,17 @@ class RecordingSession(LocalSession):
         return super().sync(finished, submitted)
 
 
-def run(specs: Sequence[Spec], *, procs: int = 10, policy: str = "fcfs", backfill: str = "easy",
-        mode: str = "none", correction: str = "request", predictions: dict[int, int] | None = None,
-        job_ids: Sequence[int] | None = None) -> pd.DataFrame:
+def run(
+    specs: Sequence[Spec],
+    *,
+    procs: int = 10,
+    policy: str = "fcfs",
+    backfill: str = "easy",
+    mode: str = "none",
+    correction: str = "request",
+    predictions: dict[int, int] | None = None,
+    job_ids: Sequence[int] | None = None,
+) -> pd.DataFrame:
     """Simulate `specs` and return the per-job table indexed by job id."""
     estimator = make_estimator("request") if predictions is None else FixedEstimator(predictions)
     config = SimulationConfig(procs, policy, backfill, mode, correction)
@@ -106,11 +127,12 @@ def starts(specs: Sequence[Spec], **options) -> list[int]:
     return [int(jobs.at[job_id, "start"]) for job_id in ids]
 
 
-def simulate_with(strategy: Backfill, table: pd.DataFrame, config: SimulationConfig,
-                  session: RecordingSession) -> SimulationResult:
+def simulate_with(
+    strategy: Backfill, table: pd.DataFrame, config: SimulationConfig, session: RecordingSession
+) -> SimulationResult:
     """Simulate with an instrumented backfilling object in place of the one the engine would build."""
     assert strategy.name == config.backfill
-    with mock.patch.object(engine, "make_backfill", lambda name: strategy):
+    with mock.patch.object(engine, "make_backfill", return_value=strategy):
         return simulate(table, config, session)
 
 
@@ -144,7 +166,7 @@ PROTECTED_JOBS_STARTS = {
 }
 
 
-@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+@pytest.mark.parametrize(("policy", "backfill"), COMBINATIONS)
 def test_backfilling_protects_the_head_under_easy_and_every_queued_job_under_conservative(policy, backfill):
     assert starts(PROTECTED_JOBS, policy=policy, backfill=backfill) == PROTECTED_JOBS_STARTS[policy, backfill]
 
@@ -158,12 +180,15 @@ HEAD_DELAY = [(0, 6, 100, 100), (1, 8, 100, 100), (2, 3, 200, 200), (3, 4, 97, 9
 HEAD_DELAY_STARTS = {
     **{(policy, "none"): [0, 100, 200, 200] for policy in ("fcfs", "wfp")},
     ("sjf", "none"): [0, 100, 200, 3],
-    **{(policy, backfill): [0, 100, 200, 3] for policy in ("fcfs", "wfp", "sjf")
-       for backfill in ("easy", "conservative")},
+    **{
+        (policy, backfill): [0, 100, 200, 3]
+        for policy in ("fcfs", "wfp", "sjf")
+        for backfill in ("easy", "conservative")
+    },
 }
 
 
-@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+@pytest.mark.parametrize(("policy", "backfill"), COMBINATIONS)
 def test_a_job_that_would_delay_the_head_is_not_backfilled(policy, backfill):
     assert starts(HEAD_DELAY, policy=policy, backfill=backfill) == HEAD_DELAY_STARTS[policy, backfill]
 
@@ -201,7 +226,7 @@ def test_wfp_breaks_an_exact_score_tie_by_submit_not_job_id():
     assert starts(jobs, policy="wfp", backfill="none", job_ids=[1, 3, 2]) == [0, 100, 110]
 
 
-@pytest.mark.parametrize("mode, first", [("none", 3), ("regular", 2)])
+@pytest.mark.parametrize(("mode", "first"), [("none", 3), ("regular", 2)])
 def test_sjf_orders_by_the_estimate_the_mode_plans_with(mode, first):
     # J1 holds the machine until 100. J2 asks 1000 s but is predicted at 10; J3 asks 100, predicted 100.
     # Planning with t_req (none) J3 is shorter; with predictions (regular) J2 is.
@@ -218,7 +243,7 @@ def test_jobs_are_killed_at_their_request(backfill):
     assert jobs["start"].tolist() == [0, 100]
 
 
-@pytest.mark.parametrize("backfill, first, second", [("none", 3, 2), ("easy", 3, 2), ("conservative", 2, 3)])
+@pytest.mark.parametrize(("backfill", "first", "second"), [("none", 3, 2), ("easy", 3, 2), ("conservative", 2, 3)])
 def test_completions_then_arrivals_then_one_pass_at_each_instant(backfill, first, second):
     # A holds the machine until 100; B (1000 s asked, runs 10) waits from 50; C (10 s) arrives at 100,
     # when A ends. One pass after both events: SJF starts C at 100 and B at 110. Conservative gave B
@@ -230,7 +255,7 @@ def test_completions_then_arrivals_then_one_pass_at_each_instant(backfill, first
     assert session.events.index(("finished", 1)) < session.events.index(("submitted", 3))
 
 
-@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+@pytest.mark.parametrize(("policy", "backfill"), COMBINATIONS)
 def test_zero_length_jobs_free_their_processors_at_once(policy, backfill):
     # J1 takes the whole machine for 0 s; J2 (same instant) starts at 0 too, then J3 when J2 ends.
     # J1 is first in every order: first submitted, and shortest.
@@ -257,15 +282,23 @@ MODE_JOBS = [(0, 6, 1000, 500), (1, 8, 100, 100), (2, 4, 2000, 300)]
 MODE_PREDICTIONS = {1: 100, 2: 100, 3: 150}
 
 
-@pytest.mark.parametrize("backfill, mode, third", [
-    ("easy", "none", 600), ("easy", "regular", 600), ("easy", "selective", 2),
-    ("conservative", "none", 600), ("conservative", "regular", 100), ("conservative", "selective", 2)])
+@pytest.mark.parametrize(
+    ("backfill", "mode", "third"),
+    [
+        ("easy", "none", 600),
+        ("easy", "regular", 600),
+        ("easy", "selective", 2),
+        ("conservative", "none", 600),
+        ("conservative", "regular", 100),
+        ("conservative", "selective", 2),
+    ],
+)
 def test_modes_choose_which_estimate_waiting_and_running_jobs_are_seen_with(backfill, mode, third):
     started = starts(MODE_JOBS, backfill=backfill, mode=mode, predictions=MODE_PREDICTIONS)
     assert started == [0, 500, third]
 
 
-@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+@pytest.mark.parametrize(("policy", "backfill"), COMBINATIONS)
 def test_mode_none_plans_with_requests_but_reports_predictions(policy, backfill):
     with_predictions = run(MODE_JOBS, policy=policy, backfill=backfill, predictions=MODE_PREDICTIONS)
     plain = run(MODE_JOBS, policy=policy, backfill=backfill)
@@ -281,14 +314,22 @@ def test_mode_none_plans_with_requests_but_reports_predictions(policy, backfill)
 # EASY it waits for J2, which starts when J1 ends at 5000 and is expected to run 100 s: 5100.
 # Conservative reserved J2 at 460 and wakes up then: J1, still running, steps to 460 + 900 = 1360,
 # J2 can no longer start at 460, and J3 (4 procs, next to J1's 6) starts at 460.
-@pytest.mark.parametrize("backfill, correction, prediction, third", [
-    ("easy", "request", 260, 201), ("easy", "tsafrir", 259, 201), ("easy", "tsafrir", 260, 5100),
-    ("conservative", "request", 260, 201), ("conservative", "tsafrir", 259, 201),
-    ("conservative", "tsafrir", 260, 460)])
+@pytest.mark.parametrize(
+    ("backfill", "correction", "prediction", "third"),
+    [
+        ("easy", "request", 260, 201),
+        ("easy", "tsafrir", 259, 201),
+        ("easy", "tsafrir", 260, 5100),
+        ("conservative", "request", 260, 201),
+        ("conservative", "tsafrir", 259, 201),
+        ("conservative", "tsafrir", 260, 460),
+    ],
+)
 def test_overrun_correction_request_versus_tsafrir(backfill, correction, prediction, third):
     jobs = [(0, 6, 10000, 5000), (200, 8, 100, 100), (201, 4, 1000, 400)]
-    started = starts(jobs, backfill=backfill, mode="regular", correction=correction,
-                     predictions={1: 100, 2: 100, 3: prediction})
+    started = starts(
+        jobs, backfill=backfill, mode="regular", correction=correction, predictions={1: 100, 2: 100, 3: prediction}
+    )
     assert started == [0, 5000, third]
 
 
@@ -302,18 +343,20 @@ RUNTIME_NAMES = {"t_act", "runtime", "_runtime", "FinishedJob"}
 def names_in_code(module: ModuleType) -> set[str]:
     """Every identifier, attribute, argument, imported name and non-docstring string of `module`."""
     tree = ast.parse(inspect.getsource(module))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.Attribute):
             names.add(node.attr)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.keyword) and node.arg:
+        elif isinstance(node, ast.arg) or (isinstance(node, ast.keyword) and node.arg):
             names.add(node.arg)
         elif isinstance(node, ast.alias):
             names.add(node.name)
@@ -364,8 +407,9 @@ class ShadowRecordingEasy(EasyBackfill):
         if in_order < len(queue):
             head = queue[in_order].index
             free = machine.free - sum(job.size for job in queue[:in_order])
-            releases = machine.expected_releases() + [(now + machine.planned_runtime(job), job.size)
-                                                      for job in queue[:in_order]]
+            releases = machine.expected_releases() + [
+                (now + machine.planned_runtime(job), job.size) for job in queue[:in_order]
+            ]
             for end, size in sorted(releases):
                 free += size
                 if free >= queue[in_order].size:
@@ -422,10 +466,10 @@ class ReservationRecordingConservative(ConservativeBackfill):
 def session_for(estimator: str, table: pd.DataFrame, guesses: Sequence[int] | None = None) -> RecordingSession:
     """A recording session on `request`, the `oracle` (bound to the table's t_act) or `guesses` per job."""
     if estimator == "guess":
-        return RecordingSession(FixedEstimator(dict(zip(table["job_id"].tolist(), guesses))))
+        return RecordingSession(FixedEstimator(dict(zip(table["job_id"].tolist(), guesses, strict=True))))
     chosen = make_estimator(estimator)
     if chosen.evaluation_only:
-        chosen.bind_truth(dict(zip(table["job_id"].tolist(), table["t_act"].tolist())))
+        chosen.bind_truth(dict(zip(table["job_id"].tolist(), table["t_act"].tolist(), strict=True)))
     return RecordingSession(chosen)
 
 
@@ -438,13 +482,14 @@ def peak_processors(start: np.ndarray, end: np.ndarray, size: np.ndarray) -> int
     return int(np.cumsum(deltas[order]).max(initial=0))
 
 
-def assert_schedule_invariants(table: pd.DataFrame, result: SimulationResult, session: RecordingSession,
-                               config: SimulationConfig) -> None:
+def assert_schedule_invariants(
+    table: pd.DataFrame, result: SimulationResult, session: RecordingSession, config: SimulationConfig
+) -> None:
     """Every job ran once for min(t_act, t_req), after its submission, within the machine's processors."""
     jobs = result.jobs.set_index("job_id").loc[table["job_id"]]
     ends = {job.request.job_id: job.end for job in session.finished}
     assert len(session.finished) == len(ends) == len(table), "some job never finished (or finished twice)"
-    assert ends == dict(zip(jobs.index.tolist(), jobs["end"].tolist()))
+    assert ends == dict(zip(jobs.index.tolist(), jobs["end"].tolist(), strict=True))
     assert (jobs["start"].to_numpy() >= table["submit"].to_numpy()).all()
     expected_run = np.minimum(table["t_act"].to_numpy(), table["t_req"].to_numpy())
     assert (jobs["run"].to_numpy() == expected_run).all()
@@ -458,8 +503,19 @@ def assert_schedule_invariants(table: pd.DataFrame, result: SimulationResult, se
 def workloads(draw) -> tuple[int, list[Spec], list[int]]:
     """A machine of up to 16 processors, up to 60 jobs in contention, and a guess per job (under or over)."""
     procs = draw(st.integers(1, 16))
-    raw = draw(st.lists(st.tuples(st.integers(0, 120), st.integers(1, procs), st.integers(1, 1000),
-                                  st.integers(0, 1000), st.integers(1, 1500)), min_size=1, max_size=60))
+    raw = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 120),
+                st.integers(1, procs),
+                st.integers(1, 1000),
+                st.integers(0, 1000),
+                st.integers(1, 1500),
+            ),
+            min_size=1,
+            max_size=60,
+        )
+    )
     specs: list[Spec] = []
     submit = 0
     for gap, size, t_req, runtime, _ in raw:
@@ -472,10 +528,14 @@ def workloads(draw) -> tuple[int, list[Spec], list[int]]:
 EXACT_OR_OVER = [("oracle", "regular"), ("request", "none")]
 
 
-@pytest.mark.parametrize("policy, backfill", COMBINATIONS)
+@pytest.mark.parametrize(("policy", "backfill"), COMBINATIONS)
 @settings(max_examples=40, deadline=None)
-@given(workload=workloads(), estimator=st.sampled_from(["request", "oracle", "guess"]),
-       mode=st.sampled_from(["none", "regular", "selective"]), correction=st.sampled_from(["request", "tsafrir"]))
+@given(
+    workload=workloads(),
+    estimator=st.sampled_from(["request", "oracle", "guess"]),
+    mode=st.sampled_from(["none", "regular", "selective"]),
+    correction=st.sampled_from(["request", "tsafrir"]),
+)
 def test_schedule_invariants_on_random_workloads(policy, backfill, workload, estimator, mode, correction):
     procs, specs, guesses = workload
     table = job_table(specs)
@@ -484,7 +544,7 @@ def test_schedule_invariants_on_random_workloads(policy, backfill, workload, est
     assert_schedule_invariants(table, simulate(table, config, session), session, config)
 
 
-@pytest.mark.parametrize("estimator, mode", EXACT_OR_OVER)
+@pytest.mark.parametrize(("estimator", "mode"), EXACT_OR_OVER)
 @pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(workload=workloads())
@@ -498,7 +558,7 @@ def test_easy_head_never_starts_after_its_shadow(policy, estimator, mode, worklo
     heads_started_by_their_shadow(easy.passes)
 
 
-@pytest.mark.parametrize("estimator, mode", EXACT_OR_OVER)
+@pytest.mark.parametrize(("estimator", "mode"), EXACT_OR_OVER)
 @pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(workload=workloads())
@@ -512,8 +572,11 @@ def test_conservative_never_starts_a_job_after_its_first_reservation(policy, est
     assert_schedule_invariants(table, result, session, config)
     assert not conservative.moved_later
     start = result.jobs["start"].tolist()  # the result keeps the table's order: trace index = row
-    late = {index: (start[index], reserved) for index, reserved in conservative.first_reservation.items()
-            if start[index] > reserved}
+    late = {
+        index: (start[index], reserved)
+        for index, reserved in conservative.first_reservation.items()
+        if start[index] > reserved
+    }
     assert not late, f"jobs started after their first reservation (trace index: (start, reservation)): {late}"
 
 

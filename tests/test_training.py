@@ -1,4 +1,5 @@
 """`tsched train` model folders: training, the manifest, checksums and loading."""
+
 from __future__ import annotations
 
 import json
@@ -7,11 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor.estimators.lgbm import CLASSES, LGBMQuantileEstimator
-from predictor.estimators.percentile import PercentileEstimator
-from predictor.features import feature_names
-from predictor.registry import SpecError
-from predictor.training import (
+from predictor.errors import SpecError
+from predictor.estimators.lgbm.estimator import CLASSES, LGBMQuantileEstimator
+from predictor.estimators.lgbm.features import feature_names
+from predictor.estimators.lgbm.store import (
     MANIFEST_FILE,
     MODEL_FILE,
     ModelError,
@@ -21,8 +21,9 @@ from predictor.training import (
     parse_until,
     train,
 )
-from simulator.swf import Trace
-from simulator.workload import UNIX_START_TIME, generate_workload
+from predictor.estimators.percentile import PercentileEstimator
+from simulator.traces.swf import Trace
+from simulator.traces.workload import UNIX_START_TIME, generate_workload
 
 DAY = 86_400
 SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"
@@ -52,7 +53,7 @@ def test_model_folder_holds_text_model_and_manifest(trained: tuple[Path, dict]) 
     training = manifest["training"]
     assert training["until"] == 12 * DAY and training["until_utc"].startswith("2024-01-13")
     assert training["trace_sha256"] == "0" * 64
-    assert 200 <= training["jobs"] and training["first_end"] >= 2 * DAY
+    assert training["jobs"] >= 200 and training["first_end"] >= 2 * DAY
     held_out = manifest["held_out"]
     assert held_out["jobs"] > 0 and held_out["first_submit"] > 12 * DAY
     for name in ("model", "request", "percentile"):
@@ -70,8 +71,11 @@ def test_loading_round_trips_the_model(trained: tuple[Path, dict]) -> None:
     rows = np.random.default_rng(1).uniform(0, 10, size=(50, len(feature_names()) + CLASSES))  # features, counts
     t_req = np.full(50, 3600)
     fresh = load_model(folder).model
-    for mine, theirs in zip(loaded.model.distribution(rows, t_req, estimator.prior_jobs),
-                            fresh.distribution(rows, t_req, estimator.prior_jobs)):
+    for mine, theirs in zip(
+        loaded.model.distribution(rows, t_req, estimator.prior_jobs),
+        fresh.distribution(rows, t_req, estimator.prior_jobs),
+        strict=True,
+    ):
         np.testing.assert_array_equal(mine, theirs)
     assert estimator.model.trained_at == 12 * DAY
 
@@ -86,12 +90,15 @@ def test_a_changed_model_file_is_refused(trained: tuple[Path, dict], tmp_path: P
         load_model(copy)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda manifest: manifest.update(format="other"), "format"),
-    (lambda manifest: manifest["features"].pop(), "features"),
-    (lambda manifest: manifest.pop("model_sha256"), "model_sha256"),
-    (lambda manifest: manifest.update(model_file="../model.txt"), "model_file"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda manifest: manifest.update(format="other"), "format"),
+        (lambda manifest: manifest["features"].pop(), "features"),
+        (lambda manifest: manifest.pop("model_sha256"), "model_sha256"),
+        (lambda manifest: manifest.update(model_file="../model.txt"), "model_file"),
+    ],
+)
 def test_a_bad_manifest_is_refused(trained: tuple[Path, dict], tmp_path: Path, edit, message: str) -> None:
     folder, manifest = trained
     changed = json.loads(json.dumps(manifest))
@@ -142,12 +149,13 @@ def test_parse_until() -> None:
 
 @pytest.mark.slow
 def test_trained_on_kth_the_model_beats_the_adjuster_held_out(traces_dir: Path, tmp_path: Path) -> None:
-    from simulator.swf import read_swf
+    from simulator.traces.swf import read_swf
 
     trace = read_swf(traces_dir / "KTH-SP2-1996-2.1-cln.swf.gz")
     epoch = trace.header.unix_start_time or 0
-    manifest = train(trace, tmp_path / "kth", "lgbm-quantile:target_under=0.07",
-                     until=parse_until("1997-03-01", epoch), epoch=epoch)
+    manifest = train(
+        trace, tmp_path / "kth", "lgbm-quantile:target_under=0.07", until=parse_until("1997-03-01", epoch), epoch=epoch
+    )
     held_out = manifest["held_out"]
     assert held_out["model"]["accuracy_mean"] > held_out["percentile"]["accuracy_mean"]
     assert held_out["model"]["underestimated"] <= held_out["percentile"]["underestimated"] + 0.01

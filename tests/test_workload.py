@@ -1,13 +1,21 @@
 """The synthetic workload: deterministic, the size and load asked for, and the regularities of real traces."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas.testing as pdt
 import pytest
 
-from simulator.swf import read_swf, write_swf
-from simulator.workload import (HOUR, MAX_WALLTIME, ROUND_WALLTIMES, UNIX_START_TIME, default_workload,
-                                generate_workload, offered_load)
+from simulator.traces.swf import read_swf, write_swf
+from simulator.traces.workload import (
+    HOUR,
+    MAX_WALLTIME,
+    ROUND_WALLTIMES,
+    UNIX_START_TIME,
+    default_workload,
+    generate_workload,
+    offered_load,
+)
 
 
 def test_same_arguments_same_trace():
@@ -94,7 +102,7 @@ def test_applications_have_their_own_runtimes_and_sizes(small_trace):
 def test_projects_group_users(small_trace):
     jobs = small_trace.jobs
     assert 2 <= jobs["group"].nunique() < jobs["user"].nunique()
-    assert jobs.groupby("executable")["user"].nunique().max() == 1    # an application belongs to one user
+    assert jobs.groupby("executable")["user"].nunique().max() == 1  # an application belongs to one user
 
 
 def test_sizes_are_mostly_powers_of_two(small_trace):
@@ -106,9 +114,9 @@ def test_sizes_are_mostly_powers_of_two(small_trace):
 def test_daily_and_weekly_cycle():
     submit = generate_workload(jobs=4000, procs=128, load=0.7, seed=9).jobs["submit"].to_numpy()
     hour = (submit // HOUR) % 24
-    day = (submit // (24 * HOUR)) % 7          # day 0 is Monday 2024-01-01
+    day = (submit // (24 * HOUR)) % 7  # day 0 is Monday 2024-01-01
     office = np.isin(hour, range(9, 17)).sum() / 8
-    night = np.isin(hour, range(0, 6)).sum() / 6
+    night = np.isin(hour, range(6)).sum() / 6
     assert office > 3 * night
     weekday = np.isin(day, range(5)).sum() / 5
     weekend = np.isin(day, [5, 6]).sum() / 2
@@ -132,8 +140,10 @@ def test_default_workload_is_a_few_months_on_a_few_hundred_processors():
     pdt.assert_frame_equal(trace.records, default_workload().records)
 
 
-@pytest.mark.parametrize(("arguments", "complaint"), [({"jobs": 0}, "--jobs"), ({"procs": 0}, "--procs"),
-                                                       ({"load": 0.0}, "--load"), ({"load": -1.0}, "--load")])
+@pytest.mark.parametrize(
+    ("arguments", "complaint"),
+    [({"jobs": 0}, "--jobs"), ({"procs": 0}, "--procs"), ({"load": 0.0}, "--load"), ({"load": -1.0}, "--load")],
+)
 def test_invalid_arguments(arguments, complaint):
     with pytest.raises(ValueError, match=complaint):
         generate_workload(**arguments)

@@ -1,4 +1,5 @@
 """Interchangeable runtime estimators behind one interface (`base.Estimator`)."""
+
 from predictor.estimators.base import Estimator
 
 __all__ = ["Estimator"]

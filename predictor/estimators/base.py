@@ -9,6 +9,7 @@ Causality contract: callers observe a job only once it has finished, in
 non-decreasing order of end time, and `predict(job)` must use only observed jobs
 whose end is at or before `job.submit`.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -50,7 +51,7 @@ class Estimator(ABC):
         """Predict several jobs against the same history (no learning in between)."""
         return [self.predict(job) for job in jobs]
 
-    def train_on(self, executor: Executor | None) -> None:
+    def train_on(self, executor: Executor | None) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Where an estimator that trains models runs its training (None: inline); others ignore it.
 
         A service passes a background executor so that no call waits for a

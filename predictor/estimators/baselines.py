@@ -1,4 +1,5 @@
 """Baselines: the user's own request, and the oracle that knows the future."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

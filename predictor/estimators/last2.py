@@ -1,4 +1,5 @@
 """Tsafrir, Etsion & Feitelson (2007): the mean runtime of the user's last two finished jobs."""
+
 from __future__ import annotations
 
 from operator import attrgetter

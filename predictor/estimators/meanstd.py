@@ -3,6 +3,7 @@
 Over the same key's jobs that finished in [s - window, s]: mean t_act plus k
 population standard deviations, capped at t_req; fewer than two jobs: t_req.
 """
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@ at `floor`; with fewer than `min_jobs` such jobs the request stands. The
 defaults are the paper's recommended scheme: triple key, one month, 85th
 percentile, floor 0.5, at least 10 jobs.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

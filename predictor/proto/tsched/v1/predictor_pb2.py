@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tsched/v1/predictor.proto\x12\ttsched.v1\"\xa1\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x13\n\x06submit\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\x04user\x18\x03 \x01(\x03H\x01\x88\x01\x01\x12\x12\n\x05group\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\x05t_req\x18\x05 \x01(\x03H\x03\x88\x01\x01\x12\x12\n\x05procs\x18\x06 \x01(\x03H\x04\x88\x01\x01\x12\x12\n\x05queue\x18\x07 \x01(\x03H\x05\x88\x01\x01\x12\x17\n\nexecutable\x18\x08 \x01(\x03H\x06\x88\x01\x01\x12\x1b\n\x0e\x61\x63tual_runtime\x18\t \x01(\x03H\x07\x88\x01\x01\x42\t\n\x07_submitB\x07\n\x05_userB\x08\n\x06_groupB\x08\n\x06_t_reqB\x08\n\x06_procsB\x08\n\x06_queueB\r\n\x0b_executableB\x11\n\x0f_actual_runtime\"e\n\nCompletion\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.tsched.v1.Job\x12\x10\n\x03\x65nd\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x14\n\x07runtime\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\x06\n\x04_endB\n\n\x08_runtime\"^\n\nPrediction\x12\x0f\n\x07t_sched\x18\x01 \x01(\x03\x12\x13\n\x06\x66\x61\x63tor\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x62\x61sis\x18\x03 \x01(\x03\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\x08\x42\t\n\x07_factor\"S\n\x0ePredictRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x1b\n\x03job\x18\x03 \x01(\x0b\x32\x0e.tsched.v1.Job\"r\n\x0fPredictResponse\x12)\n\nprediction\x18\x01 \x01(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x0e\n\x06submit\x18\x03 \x01(\x03\x12\x11\n\tnamespace\x18\x04 \x01(\t\"Y\n\x13PredictBatchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x1c\n\x04jobs\x18\x03 \x03(\x0b\x32\x0e.tsched.v1.Job\"U\n\x14PredictBatchResponse\x12*\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\"Z\n\x19ObserveCompletionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12*\n\x0b\x63ompletions\x18\x02 \x03(\x0b\x32\x15.tsched.v1.Completion\"B\n\x1aObserveCompletionsResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"\x82\x01\n\x0bSyncRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12*\n\x0b\x63ompletions\x18\x03 \x03(\x0b\x32\x15.tsched.v1.Completion\x12!\n\tsubmitted\x18\x04 \x03(\x0b\x32\x0e.tsched.v1.Job\"s\n\x0cSyncResponse\x12*\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x03\x12\x12\n\nduplicates\x18\x04 \x01(\x03\"*\n\x15ListEstimatorsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"3\n\x12\x45stimatorParameter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65\x66\x61ult\x18\x02 \x01(\t\"\x8f\x01\n\rEstimatorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\nparameters\x18\x02 \x03(\x0b\x32\x1d.tsched.v1.EstimatorParameter\x12\x17\n\x0f\x65valuation_only\x18\x03 \x01(\x08\x12\x0f\n\x07\x61llowed\x18\x04 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\"\xb4\x01\n\x16ListEstimatorsResponse\x12,\n\nestimators\x18\x01 \x03(\x0b\x32\x18.tsched.v1.EstimatorInfo\x12\x15\n\rdefault_specs\x18\x02 \x03(\t\x12\x18\n\x10namespace_exists\x18\x03 \x01(\x08\x12\x17\n\x0fnamespace_specs\x18\x04 \x03(\t\x12\x13\n\x0b\x63ompletions\x18\x05 \x01(\x03\x12\r\n\x05\x63lock\x18\x06 \x01(\x03\"*\n\x15ResetNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"+\n\x16ResetNamespaceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x03\x32\xab\x04\n\tPredictor\x12@\n\x07Predict\x12\x19.tsched.v1.PredictRequest\x1a\x1a.tsched.v1.PredictResponse\x12O\n\x0cPredictBatch\x12\x1e.tsched.v1.PredictBatchRequest\x1a\x1f.tsched.v1.PredictBatchResponse\x12\x61\n\x12ObserveCompletions\x12$.tsched.v1.ObserveCompletionsRequest\x1a%.tsched.v1.ObserveCompletionsResponse\x12\x37\n\x04Sync\x12\x16.tsched.v1.SyncRequest\x1a\x17.tsched.v1.SyncResponse\x12\x41\n\nSyncStream\x12\x16.tsched.v1.SyncRequest\x1a\x17.tsched.v1.SyncResponse(\x01\x30\x01\x12U\n\x0eListEstimators\x12 .tsched.v1.ListEstimatorsRequest\x1a!.tsched.v1.ListEstimatorsResponse\x12U\n\x0eResetNamespace\x12 .tsched.v1.ResetNamespaceRequest\x1a!.tsched.v1.ResetNamespaceResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tsched/v1/predictor.proto\x12\ttsched.v1\"\xb1\x02\n\x03Job\x12\x13\n\x06job_id\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06submit\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x11\n\x04user\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\x05group\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x12\n\x05t_req\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12\x12\n\x05procs\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x12\n\x05queue\x18\x07 \x01(\x03H\x06\x88\x01\x01\x12\x17\n\nexecutable\x18\x08 \x01(\x03H\x07\x88\x01\x01\x12\x1b\n\x0e\x61\x63tual_runtime\x18\t \x01(\x03H\x08\x88\x01\x01\x42\t\n\x07_job_idB\t\n\x07_submitB\x07\n\x05_userB\x08\n\x06_groupB\x08\n\x06_t_reqB\x08\n\x06_procsB\x08\n\x06_queueB\r\n\x0b_executableB\x11\n\x0f_actual_runtime\"e\n\nCompletion\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.tsched.v1.Job\x12\x10\n\x03\x65nd\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x14\n\x07runtime\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\x06\n\x04_endB\n\n\x08_runtime\"^\n\nPrediction\x12\x0f\n\x07t_sched\x18\x01 \x01(\x03\x12\x13\n\x06\x66\x61\x63tor\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x62\x61sis\x18\x03 \x01(\x03\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\x08\x42\t\n\x07_factor\"S\n\x0ePredictRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x1b\n\x03job\x18\x03 \x01(\x0b\x32\x0e.tsched.v1.Job\"r\n\x0fPredictResponse\x12)\n\nprediction\x18\x01 \x01(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x0e\n\x06submit\x18\x03 \x01(\x03\x12\x11\n\tnamespace\x18\x04 \x01(\t\"Y\n\x13PredictBatchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x1c\n\x04jobs\x18\x03 \x03(\x0b\x32\x0e.tsched.v1.Job\"U\n\x14PredictBatchResponse\x12*\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\"Z\n\x19ObserveCompletionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12*\n\x0b\x63ompletions\x18\x02 \x03(\x0b\x32\x15.tsched.v1.Completion\"B\n\x1aObserveCompletionsResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"\x82\x01\n\x0bSyncRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12*\n\x0b\x63ompletions\x18\x03 \x03(\x0b\x32\x15.tsched.v1.Completion\x12!\n\tsubmitted\x18\x04 \x03(\x0b\x32\x0e.tsched.v1.Job\"s\n\x0cSyncResponse\x12*\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x03\x12\x12\n\nduplicates\x18\x04 \x01(\x03\"*\n\x15ListEstimatorsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"3\n\x12\x45stimatorParameter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65\x66\x61ult\x18\x02 \x01(\t\"\x8f\x01\n\rEstimatorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\nparameters\x18\x02 \x03(\x0b\x32\x1d.tsched.v1.EstimatorParameter\x12\x17\n\x0f\x65valuation_only\x18\x03 \x01(\x08\x12\x0f\n\x07\x61llowed\x18\x04 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\"\xb4\x01\n\x16ListEstimatorsResponse\x12,\n\nestimators\x18\x01 \x03(\x0b\x32\x18.tsched.v1.EstimatorInfo\x12\x15\n\rdefault_specs\x18\x02 \x03(\t\x12\x18\n\x10namespace_exists\x18\x03 \x01(\x08\x12\x17\n\x0fnamespace_specs\x18\x04 \x03(\t\x12\x13\n\x0b\x63ompletions\x18\x05 \x01(\x03\x12\r\n\x05\x63lock\x18\x06 \x01(\x03\"*\n\x15ResetNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"+\n\x16ResetNamespaceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x03\x32\xab\x04\n\tPredictor\x12@\n\x07Predict\x12\x19.tsched.v1.PredictRequest\x1a\x1a.tsched.v1.PredictResponse\x12O\n\x0cPredictBatch\x12\x1e.tsched.v1.PredictBatchRequest\x1a\x1f.tsched.v1.PredictBatchResponse\x12\x61\n\x12ObserveCompletions\x12$.tsched.v1.ObserveCompletionsRequest\x1a%.tsched.v1.ObserveCompletionsResponse\x12\x37\n\x04Sync\x12\x16.tsched.v1.SyncRequest\x1a\x17.tsched.v1.SyncResponse\x12\x41\n\nSyncStream\x12\x16.tsched.v1.SyncRequest\x1a\x17.tsched.v1.SyncResponse(\x01\x30\x01\x12U\n\x0eListEstimators\x12 .tsched.v1.ListEstimatorsRequest\x1a!.tsched.v1.ListEstimatorsResponse\x12U\n\x0eResetNamespace\x12 .tsched.v1.ResetNamespaceRequest\x1a!.tsched.v1.ResetNamespaceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,39 +32,39 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tsched.v1.predictor_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOB']._serialized_start=41
-  _globals['_JOB']._serialized_end=330
-  _globals['_COMPLETION']._serialized_start=332
-  _globals['_COMPLETION']._serialized_end=433
-  _globals['_PREDICTION']._serialized_start=435
-  _globals['_PREDICTION']._serialized_end=529
-  _globals['_PREDICTREQUEST']._serialized_start=531
-  _globals['_PREDICTREQUEST']._serialized_end=614
-  _globals['_PREDICTRESPONSE']._serialized_start=616
-  _globals['_PREDICTRESPONSE']._serialized_end=730
-  _globals['_PREDICTBATCHREQUEST']._serialized_start=732
-  _globals['_PREDICTBATCHREQUEST']._serialized_end=821
-  _globals['_PREDICTBATCHRESPONSE']._serialized_start=823
-  _globals['_PREDICTBATCHRESPONSE']._serialized_end=908
-  _globals['_OBSERVECOMPLETIONSREQUEST']._serialized_start=910
-  _globals['_OBSERVECOMPLETIONSREQUEST']._serialized_end=1000
-  _globals['_OBSERVECOMPLETIONSRESPONSE']._serialized_start=1002
-  _globals['_OBSERVECOMPLETIONSRESPONSE']._serialized_end=1068
-  _globals['_SYNCREQUEST']._serialized_start=1071
-  _globals['_SYNCREQUEST']._serialized_end=1201
-  _globals['_SYNCRESPONSE']._serialized_start=1203
-  _globals['_SYNCRESPONSE']._serialized_end=1318
-  _globals['_LISTESTIMATORSREQUEST']._serialized_start=1320
-  _globals['_LISTESTIMATORSREQUEST']._serialized_end=1362
-  _globals['_ESTIMATORPARAMETER']._serialized_start=1364
-  _globals['_ESTIMATORPARAMETER']._serialized_end=1415
-  _globals['_ESTIMATORINFO']._serialized_start=1418
-  _globals['_ESTIMATORINFO']._serialized_end=1561
-  _globals['_LISTESTIMATORSRESPONSE']._serialized_start=1564
-  _globals['_LISTESTIMATORSRESPONSE']._serialized_end=1744
-  _globals['_RESETNAMESPACEREQUEST']._serialized_start=1746
-  _globals['_RESETNAMESPACEREQUEST']._serialized_end=1788
-  _globals['_RESETNAMESPACERESPONSE']._serialized_start=1790
-  _globals['_RESETNAMESPACERESPONSE']._serialized_end=1833
-  _globals['_PREDICTOR']._serialized_start=1836
-  _globals['_PREDICTOR']._serialized_end=2391
+  _globals['_JOB']._serialized_end=346
+  _globals['_COMPLETION']._serialized_start=348
+  _globals['_COMPLETION']._serialized_end=449
+  _globals['_PREDICTION']._serialized_start=451
+  _globals['_PREDICTION']._serialized_end=545
+  _globals['_PREDICTREQUEST']._serialized_start=547
+  _globals['_PREDICTREQUEST']._serialized_end=630
+  _globals['_PREDICTRESPONSE']._serialized_start=632
+  _globals['_PREDICTRESPONSE']._serialized_end=746
+  _globals['_PREDICTBATCHREQUEST']._serialized_start=748
+  _globals['_PREDICTBATCHREQUEST']._serialized_end=837
+  _globals['_PREDICTBATCHRESPONSE']._serialized_start=839
+  _globals['_PREDICTBATCHRESPONSE']._serialized_end=924
+  _globals['_OBSERVECOMPLETIONSREQUEST']._serialized_start=926
+  _globals['_OBSERVECOMPLETIONSREQUEST']._serialized_end=1016
+  _globals['_OBSERVECOMPLETIONSRESPONSE']._serialized_start=1018
+  _globals['_OBSERVECOMPLETIONSRESPONSE']._serialized_end=1084
+  _globals['_SYNCREQUEST']._serialized_start=1087
+  _globals['_SYNCREQUEST']._serialized_end=1217
+  _globals['_SYNCRESPONSE']._serialized_start=1219
+  _globals['_SYNCRESPONSE']._serialized_end=1334
+  _globals['_LISTESTIMATORSREQUEST']._serialized_start=1336
+  _globals['_LISTESTIMATORSREQUEST']._serialized_end=1378
+  _globals['_ESTIMATORPARAMETER']._serialized_start=1380
+  _globals['_ESTIMATORPARAMETER']._serialized_end=1431
+  _globals['_ESTIMATORINFO']._serialized_start=1434
+  _globals['_ESTIMATORINFO']._serialized_end=1577
+  _globals['_LISTESTIMATORSRESPONSE']._serialized_start=1580
+  _globals['_LISTESTIMATORSRESPONSE']._serialized_end=1760
+  _globals['_RESETNAMESPACEREQUEST']._serialized_start=1762
+  _globals['_RESETNAMESPACEREQUEST']._serialized_end=1804
+  _globals['_RESETNAMESPACERESPONSE']._serialized_start=1806
+  _globals['_RESETNAMESPACERESPONSE']._serialized_end=1849
+  _globals['_PREDICTOR']._serialized_start=1852
+  _globals['_PREDICTOR']._serialized_end=2407
 # @@protoc_insertion_point(module_scope)

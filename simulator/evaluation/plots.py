@@ -3,6 +3,7 @@
 Figures are built with the object-oriented API on an Agg canvas, never
 through pyplot: no global state, no display needed, nothing left open.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ def frontier_plot(quality: pd.DataFrame, title: str, path: Path, colors: Mapping
     acc = quality["accuracy_mean"].to_numpy(dtype=np.float64)
     front = pareto_front(under, acc)
     ax.plot(under[front], acc[front], linestyle="--", color="#999999", zorder=1, label="frontier")
-    for x, y, spec in zip(under, acc, quality["estimator"]):
+    for x, y, spec in zip(under, acc, quality["estimator"], strict=True):
         ax.scatter([x], [y], color=colors.get(spec, "#333333"), zorder=2)
         ax.annotate(spec, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("underestimated jobs (%)")
@@ -92,7 +93,7 @@ def improvement_plot(runs: pd.DataFrame, title: str, path: Path, colors: Mapping
     modes = list(dict.fromkeys(predicting["mode"]))
     figure = _figure(5.5 * max(len(modes), 1), 4.5)
     axes = figure.subplots(1, max(len(modes), 1), squeeze=False)[0]
-    for ax, mode in zip(axes, modes):
+    for ax, mode in zip(axes, modes, strict=True):
         _improvement_bars(ax, predicting[predicting["mode"] == mode], colors)
         ax.set_title(f"mode {mode}", fontsize=10)
     if modes:
@@ -101,19 +102,26 @@ def improvement_plot(runs: pd.DataFrame, title: str, path: Path, colors: Mapping
     figure.savefig(path)
 
 
-def monthly_plot(monthly: pd.DataFrame, averages: pd.DataFrame, title: str, path: Path,
-                 colors: Mapping[str, str]) -> None:
+def monthly_plot(
+    monthly: pd.DataFrame, averages: pd.DataFrame, title: str, path: Path, colors: Mapping[str, str]
+) -> None:
     """Tang et al.'s Figures 14-17: each month's metrics with its baseline at 100, and the average improvements."""
     figure = _figure(12, 8)
     axes = figure.subplots(2, 2).ravel()
     months = sorted(monthly["month"].unique())
     positions = {month: number for number, month in enumerate(months)}
-    for ax, (metric, name) in zip(axes, METRICS.items()):
+    for ax, (metric, name) in zip(axes[:3], METRICS.items(), strict=True):
         ax.axhline(BASELINE_LEVEL, color=colors.get("request", "black"), linewidth=1.5, label="baseline")
         for spec, runs in monthly.groupby("estimator", sort=False):
             x = runs["month"].map(positions).to_numpy()
-            ax.plot(x, runs[f"{metric}_vs_baseline"].to_numpy() * BASELINE_LEVEL, marker="o", markersize=3,
-                    color=colors.get(spec), label=spec)
+            ax.plot(
+                x,
+                runs[f"{metric}_vs_baseline"].to_numpy() * BASELINE_LEVEL,
+                marker="o",
+                markersize=3,
+                color=colors.get(spec),
+                label=spec,
+            )
         ax.set_xticks(range(len(months)), months, rotation=90, fontsize=7)
         ax.set_ylabel(f"{name} (baseline = {BASELINE_LEVEL:g})")
         ax.grid(alpha=0.3)

@@ -20,6 +20,7 @@ in a burst, the jobs that have finished are the short ones, while the long ones
 are still running. It reveals no runtime: a job in flight at s stays in flight
 at s whatever its runtime turns out to be.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
@@ -46,8 +47,18 @@ HISTORY_WINDOW = 30 * SECONDS_PER_DAY
 COUNTED_KEY = "user_req"
 
 #: Statistics of one key's recent jobs, in row order.
-KEY_STATS = ("count", "last_logrt", "last_ratio", "age", "ratio_q50", "ratio_q85", "ratio_max",
-             "logrt_mean", "logrt_std", "logrt_max")
+KEY_STATS = (
+    "count",
+    "last_logrt",
+    "last_ratio",
+    "age",
+    "ratio_q50",
+    "ratio_q85",
+    "ratio_max",
+    "logrt_mean",
+    "logrt_std",
+    "logrt_max",
+)
 
 #: Jobs in flight (registered, not yet finished): the user's count, the user+request key's count,
 #: and how long ago the key's oldest one was submitted, as a fraction of the request (capped at 1).
@@ -75,7 +86,7 @@ def feature_encodings() -> list[dict[str, str]]:
         "user_inflight": "the user's jobs submitted and not yet finished",
         "user_req_inflight": "the user's jobs with the same request submitted and not yet finished",
         "user_req_inflight_age": "seconds since the oldest of those was submitted, over the request, "
-                                 "capped at 1; missing when there is none",
+        "capped at 1; missing when there is none",
     }
     stats = {
         "count": "jobs that ended in the 30 days before submission",
@@ -91,9 +102,10 @@ def feature_encodings() -> list[dict[str, str]]:
     }
     encodings = [{"name": name, "encoding": own[name]} for name in REQUEST_FEATURES + INFLIGHT_FEATURES]
     for key, fields in KEYS.items():
-        encodings += [{"name": f"{key}_{stat}",
-                       "encoding": f"key {'+'.join(fields)}: {stats[stat]}; missing without history"}
-                      for stat in KEY_STATS]
+        encodings += [
+            {"name": f"{key}_{stat}", "encoding": f"key {'+'.join(fields)}: {stats[stat]}; missing without history"}
+            for stat in KEY_STATS
+        ]
     return encodings
 
 
@@ -116,7 +128,7 @@ class _EndSeries:
     same window over and over.
     """
 
-    __slots__ = ("ends", "logrts", "ratios", "window", "stats", "counts")
+    __slots__ = ("counts", "ends", "logrts", "ratios", "stats", "window")
 
     def __init__(self, bins: int | None = None) -> None:
         self.ends: list[int] = []
@@ -138,7 +150,7 @@ class _EndSeries:
             self.window = (0, 0)
             if counts is not None:
                 counts.insert(position + 1, list(counts[position]))
-                for later in counts[position + 1:]:
+                for later in counts[position + 1 :]:
                     later[bin_index] += 1
             return
         ends.append(end)
@@ -169,8 +181,13 @@ class FeatureHistory:
     training row with exact features.
     """
 
-    def __init__(self, window: int = HISTORY_WINDOW, recent: int = 32,
-                 horizon: int = HISTORY_WINDOW, ratio_edges: Sequence[float] = ()) -> None:
+    def __init__(
+        self,
+        window: int = HISTORY_WINDOW,
+        recent: int = 32,
+        horizon: int = HISTORY_WINDOW,
+        ratio_edges: Sequence[float] = (),
+    ) -> None:
         self.window = window
         self.recent = recent
         self.horizon = horizon
@@ -246,7 +263,9 @@ class FeatureHistory:
         submit = job.submit
         nan = float("nan")
         values: list[float] = [
-            log(job.t_req), log(job.procs), (submit % SECONDS_PER_DAY) / 3600.0,
+            log(job.t_req),
+            log(job.procs),
+            (submit % SECONDS_PER_DAY) / 3600.0,
             float((submit // SECONDS_PER_DAY) % 7),
         ]
         values.append(float(job.queue) if job.queue >= 0 else nan)
@@ -275,7 +294,7 @@ class FeatureHistory:
         ends = series.ends
         hi = bisect_right(ends, job.submit)
         lo = bisect_left(ends, job.submit - self.window, 0, hi)
-        return [after - before for after, before in zip(series.counts[hi], series.counts[lo])]
+        return [after - before for after, before in zip(series.counts[hi], series.counts[lo], strict=True)]
 
     def _key_stats(self, series: _EndSeries, first: int, submit: int) -> list[float]:
         nan = float("nan")
@@ -291,12 +310,18 @@ class FeatureHistory:
             return head + [nan] * (len(KEY_STATS) - len(head))
         window = (max(lo, hi - self.recent), hi)
         if series.window != window:
-            ratios = sorted(series.ratios[window[0]:hi])
-            logrts = series.logrts[window[0]:hi]
+            ratios = sorted(series.ratios[window[0] : hi])
+            logrts = series.logrts[window[0] : hi]
             size = len(logrts)
             mean = sum(logrts) / size
             variance = sum((x - mean) ** 2 for x in logrts) / size
             series.window = window
-            series.stats = [_percentile(ratios, 0.5), _percentile(ratios, 0.85), ratios[-1],
-                            mean, sqrt(variance), max(logrts)]
+            series.stats = [
+                _percentile(ratios, 0.5),
+                _percentile(ratios, 0.85),
+                ratios[-1],
+                mean,
+                sqrt(variance),
+                max(logrts),
+            ]
         return head + series.stats

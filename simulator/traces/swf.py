@@ -10,6 +10,7 @@ The replay rules follow paper-decisions.md: job size is field 5 when > 0, else
 field 8; t_req is field 9; t_act is field 4 capped at t_req; jobs with unknown
 runtime, size or request are skipped and counted by reason.
 """
+
 from __future__ import annotations
 
 import calendar
@@ -17,32 +18,74 @@ import gzip
 import io
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from predictor.errors import TraceError, UsageError
 from predictor.scoring import summarize
 
 #: The 18 SWF fields in file order, as `Trace.records` names them.
 RECORD_COLUMNS = (
-    "job", "submit", "wait", "run", "alloc_procs", "avg_cpu", "used_mem", "req_procs", "req_time",
-    "req_mem", "status", "user", "group", "executable", "queue", "partition", "preceding_job",
+    "job",
+    "submit",
+    "wait",
+    "run",
+    "alloc_procs",
+    "avg_cpu",
+    "used_mem",
+    "req_procs",
+    "req_time",
+    "req_mem",
+    "status",
+    "user",
+    "group",
+    "executable",
+    "queue",
+    "partition",
+    "preceding_job",
     "think_time",
 )
 #: How error messages name each field (SWF's own wording).
 FIELD_LABELS = (
-    "job number", "submit time", "wait time", "run time", "allocated processors",
-    "average CPU time", "used memory", "requested processors", "requested time",
-    "requested memory", "status", "user ID", "group ID", "executable number", "queue number",
-    "partition number", "preceding job", "think time",
+    "job number",
+    "submit time",
+    "wait time",
+    "run time",
+    "allocated processors",
+    "average CPU time",
+    "used memory",
+    "requested processors",
+    "requested time",
+    "requested memory",
+    "status",
+    "user ID",
+    "group ID",
+    "executable number",
+    "queue number",
+    "partition number",
+    "preceding job",
+    "think time",
 )
 #: SWF allows fractions only in these two fields; every other field is an integer.
 FLOAT_COLUMNS = frozenset({"avg_cpu", "used_mem"})
 JOB_COLUMNS = (
-    "job_id", "submit", "wait", "run", "procs", "t_req", "t_act", "end",
-    "user", "group", "executable", "queue", "partition", "status",
+    "job_id",
+    "submit",
+    "wait",
+    "run",
+    "procs",
+    "t_req",
+    "t_act",
+    "end",
+    "user",
+    "group",
+    "executable",
+    "queue",
+    "partition",
+    "status",
 )
 GENERATED_PATH = "<generated>"
 
@@ -54,11 +97,7 @@ _NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
 _NUMBER_TOKEN = re.compile(_NUMBER)
 _WELL_FORMED_LINE = re.compile(rf"\s*{_NUMBER}(?:\s+{_NUMBER}){{17}}\s*")
 _MONTH = re.compile(r"(\d{4})-(\d{2})")
-_INT64_LIMIT = 2 ** 63
-
-
-class TraceError(ValueError):
-    """A trace that cannot be read as SWF; the message names file, line and field."""
+_INT64_LIMIT = 2**63
 
 
 @dataclass
@@ -76,9 +115,13 @@ class SWFHeader:
     lines: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_lines(cls, lines: list[str], source: str = GENERATED_PATH,
-                   line_numbers: list[int] | None = None,
-                   malformed: dict[str, int] | None = None) -> "SWFHeader":
+    def from_lines(
+        cls,
+        lines: list[str],
+        source: str = GENERATED_PATH,
+        line_numbers: list[int] | None = None,
+        malformed: dict[str, int] | None = None,
+    ) -> SWFHeader:
         """Parse `; Key: value` comment lines (keys case-insensitive; leading integer taken).
 
         A required number that is not one raises TraceError, unless
@@ -87,7 +130,7 @@ class SWFHeader:
         """
         header = cls(lines=list(lines))
         numbers = line_numbers or list(range(1, len(lines) + 1))
-        for line, number in zip(lines, numbers):
+        for line, number in zip(lines, numbers, strict=True):
             match = _HEADER_LINE.match(line)
             if not match:
                 continue
@@ -99,8 +142,9 @@ class SWFHeader:
                 if leading:
                     setattr(header, _INTEGER_HEADER_KEYS[key], int(leading.group()))
                 elif malformed is None:
-                    raise TraceError(f"{source} line {number}, header field {match.group(1)}: "
-                                     f"{value!r} is not a number")
+                    raise TraceError(
+                        f"{source} line {number}, header field {match.group(1)}: {value!r} is not a number"
+                    )
                 else:
                     _count(malformed, "bad header value")
         return header
@@ -118,8 +162,9 @@ class Trace:
     malformed: dict[str, int]
 
     @classmethod
-    def from_records(cls, path: str, header: SWFHeader, records: pd.DataFrame,
-                     malformed: dict[str, int] | None = None) -> "Trace":
+    def from_records(
+        cls, path: str, header: SWFHeader, records: pd.DataFrame, malformed: dict[str, int] | None = None
+    ) -> Trace:
         """Apply the replay rules to `records` (the reader, month selection and generator share this)."""
         records = records.reset_index(drop=True)
         jobs, skipped = replayable_jobs(records)
@@ -129,7 +174,7 @@ class Trace:
         """Machine size: `override` (--procs), else MaxProcs, else MaxNodes, else the largest job."""
         if override is not None:
             if override <= 0:
-                raise ValueError(f"the machine needs a positive processor count, not {override}")
+                raise UsageError(f"--procs: the machine needs a positive processor count, not {override}")
             return int(override)
         for declared in (self.header.max_procs, self.header.max_nodes):
             if declared is not None and declared > 0:
@@ -155,7 +200,7 @@ class Trace:
         months = range(first.year * 12 + first.month - 1, last.year * 12 + last.month)
         return [(f"{m // 12:04d}-{m % 12 + 1:02d}", *_month_span(m // 12, m % 12 + 1, epoch)) for m in months]
 
-    def select_month(self, month: str) -> "Trace":
+    def select_month(self, month: str) -> Trace:
         """The jobs submitted in calendar month `month` ('YYYY-MM', UTC), with the same header."""
         match = _MONTH.fullmatch(month)
         if not match or not 1 <= int(match.group(2)) <= 12:
@@ -187,27 +232,33 @@ def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]
     unknown_runtime = run < 0
     no_size = ~unknown_runtime & (procs <= 0)
     no_request = ~unknown_runtime & ~no_size & (t_req <= 0)
-    skipped = {reason: int(mask.sum()) for reason, mask in
-               (("unknown runtime", unknown_runtime), ("no size", no_size), ("no request", no_request))
-               if mask.any()}
+    skipped = {
+        reason: int(mask.sum())
+        for reason, mask in (("unknown runtime", unknown_runtime), ("no size", no_size), ("no request", no_request))
+        if mask.any()
+    }
     keep = ~(unknown_runtime | no_size | no_request)
 
     kept = records.loc[keep]
     t_act = np.minimum(run[keep], t_req[keep])
     wait = kept["wait"].to_numpy(dtype=np.int64)
     submit = kept["submit"].to_numpy(dtype=np.int64)
-    jobs = pd.DataFrame({
-        "job_id": kept["job"].to_numpy(dtype=np.int64),
-        "submit": submit,
-        "wait": wait,
-        "run": run[keep],
-        "procs": procs[keep],
-        "t_req": t_req[keep],
-        "t_act": t_act,
-        "end": submit + np.maximum(wait, 0) + t_act,
-        **{name: kept[name].to_numpy(dtype=np.int64)
-           for name in ("user", "group", "executable", "queue", "partition", "status")},
-    })
+    jobs = pd.DataFrame(
+        {
+            "job_id": kept["job"].to_numpy(dtype=np.int64),
+            "submit": submit,
+            "wait": wait,
+            "run": run[keep],
+            "procs": procs[keep],
+            "t_req": t_req[keep],
+            "t_act": t_act,
+            "end": submit + np.maximum(wait, 0) + t_act,
+            **{
+                name: kept[name].to_numpy(dtype=np.int64)
+                for name in ("user", "group", "executable", "queue", "partition", "status")
+            },
+        }
+    )
     jobs = jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
     return jobs, skipped
 
@@ -328,8 +379,9 @@ def _typed_records(table: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def _empty_records() -> pd.DataFrame:
-    return pd.DataFrame({name: np.empty(0, dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
-                         for name in RECORD_COLUMNS})
+    return pd.DataFrame(
+        {name: np.empty(0, dtype=np.float64 if name in FLOAT_COLUMNS else np.int64) for name in RECORD_COLUMNS}
+    )
 
 
 def _parse_line_by_line(data: bytes, source: str, malformed: dict[str, int] | None) -> pd.DataFrame:
@@ -353,7 +405,9 @@ def _parse_line_by_line(data: bytes, source: str, malformed: dict[str, int] | No
 
 
 def _integral_where_required(tokens: list[str]) -> bool:
-    return all(_integral(token) for name, token in zip(RECORD_COLUMNS, tokens) if name not in FLOAT_COLUMNS)
+    return all(
+        _integral(token) for name, token in zip(RECORD_COLUMNS, tokens, strict=True) if name not in FLOAT_COLUMNS
+    )
 
 
 def _integral(token: str) -> bool:
@@ -366,13 +420,17 @@ def _diagnose(tokens: list[str]) -> tuple[str, str]:
     expected = len(RECORD_COLUMNS)
     if len(tokens) < expected:
         missing = len(tokens)
-        return "wrong field count", (f"field {missing + 1} ({FIELD_LABELS[missing]}): missing "
-                                     f"(the line has {len(tokens)} fields, SWF has {expected})")
+        return "wrong field count", (
+            f"field {missing + 1} ({FIELD_LABELS[missing]}): missing "
+            f"(the line has {len(tokens)} fields, SWF has {expected})"
+        )
     if len(tokens) > expected:
-        return "wrong field count", (f"field {expected + 1}: {tokens[expected]!r} is extra "
-                                     f"(the line has {len(tokens)} fields, SWF has {expected}; "
-                                     f"the last is field {expected} ({FIELD_LABELS[-1]}))")
-    for index, (name, token) in enumerate(zip(RECORD_COLUMNS, tokens)):
+        return "wrong field count", (
+            f"field {expected + 1}: {tokens[expected]!r} is extra "
+            f"(the line has {len(tokens)} fields, SWF has {expected}; "
+            f"the last is field {expected} ({FIELD_LABELS[-1]}))"
+        )
+    for index, (name, token) in enumerate(zip(RECORD_COLUMNS, tokens, strict=True)):
         where = f"field {index + 1} ({FIELD_LABELS[index]})"
         if not _NUMBER_TOKEN.fullmatch(token):
             return "not a number", f"{where}: {token!r} is not a number"
@@ -385,8 +443,7 @@ def _count(counts: dict[str, int], reason: str) -> None:
     counts[reason] = counts.get(reason, 0) + 1
 
 
-def write_swf(trace_or_records: Trace | pd.DataFrame, path: str | Path,
-              header: SWFHeader | None = None) -> None:
+def write_swf(trace_or_records: Trace | pd.DataFrame, path: str | Path, header: SWFHeader | None = None) -> None:
     """Write SWF (gzipped when `path` ends in .gz): the header's lines verbatim, then one record a line.
 
     Integral values are written without a decimal point and fractions in
@@ -400,10 +457,14 @@ def write_swf(trace_or_records: Trace | pd.DataFrame, path: str | Path,
     missing = [name for name in RECORD_COLUMNS if name not in records.columns]
     if missing:
         raise ValueError(f"records lack SWF column(s): {', '.join(missing)}")
-    columns = [_fraction_text(records[name].to_numpy(dtype=np.float64)) if name in FLOAT_COLUMNS
-               else records[name].to_numpy(dtype=np.int64).tolist() for name in RECORD_COLUMNS]
+    columns = [
+        _fraction_text(records[name].to_numpy(dtype=np.float64))
+        if name in FLOAT_COLUMNS
+        else records[name].to_numpy(dtype=np.int64).tolist()
+        for name in RECORD_COLUMNS
+    ]
     line = " ".join("%s" if name in FLOAT_COLUMNS else "%d" for name in RECORD_COLUMNS)
-    body = "\n".join([line % fields for fields in zip(*columns)])
+    body = "\n".join([line % fields for fields in zip(*columns, strict=True)])
     lines = header.lines if header is not None else []
     text = "".join(line + "\n" for line in lines) + (body + "\n" if body else "")
     encoded = text.encode("utf-8", errors="surrogateescape")
@@ -458,9 +519,11 @@ def trace_info(trace: Trace) -> dict:
 
 def format_trace_info(info: dict) -> str:
     """`trace_info` as readable lines."""
-    out = [f"trace      {info['path']}",
-           f"records    {info['records']:,} ({info['jobs']:,} replayable jobs)",
-           f"machine    {info['procs']} processors (MaxProcs {info['max_procs']}, MaxNodes {info['max_nodes']})"]
+    out = [
+        f"trace      {info['path']}",
+        f"records    {info['records']:,} ({info['jobs']:,} replayable jobs)",
+        f"machine    {info['procs']} processors (MaxProcs {info['max_procs']}, MaxNodes {info['max_nodes']})",
+    ]
     span = info["span"]
     if span is not None:
         dates = f", {span['start_utc']} to {span['end_utc']}" if "start_utc" in span else ""
@@ -470,9 +533,11 @@ def format_trace_info(info: dict) -> str:
     out.append("malformed  " + _reasons(info["malformed"]))
     requests = info["requests"]
     if requests is not None:
-        out.append(f"requests   accuracy mean {requests['accuracy_mean']:.3f}, median {requests['accuracy_median']:.3f}; "
-                   f"mean R = t_act/t_req {requests['mean_ratio']:.3f}; "
-                   f"{requests['killed_at_request']:.1%} of jobs reached their request")
+        out.append(
+            f"requests   accuracy mean {requests['accuracy_mean']:.3f}, median {requests['accuracy_median']:.3f}; "
+            f"mean R = t_act/t_req {requests['mean_ratio']:.3f}; "
+            f"{requests['killed_at_request']:.1%} of jobs reached their request"
+        )
     return "\n".join(out)
 
 
@@ -490,4 +555,4 @@ def _month_span(year: int, month: int, epoch: int) -> tuple[int, int]:
 
 
 def _utc(unix_time: int) -> datetime:
-    return datetime.fromtimestamp(unix_time, tz=timezone.utc)
+    return datetime.fromtimestamp(unix_time, tz=UTC)

@@ -5,6 +5,7 @@ so a completion the client saw acknowledged survives `kill -9` (and, with
 synchronous=FULL, a power cut). On restart each namespace is rebuilt by
 replaying its completions in the order they were accepted, which is end order.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -14,12 +15,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from predictor.jobs import FinishedJob, JobRequest
+from predictor.errors import TschedError
+from predictor.jobs import JOB_FIELDS, FinishedJob, JobRequest
 
 #: Bumped when the tables change; a file written by another version is refused, not guessed at.
 SCHEMA_VERSION = 1
 
-_SCHEMA = """
+#: The job columns, from the one job-field schema; then when the job ended and how long it ran.
+JOB_COLUMNS = tuple(field.column for field in JOB_FIELDS)
+_COLUMNS = ", ".join((*JOB_COLUMNS, "end_time", "runtime"))
+_JOB_COLUMN_DEFINITIONS = "".join(f"    {column} INTEGER NOT NULL,\n" for column in JOB_COLUMNS)
+
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS namespaces (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
@@ -28,24 +35,14 @@ CREATE TABLE IF NOT EXISTS namespaces (
 CREATE TABLE IF NOT EXISTS completions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     namespace_id INTEGER NOT NULL REFERENCES namespaces(id),
-    job_id INTEGER NOT NULL,
-    submit INTEGER NOT NULL,
-    user INTEGER NOT NULL,
-    grp INTEGER NOT NULL,
-    t_req INTEGER NOT NULL,
-    procs INTEGER NOT NULL,
-    queue INTEGER NOT NULL,
-    executable INTEGER NOT NULL,
-    end_time INTEGER NOT NULL,
+{_JOB_COLUMN_DEFINITIONS}    end_time INTEGER NOT NULL,
     runtime INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS completions_by_namespace ON completions(namespace_id, seq);
 """
 
-_COLUMNS = "job_id, submit, user, grp, t_req, procs, queue, executable, end_time, runtime"
 
-
-class StateError(RuntimeError):
+class StateError(TschedError):
     """The state file cannot be used (not SQLite, another schema, unwritable)."""
 
 
@@ -77,8 +74,10 @@ class CompletionStore:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if tables and version != SCHEMA_VERSION:
-                raise StateError(f"{self.path}: not a tsched state file of schema version {SCHEMA_VERSION} "
-                                 f"(user_version is {version}, tables: {', '.join(sorted(tables))})")
+                raise StateError(
+                    f"{self.path}: not a tsched state file of schema version {SCHEMA_VERSION} "
+                    f"(user_version is {version}, tables: {', '.join(sorted(tables))})"
+                )
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._namespace_ids = dict(self._db.execute("SELECT name, id FROM namespaces"))
@@ -89,19 +88,18 @@ class CompletionStore:
         """Every namespace's completions, in the order they were accepted, and its clock."""
         with self._lock:
             names = {ns_id: name for name, ns_id in self._namespace_ids.items()}
-            stored = {name: StoredNamespace(clock=clock)
-                      for name, clock in self._db.execute("SELECT name, clock FROM namespaces")}
+            stored = {
+                name: StoredNamespace(clock=clock)
+                for name, clock in self._db.execute("SELECT name, clock FROM namespaces")
+            }
             rows = self._db.execute(f"SELECT namespace_id, {_COLUMNS} FROM completions ORDER BY seq")
-            for ns_id, job_id, submit, user, grp, t_req, procs, queue, executable, end, runtime in rows:
-                request = JobRequest(job_id, submit, user, grp, t_req, procs, queue, executable)
-                stored[names[ns_id]].completions.append(FinishedJob(request, end, runtime))
+            for ns_id, *job, end, runtime in rows:
+                stored[names[ns_id]].completions.append(FinishedJob(JobRequest(*job), end, runtime))
         return stored
 
     def append(self, namespace: str, completions: Sequence[FinishedJob], clock: int) -> None:
         """Durably add `completions` to `namespace` and record its clock, in one transaction."""
-        rows = [(job.request.job_id, job.request.submit, job.request.user, job.request.group,
-                 job.request.t_req, job.request.procs, job.request.queue, job.request.executable,
-                 job.end, job.runtime) for job in completions]
+        rows = [(*job.request, job.end, job.runtime) for job in completions]
         with self._lock, self._transaction():
             ns_id = self._namespace_ids.get(namespace)
             if ns_id is None:
@@ -109,8 +107,10 @@ class CompletionStore:
                 ns_id = self._namespace_ids[namespace] = int(cursor.lastrowid)
             else:
                 self._db.execute("UPDATE namespaces SET clock = ? WHERE id = ?", (clock, ns_id))
-            self._db.executemany(f"INSERT INTO completions (namespace_id, {_COLUMNS}) "
-                                 f"VALUES ({ns_id}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            placeholders = ", ".join("?" * (len(JOB_COLUMNS) + 2))
+            self._db.executemany(
+                f"INSERT INTO completions (namespace_id, {_COLUMNS}) VALUES ({ns_id}, {placeholders})", rows
+            )
 
     def forget(self, namespace: str) -> None:
         """Drop a namespace and its completions."""

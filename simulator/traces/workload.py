@@ -35,12 +35,14 @@ Every record has wait 0 (the trace has not been scheduled yet); fields the
 model does not produce (CPU time, memory, preceding job, think time) are -1.
 The header's UnixStartTime is 2024-01-01 00:00 UTC (a Monday).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from simulator.swf import FLOAT_COLUMNS, GENERATED_PATH, RECORD_COLUMNS, SWFHeader, Trace
+from predictor.errors import UsageError
+from simulator.traces.swf import FLOAT_COLUMNS, GENERATED_PATH, RECORD_COLUMNS, SWFHeader, Trace
 
 #: 2024-01-01 00:00:00 UTC, a Monday: trace second 0.
 UNIX_START_TIME = 1_704_067_200
@@ -51,8 +53,34 @@ WEEK = 7 * DAY
 ROUND_WALLTIMES = np.array([15 * 60, 30 * 60, HOUR, 2 * HOUR, 4 * HOUR, 8 * HOUR, 12 * HOUR, 24 * HOUR, 48 * HOUR])
 MAX_WALLTIME = int(ROUND_WALLTIMES[-1])
 #: Relative submission rate by hour of day (UTC).
-DAILY_PROFILE = np.array([0.25, 0.2, 0.2, 0.2, 0.25, 0.3, 0.5, 0.8, 1.3, 1.8, 2.0, 2.0,
-                          1.7, 1.9, 2.0, 1.9, 1.7, 1.3, 1.0, 0.8, 0.7, 0.6, 0.45, 0.35])
+DAILY_PROFILE = np.array(
+    [
+        0.25,
+        0.2,
+        0.2,
+        0.2,
+        0.25,
+        0.3,
+        0.5,
+        0.8,
+        1.3,
+        1.8,
+        2.0,
+        2.0,
+        1.7,
+        1.9,
+        2.0,
+        1.9,
+        1.7,
+        1.3,
+        1.0,
+        0.8,
+        0.7,
+        0.6,
+        0.45,
+        0.35,
+    ]
+)
 WEEKEND_FACTOR = 0.45
 Z_75 = 0.6745  # standard normal 75th percentile
 
@@ -67,15 +95,16 @@ def default_workload() -> Trace:
     return generate_workload()
 
 
-def generate_workload(jobs: int = DEFAULT_JOBS, procs: int = DEFAULT_PROCS, load: float = DEFAULT_LOAD,
-                      seed: int = DEFAULT_SEED) -> Trace:
+def generate_workload(
+    jobs: int = DEFAULT_JOBS, procs: int = DEFAULT_PROCS, load: float = DEFAULT_LOAD, seed: int = DEFAULT_SEED
+) -> Trace:
     """A synthetic trace of `jobs` jobs on `procs` processors at offered load `load`; same arguments, same trace."""
     if jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, not {jobs}")
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
     if procs < 1:
-        raise ValueError(f"--procs must be at least 1, not {procs}")
+        raise UsageError(f"--procs must be at least 1, not {procs}")
     if not load > 0:
-        raise ValueError(f"--load must be positive, not {load}")
+        raise UsageError(f"--load must be positive, not {load}")
     rng = np.random.default_rng(seed)
     users = _users(rng, jobs)
     apps = _applications(rng, users, procs)
@@ -85,31 +114,34 @@ def generate_workload(jobs: int = DEFAULT_JOBS, procs: int = DEFAULT_PROCS, load
     table = table.sort_values("submit", kind="stable").reset_index(drop=True)
     achieved = offered_load(table["submit"], table["size"], table["run"], procs)
     records = _records(table)
-    header = SWFHeader.from_lines([
-        "; Version: 2.2",
-        "; Computer: synthetic machine",
-        f"; Installation: tsched built-in workload (simulator.workload, seed {seed})",
-        f"; Note: offered load target {load:.3f}, achieved {achieved:.3f}",
-        f"; MaxJobs: {jobs}",
-        f"; MaxRecords: {jobs}",
-        "; Preemption: No",
-        f"; UnixStartTime: {UNIX_START_TIME}",
-        "; TimeZone: 0",
-        "; TimeZoneString: UTC",
-        f"; MaxNodes: {procs}",
-        f"; MaxProcs: {procs}",
-        f"; MaxRuntime: {MAX_WALLTIME}",
-        "; MaxQueues: 3",
-        "; Queue: 1 short (requests up to 1h)",
-        "; Queue: 2 normal (up to 12h)",
-        "; Queue: 3 long (up to 48h)",
-        "; MaxPartitions: 1",
-    ])
+    header = SWFHeader.from_lines(
+        [
+            "; Version: 2.2",
+            "; Computer: synthetic machine",
+            f"; Installation: tsched built-in workload (simulator.traces.workload, seed {seed})",
+            f"; Note: offered load target {load:.3f}, achieved {achieved:.3f}",
+            f"; MaxJobs: {jobs}",
+            f"; MaxRecords: {jobs}",
+            "; Preemption: No",
+            f"; UnixStartTime: {UNIX_START_TIME}",
+            "; TimeZone: 0",
+            "; TimeZoneString: UTC",
+            f"; MaxNodes: {procs}",
+            f"; MaxProcs: {procs}",
+            f"; MaxRuntime: {MAX_WALLTIME}",
+            "; MaxQueues: 3",
+            "; Queue: 1 short (requests up to 1h)",
+            "; Queue: 2 normal (up to 12h)",
+            "; Queue: 3 long (up to 48h)",
+            "; MaxPartitions: 1",
+        ]
+    )
     return Trace.from_records(GENERATED_PATH, header, records)
 
 
-def offered_load(submit: pd.Series | np.ndarray, size: pd.Series | np.ndarray,
-                 runtime: pd.Series | np.ndarray, procs: int) -> float:
+def offered_load(
+    submit: pd.Series | np.ndarray, size: pd.Series | np.ndarray, runtime: pd.Series | np.ndarray, procs: int
+) -> float:
     """sum(size x runtime) / (procs x span), span from the first to the last submission (at least 1 s)."""
     submit = np.asarray(submit, dtype=np.int64)
     span = max(int(submit.max() - submit.min()), 1)
@@ -124,14 +156,16 @@ def _users(rng: np.random.Generator, jobs: int) -> pd.DataFrame:
     low = np.array([0.8, 1.3, 2.5])[habit]
     high = np.array([1.3, 2.5, 6.0])[habit]
     second_group = rng.integers(1, groups + 1, size=count)
-    return pd.DataFrame({
-        "weight": rng.lognormal(0.0, 1.2, size=count),
-        "group": rng.integers(1, groups + 1, size=count),
-        "second_group": np.where(rng.random(count) < 0.2, second_group, 0),
-        "overestimate": rng.uniform(low, high),
-        "asks_limit": rng.random(count) < 0.08,
-        "fail_rate": rng.uniform(0.01, 0.12, size=count),
-    })
+    return pd.DataFrame(
+        {
+            "weight": rng.lognormal(0.0, 1.2, size=count),
+            "group": rng.integers(1, groups + 1, size=count),
+            "second_group": np.where(rng.random(count) < 0.2, second_group, 0),
+            "overestimate": rng.uniform(low, high),
+            "asks_limit": rng.random(count) < 0.08,
+            "fail_rate": rng.uniform(0.01, 0.12, size=count),
+        }
+    )
 
 
 def _applications(rng: np.random.Generator, users: pd.DataFrame, procs: int) -> pd.DataFrame:
@@ -153,22 +187,24 @@ def _applications(rng: np.random.Generator, users: pd.DataFrame, procs: int) -> 
     # a user's favourite applications get most of their jobs
     share = rng.dirichlet(np.ones(count))  # normalised per owner below
     share = share / np.bincount(owner, weights=share)[owner]
-    return pd.DataFrame({
-        "owner": owner,
-        "group": group,
-        "median": median,
-        "sigma": sigma,
-        "size": size,
-        "request": request,
-        "weight": share * users["weight"].to_numpy()[owner],
-    })
+    return pd.DataFrame(
+        {
+            "owner": owner,
+            "group": group,
+            "median": median,
+            "sigma": sigma,
+            "size": size,
+            "request": request,
+            "weight": share * users["weight"].to_numpy()[owner],
+        }
+    )
 
 
 def _typical_sizes(rng: np.random.Generator, count: int, procs: int) -> np.ndarray:
     """Powers of two up to half the machine, smaller ones likelier; one application in eight has an odd size."""
     largest = max(int(np.log2(max(procs // 2, 1))), 0)
     exponents = np.arange(largest + 1)
-    weights = 0.72 ** exponents
+    weights = 0.72**exponents
     sizes = 2 ** rng.choice(exponents, size=count, p=weights / weights.sum())
     odd = rng.integers(1, max(procs // 4, 1) + 1, size=count)
     return np.where(rng.random(count) < 0.125, odd, sizes).astype(np.int64)
@@ -200,10 +236,18 @@ def _jobs(rng: np.random.Generator, jobs: int, users: pd.DataFrame, apps: pd.Dat
     killed = runtime >= request
     run = np.minimum(runtime, request)
     status = np.where(failed | killed, 0, 1)
-    return pd.DataFrame({
-        "burst": burst, "app": app, "user": owner + 1, "group": chosen["group"].to_numpy(),
-        "size": size, "request": request, "run": run, "status": status,
-    })
+    return pd.DataFrame(
+        {
+            "burst": burst,
+            "app": app,
+            "user": owner + 1,
+            "group": chosen["group"].to_numpy(),
+            "size": size,
+            "request": request,
+            "run": run,
+            "status": status,
+        }
+    )
 
 
 def _arrivals(rng: np.random.Generator, burst: pd.Series, span: float) -> np.ndarray:
@@ -237,12 +281,28 @@ def _records(table: pd.DataFrame) -> pd.DataFrame:
     request = table["request"].to_numpy()
     queue = np.where(request <= HOUR, 1, np.where(request <= 12 * HOUR, 2, 3))
     columns = {
-        "job": np.arange(1, count + 1), "submit": table["submit"], "wait": np.zeros(count, dtype=np.int64),
-        "run": table["run"], "alloc_procs": table["size"], "avg_cpu": unknown.astype(np.float64),
-        "used_mem": unknown.astype(np.float64), "req_procs": table["size"], "req_time": request,
-        "req_mem": unknown, "status": table["status"], "user": table["user"], "group": table["group"],
-        "executable": table["app"] + 1, "queue": queue, "partition": np.ones(count, dtype=np.int64),
-        "preceding_job": unknown, "think_time": unknown,
+        "job": np.arange(1, count + 1),
+        "submit": table["submit"],
+        "wait": np.zeros(count, dtype=np.int64),
+        "run": table["run"],
+        "alloc_procs": table["size"],
+        "avg_cpu": unknown.astype(np.float64),
+        "used_mem": unknown.astype(np.float64),
+        "req_procs": table["size"],
+        "req_time": request,
+        "req_mem": unknown,
+        "status": table["status"],
+        "user": table["user"],
+        "group": table["group"],
+        "executable": table["app"] + 1,
+        "queue": queue,
+        "partition": np.ones(count, dtype=np.int64),
+        "preceding_job": unknown,
+        "think_time": unknown,
     }
-    return pd.DataFrame({name: np.asarray(columns[name], dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
-                         for name in RECORD_COLUMNS})
+    return pd.DataFrame(
+        {
+            name: np.asarray(columns[name], dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
+            for name in RECORD_COLUMNS
+        }
+    )

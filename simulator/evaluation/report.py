@@ -6,12 +6,13 @@ baseline is (baseline - value) / baseline (paper-decisions.md): positive is
 better. The baseline of a run is `request` in mode `none` on the same trace,
 period, policy and backfilling.
 """
+
 from __future__ import annotations
 
 import platform
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pandas as pd
 
 from predictor.registry import make_estimator
 from simulator.engine import SimulationConfig
-from simulator.evaluation import (
+from simulator.evaluation.plan import (
     BASELINE_ESTIMATOR,
     BASELINE_MODE,
     Backend,
@@ -38,12 +39,28 @@ from simulator.evaluation import (
 IMPROVED_METRICS = ("avg_wait", "avg_response", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait")
 #: Tang et al.'s three metrics (their Figures 14-17).
 PAPER_METRICS = ("avg_wait", "avg_slowdown", "weighted_wait")
-METRIC_TITLES = {"avg_wait": "wait", "avg_response": "response", "avg_slowdown": "slowdown",
-                 "avg_bounded_slowdown": "bounded slowdown", "weighted_wait": "weighted wait"}
+METRIC_TITLES = {
+    "avg_wait": "wait",
+    "avg_response": "response",
+    "avg_slowdown": "slowdown",
+    "avg_bounded_slowdown": "bounded slowdown",
+    "weighted_wait": "weighted wait",
+}
 #: A run's baseline shares these.
 BASELINE_KEYS = ["trace", "month", "policy", "backfill"]
-PACKAGES = ("tsched", "numpy", "pandas", "scikit-learn", "lightgbm", "joblib", "grpcio", "protobuf", "matplotlib",
-            "dask", "distributed")
+PACKAGES = (
+    "tsched",
+    "numpy",
+    "pandas",
+    "scikit-learn",
+    "lightgbm",
+    "joblib",
+    "grpcio",
+    "protobuf",
+    "matplotlib",
+    "dask",
+    "distributed",
+)
 
 
 @dataclass
@@ -60,6 +77,7 @@ class ReportInputs:
 
 # --- tables ----------------------------------------------------------------------------------
 
+
 def improvement(baseline: pd.Series | np.ndarray, value: pd.Series | np.ndarray) -> np.ndarray:
     """(baseline - value) / baseline; NaN where the baseline is 0 (nothing to improve on)."""
     base = np.asarray(baseline, dtype=np.float64)
@@ -71,8 +89,9 @@ def results_table(outcomes: list[TaskOutcome]) -> pd.DataFrame:
     """One row per simulation, in task order: parameters, metrics, and improvements over the baseline."""
     rows = [outcome.result for outcome in outcomes if isinstance(outcome.task, SimulationTask)]
     results = pd.DataFrame(rows)
-    baseline = (results[(results["estimator"] == BASELINE_ESTIMATOR) & (results["mode"] == BASELINE_MODE)]
-                .set_index(BASELINE_KEYS)[list(IMPROVED_METRICS)])
+    baseline = results[(results["estimator"] == BASELINE_ESTIMATOR) & (results["mode"] == BASELINE_MODE)].set_index(
+        BASELINE_KEYS
+    )[list(IMPROVED_METRICS)]
     reference = baseline.reindex(pd.MultiIndex.from_frame(results[BASELINE_KEYS])).to_numpy()
     for column, metric in enumerate(IMPROVED_METRICS):
         results[f"improvement_{metric}"] = improvement(reference[:, column], results[metric])
@@ -81,8 +100,11 @@ def results_table(outcomes: list[TaskOutcome]) -> pd.DataFrame:
 
 def quality_table(outcomes: list[TaskOutcome]) -> pd.DataFrame:
     """The offline `predict-eval` scores, one row per trace x estimator."""
-    rows = [{key: value for key, value in outcome.result.items() if key != "accuracy_quantiles"}
-            for outcome in outcomes if isinstance(outcome.task, QualityTask)]
+    rows = [
+        {key: value for key, value in outcome.result.items() if key != "accuracy_quantiles"}
+        for outcome in outcomes
+        if isinstance(outcome.task, QualityTask)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -92,7 +114,8 @@ def accuracy_quantiles(outcomes: list[TaskOutcome]) -> dict[str, dict[str, np.nd
     for outcome in outcomes:
         if isinstance(outcome.task, QualityTask):
             curves.setdefault(outcome.task.trace, {})[outcome.task.estimator] = np.asarray(
-                outcome.result["accuracy_quantiles"])
+                outcome.result["accuracy_quantiles"]
+            )
     return curves
 
 
@@ -100,15 +123,17 @@ def monthly_table(results: pd.DataFrame) -> pd.DataFrame:
     """Tang's monthly view: each month's metrics beside that month's baseline, as a ratio and an improvement."""
     months = results[results["month"] != ""]
     table = months[["trace", "month", "estimator", "policy", "backfill", "mode", "jobs"]].copy()
-    baseline = (months[(months["estimator"] == BASELINE_ESTIMATOR) & (months["mode"] == BASELINE_MODE)]
-                .set_index(BASELINE_KEYS)[list(PAPER_METRICS)])
+    baseline = months[(months["estimator"] == BASELINE_ESTIMATOR) & (months["mode"] == BASELINE_MODE)].set_index(
+        BASELINE_KEYS
+    )[list(PAPER_METRICS)]
     reference = baseline.reindex(pd.MultiIndex.from_frame(months[BASELINE_KEYS])).to_numpy()
     for column, metric in enumerate(PAPER_METRICS):
         table[metric] = months[metric]
         table[f"baseline_{metric}"] = reference[:, column]
         with np.errstate(divide="ignore", invalid="ignore"):
-            table[f"{metric}_vs_baseline"] = np.where(reference[:, column] != 0,
-                                                      months[metric] / reference[:, column], np.nan)
+            table[f"{metric}_vs_baseline"] = np.where(
+                reference[:, column] != 0, months[metric] / reference[:, column], np.nan
+            )
         table[f"improvement_{metric}"] = months[f"improvement_{metric}"]
     table["prediction_accuracy_mean"] = months["prediction_accuracy_mean"]
     table["prediction_underestimated"] = months["prediction_underestimated"]
@@ -127,7 +152,9 @@ def monthly_averages(monthly: pd.DataFrame) -> pd.DataFrame:
     averages = grouped.size().rename("months").to_frame()
     for metric in PAPER_METRICS:
         averages[f"improvement_{metric}"] = grouped[f"improvement_{metric}"].mean()
-        averages[f"months_better_{metric}"] = grouped[f"improvement_{metric}"].agg(lambda values: int((values > 0).sum()))
+        averages[f"months_better_{metric}"] = grouped[f"improvement_{metric}"].agg(
+            lambda values: int((values > 0).sum())
+        )
     averages["prediction_accuracy_mean"] = grouped["prediction_accuracy_mean"].mean()
     return averages.reset_index()
 
@@ -137,17 +164,28 @@ def timings_table(outcomes: list[TaskOutcome]) -> pd.DataFrame:
     for outcome in outcomes:
         task = outcome.task
         simulation = isinstance(task, SimulationTask)
-        rows.append({"task": task.index, "kind": "simulation" if simulation else "quality", "trace": task.trace,
-                     "month": (task.month or "") if simulation else "", "estimator": task.estimator,
-                     "policy": task.policy if simulation else "", "backfill": task.backfill if simulation else "",
-                     "mode": task.mode if simulation else "", "seconds": round(outcome.seconds, 3)})
+        rows.append(
+            {
+                "task": task.index,
+                "kind": "simulation" if simulation else "quality",
+                "trace": task.trace,
+                "month": (task.month or "") if simulation else "",
+                "estimator": task.estimator,
+                "policy": task.policy if simulation else "",
+                "backfill": task.backfill if simulation else "",
+                "mode": task.mode if simulation else "",
+                "seconds": round(outcome.seconds, 3),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # --- markdown --------------------------------------------------------------------------------
 
+
 def markdown_table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
     """A GitHub table; `formats` maps a column to a format spec (NaN prints as a dash)."""
+
     def cell(column: str, value: Any) -> str:
         if isinstance(value, float) and np.isnan(value):
             return "-"
@@ -155,8 +193,10 @@ def markdown_table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
         return format(value, spec) if spec else str(value)
 
     lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    for record in frame.itertuples(index=False):
-        lines.append("| " + " | ".join(cell(column, value) for column, value in zip(frame.columns, record)) + " |")
+    lines += [
+        "| " + " | ".join(cell(column, value) for column, value in zip(frame.columns, record, strict=True)) + " |"
+        for record in frame.itertuples(index=False)
+    ]
     return "\n".join(lines)
 
 
@@ -179,23 +219,59 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-def _quality_section(quality: pd.DataFrame, curves: dict[str, dict[str, np.ndarray]], out: Path,
-                     colors: dict[str, str]) -> list[str]:
-    from simulator.plots import accuracy_cdf_plot, frontier_plot
+def _quality_section(
+    quality: pd.DataFrame, curves: dict[str, dict[str, np.ndarray]], out: Path, colors: dict[str, str]
+) -> list[str]:
+    from simulator.evaluation.plots import accuracy_cdf_plot, frontier_plot
 
-    lines = ["## Prediction quality (offline replay in submission order, as `tsched predict-eval`)", "",
-             "Each estimator learns a job's runtime once the job has ended in the trace. Accuracy is Tang et al.'s "
-             "Eq. 3; NA/OE/UE/BE are the fractions of jobs not adjusted, overestimated, underestimated by at most "
-             "30 minutes, and by more; lambda is mean |t_sched - t_act| / mean |t_req - t_act|.", ""]
+    lines = [
+        "## Prediction quality (offline replay in submission order, as `tsched predict-eval`)",
+        "",
+        "Each estimator learns a job's runtime once the job has ended in the trace. Accuracy is Tang et al.'s "
+        "Eq. 3; NA/OE/UE/BE are the fractions of jobs not adjusted, overestimated, underestimated by at most "
+        "30 minutes, and by more; lambda is mean |t_sched - t_act| / mean |t_req - t_act|.",
+        "",
+    ]
     for trace, table in quality.groupby("trace", sort=False):
-        shown = table[["estimator", "accuracy_mean", "accuracy_median", "underestimated", "NA", "OE", "UE", "BE",
-                       "mae", "lambda", "us_per_prediction"]].rename(columns={
-            "accuracy_mean": "accuracy mean", "accuracy_median": "accuracy median", "mae": "MAE (s)",
-            "us_per_prediction": "us/prediction"})
-        percent = {column: ".1%" for column in ("underestimated", "NA", "OE", "UE", "BE")}
-        lines += [f"### {trace} ({int(table['jobs'].iloc[0])} jobs)", "",
-                  markdown_table(shown, {"accuracy mean": ".3f", "accuracy median": ".3f", "MAE (s)": ".0f",
-                                         "lambda": ".3f", "us/prediction": ".1f", **percent}), ""]
+        shown = table[
+            [
+                "estimator",
+                "accuracy_mean",
+                "accuracy_median",
+                "underestimated",
+                "NA",
+                "OE",
+                "UE",
+                "BE",
+                "mae",
+                "lambda",
+                "us_per_prediction",
+            ]
+        ].rename(
+            columns={
+                "accuracy_mean": "accuracy mean",
+                "accuracy_median": "accuracy median",
+                "mae": "MAE (s)",
+                "us_per_prediction": "us/prediction",
+            }
+        )
+        percent = dict.fromkeys(("underestimated", "NA", "OE", "UE", "BE"), ".1%")
+        lines += [
+            f"### {trace} ({int(table['jobs'].iloc[0])} jobs)",
+            "",
+            markdown_table(
+                shown,
+                {
+                    "accuracy mean": ".3f",
+                    "accuracy median": ".3f",
+                    "MAE (s)": ".0f",
+                    "lambda": ".3f",
+                    "us/prediction": ".1f",
+                    **percent,
+                },
+            ),
+            "",
+        ]
         frontier = f"frontier-{slug(trace)}.png"
         cdf = f"accuracy-cdf-{slug(trace)}.png"
         frontier_plot(table, f"{trace}: accuracy against underestimation", out / frontier, colors)
@@ -205,39 +281,70 @@ def _quality_section(quality: pd.DataFrame, curves: dict[str, dict[str, np.ndarr
 
 
 def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]) -> list[str]:
-    from simulator.plots import improvement_plot
+    from simulator.evaluation.plots import improvement_plot
 
-    lines = ["## Scheduling (whole trace)", "",
-             "Improvement = (baseline - value) / baseline, positive is better; the baseline is `request` in mode "
-             "`none` (the users' requests, as submitted) with the same policy and backfilling. Waits in minutes.", ""]
+    lines = [
+        "## Scheduling (whole trace)",
+        "",
+        "Improvement = (baseline - value) / baseline, positive is better; the baseline is `request` in mode "
+        "`none` (the users' requests, as submitted) with the same policy and backfilling. Waits in minutes.",
+        "",
+    ]
     whole = results[results["month"] == ""]
     for (trace, policy, backfill), table in whole.groupby(["trace", "policy", "backfill"], sort=False):
-        shown = pd.DataFrame({
-            "estimator": table["estimator"], "mode": table["mode"],
-            "wait": table["avg_wait"] / 60, "slowdown": table["avg_slowdown"],
-            "bounded slowdown": table["avg_bounded_slowdown"], "weighted wait": table["weighted_wait"] / 60,
-            "utilization": table["utilization"], "accuracy": table["prediction_accuracy_mean"],
-            **{f"impr. {METRIC_TITLES[m]}": table[f"improvement_{m}"].map(_percent)
-               for m in ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait")},
-        })
+        shown = pd.DataFrame(
+            {
+                "estimator": table["estimator"],
+                "mode": table["mode"],
+                "wait": table["avg_wait"] / 60,
+                "slowdown": table["avg_slowdown"],
+                "bounded slowdown": table["avg_bounded_slowdown"],
+                "weighted wait": table["weighted_wait"] / 60,
+                "utilization": table["utilization"],
+                "accuracy": table["prediction_accuracy_mean"],
+                **{
+                    f"impr. {METRIC_TITLES[m]}": table[f"improvement_{m}"].map(_percent)
+                    for m in ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait")
+                },
+            }
+        )
         name = f"improvement-{slug(trace)}-{policy}-{backfill}.png"
         improvement_plot(table, f"{trace}, {policy} + {backfill}: improvement over the baseline", out / name, colors)
-        lines += [f"### {trace}, {policy} + {backfill} backfilling", "",
-                  markdown_table(shown, {"wait": ".1f", "slowdown": ".2f", "bounded slowdown": ".2f",
-                                         "weighted wait": ".1f", "utilization": ".3f", "accuracy": ".3f"}), "",
-                  f"![improvement over the baseline]({name})", ""]
+        lines += [
+            f"### {trace}, {policy} + {backfill} backfilling",
+            "",
+            markdown_table(
+                shown,
+                {
+                    "wait": ".1f",
+                    "slowdown": ".2f",
+                    "bounded slowdown": ".2f",
+                    "weighted wait": ".1f",
+                    "utilization": ".3f",
+                    "accuracy": ".3f",
+                },
+            ),
+            "",
+            f"![improvement over the baseline]({name})",
+            "",
+        ]
     return lines
 
 
-def _monthly_section(monthly: pd.DataFrame, averages: pd.DataFrame, out: Path, modes: tuple[str, ...],
-                     colors: dict[str, str]) -> list[str]:
-    from simulator.plots import improvement_plot, monthly_plot
+def _monthly_section(
+    monthly: pd.DataFrame, averages: pd.DataFrame, out: Path, modes: tuple[str, ...], colors: dict[str, str]
+) -> list[str]:
+    from simulator.evaluation.plots import improvement_plot, monthly_plot
 
-    lines = ["## Monthly evaluation (Tang et al. section 6)", "",
-             "Each calendar month is simulated on its own from an empty machine, the predictor warmed up with the "
-             "jobs that ended before the month. Each month's metrics are divided by that month's baseline "
-             "(`request`, mode `none`); the tables give the average improvement over the months, and in brackets "
-             "the number of months the run beat the baseline.", ""]
+    lines = [
+        "## Monthly evaluation (Tang et al. section 6)",
+        "",
+        "Each calendar month is simulated on its own from an empty machine, the predictor warmed up with the "
+        "jobs that ended before the month. Each month's metrics are divided by that month's baseline "
+        "(`request`, mode `none`); the tables give the average improvement over the months, and in brackets "
+        "the number of months the run beat the baseline.",
+        "",
+    ]
     for (trace, policy, backfill), table in averages.groupby(["trace", "policy", "backfill"], sort=False):
         rows = []
         for estimator, runs in table.groupby("estimator", sort=False):
@@ -254,11 +361,19 @@ def _monthly_section(monthly: pd.DataFrame, averages: pd.DataFrame, out: Path, m
         images = []
         for mode in modes:
             name = f"monthly-{slug(trace)}-{policy}-{backfill}-{mode}.png"
-            selected = monthly[(monthly["trace"] == trace) & (monthly["policy"] == policy)
-                               & (monthly["backfill"] == backfill) & (monthly["mode"] == mode)]
-            monthly_plot(selected, table[table["mode"] == mode],
-                         f"{trace}, {policy} + {backfill}, mode {mode}: each month against its baseline",
-                         out / name, colors)
+            selected = monthly[
+                (monthly["trace"] == trace)
+                & (monthly["policy"] == policy)
+                & (monthly["backfill"] == backfill)
+                & (monthly["mode"] == mode)
+            ]
+            monthly_plot(
+                selected,
+                table[table["mode"] == mode],
+                f"{trace}, {policy} + {backfill}, mode {mode}: each month against its baseline",
+                out / name,
+                colors,
+            )
             images.append(f"![monthly, {mode}]({name})")
         bars = f"improvement-{slug(trace)}-{policy}-{backfill}.png"
         improvement_plot(table, f"{trace}, {policy} + {backfill}: average monthly improvement", out / bars, colors)
@@ -270,8 +385,9 @@ def _selective_finding(averages: pd.DataFrame, modes: tuple[str, ...]) -> list[s
     """How often selective mode beat regular mode: the question Tang et al.'s Figures 14-17 answer."""
     if not {"regular", "selective"} <= set(modes):
         return []
-    pivot = averages.pivot_table(index="estimator", columns="mode",
-                                 values=[f"improvement_{m}" for m in PAPER_METRICS], sort=False)
+    pivot = averages.pivot_table(
+        index="estimator", columns="mode", values=[f"improvement_{m}" for m in PAPER_METRICS], sort=False
+    )
     compared = better = 0
     for metric in PAPER_METRICS:
         regular = pivot[(f"improvement_{metric}", "regular")]
@@ -284,8 +400,19 @@ def _selective_finding(averages: pd.DataFrame, modes: tuple[str, ...]) -> list[s
 
 def estimator_colors(plan: EvaluationPlan) -> dict[str, str]:
     """One color per estimator, the same in every plot."""
-    palette = ["#444444", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-               "#7f7f7f", "#bcbd22", "#17becf"]
+    palette = [
+        "#444444",
+        "#1f77b4",
+        "#ff7f0e",
+        "#2ca02c",
+        "#d62728",
+        "#9467bd",
+        "#8c564b",
+        "#e377c2",
+        "#7f7f7f",
+        "#bcbd22",
+        "#17becf",
+    ]
     return {spec: palette[number % len(palette)] for number, spec in enumerate(plan.quality_estimators)}
 
 
@@ -302,15 +429,22 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
     timings.to_csv(out / "timings.csv", index=False)
     simulations = int((timings["kind"] == "simulation").sum())
 
-    lines = ["# tsched evaluation report", "",
-             f"{simulations} simulations and {len(quality)} offline prediction-quality replays on "
-             f"{len(inputs.traces)} trace(s), {inputs.backend.describe()}; {clock(inputs.seconds)} wall time, "
-             f"finished {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
+    lines = [
+        "# tsched evaluation report",
+        "",
+        f"{simulations} simulations and {len(quality)} offline prediction-quality replays on "
+        f"{len(inputs.traces)} trace(s), {inputs.backend.describe()}; {clock(inputs.seconds)} wall time, "
+        f"finished {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.",
+        "",
+    ]
     fallbacks = int(results["predictor_fallbacks"].sum())
     if fallbacks:
-        lines += [f"**Warning:** {fallbacks} predictions fell back to t_req because the predictor service did not "
-                  "answer in time; those runs are not what the estimator would have done (column "
-                  "`predictor_fallbacks` of results.csv). Run again with `--in-process` to avoid it.", ""]
+        lines += [
+            f"**Warning:** {fallbacks} predictions fell back to t_req because the predictor service did not "
+            "answer in time; those runs are not what the estimator would have done (column "
+            "`predictor_fallbacks` of results.csv). Run again with `--in-process` to avoid it.",
+            "",
+        ]
     lines += _quality_section(quality, accuracy_quantiles(inputs.outcomes), out, colors)
     if plan.monthly:
         monthly = monthly_table(results)
@@ -321,14 +455,27 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
         lines += _scheduling_section(results, out, colors)
     lines += _reproduce_section(inputs)
     slowest = timings.sort_values("seconds", ascending=False, kind="stable").head(5)
-    lines += ["## Files", "",
-              "- `results.csv`: one row per simulation: every parameter, every metric, the estimates' quality "
-              "(`prediction_*`) and the improvements over the baseline (`improvement_*`).",
-              "- `quality.csv`: the offline prediction quality, one row per trace x estimator.",
-              *(["- `monthly.csv`: one row per month x run: the metric, that month's baseline, their ratio and "
-                 "the improvement."] if plan.monthly else []),
-              "- `timings.csv`: seconds per task (not part of the results: they vary from run to run).", "",
-              "Slowest tasks:", "", markdown_table(slowest, {"seconds": ".2f"}), ""]
+    lines += [
+        "## Files",
+        "",
+        "- `results.csv`: one row per simulation: every parameter, every metric, the estimates' quality "
+        "(`prediction_*`) and the improvements over the baseline (`improvement_*`).",
+        "- `quality.csv`: the offline prediction quality, one row per trace x estimator.",
+        *(
+            [
+                "- `monthly.csv`: one row per month x run: the metric, that month's baseline, their ratio and "
+                "the improvement."
+            ]
+            if plan.monthly
+            else []
+        ),
+        "- `timings.csv`: seconds per task (not part of the results: they vary from run to run).",
+        "",
+        "Slowest tasks:",
+        "",
+        markdown_table(slowest, {"seconds": ".2f"}),
+        "",
+    ]
     report = out / "report.md"
     report.write_text("\n".join(lines))
     return report
@@ -337,21 +484,40 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
 def _reproduce_section(inputs: ReportInputs) -> list[str]:
     plan = inputs.plan
     default_correction = SimulationConfig.__dataclass_fields__["correction"].default
-    traces = pd.DataFrame([{
-        "trace": entry.label, "source": entry.provenance, "jobs": len(entry.trace.jobs),
-        "skipped": "; ".join(f"{reason}: {count}" for reason, count in entry.trace.skipped.items()) or "none",
-        "processors": entry.trace.machine_procs(plan.procs),
-        "months": len(months_with_jobs(entry.trace)),
-    } for entry in inputs.traces])
-    estimators = pd.DataFrame([{"SPEC": spec, "with every parameter": f"`{make_estimator(spec).spec}`"}
-                               for spec in plan.quality_estimators])
-    return ["## Reproduce", "", "```", inputs.command, "```", "",
-            f"- Versions: {_versions()}.",
-            f"- Policies: {', '.join(plan.policies)}; backfilling: {', '.join(plan.backfills)}; modes: "
-            f"{', '.join(plan.modes)} (plus the baseline, `{BASELINE_ESTIMATOR}` in mode `{BASELINE_MODE}`; "
-            f"`{BASELINE_ESTIMATOR}` is not run in the other modes, where it would be the baseline again); "
-            f"running-job correction: {default_correction}; "
-            f"periods: {'each calendar month' if plan.monthly else 'the whole trace'}.",
-            "- Seeds: a generated workload's seed is in its source below; an estimator's seed, if it has one, is "
-            "among its full parameters below.", "",
-            markdown_table(traces, {}), "", markdown_table(estimators, {}), ""]
+    traces = pd.DataFrame(
+        [
+            {
+                "trace": entry.label,
+                "source": entry.provenance,
+                "jobs": len(entry.trace.jobs),
+                "skipped": "; ".join(f"{reason}: {count}" for reason, count in entry.trace.skipped.items()) or "none",
+                "processors": entry.trace.machine_procs(plan.procs),
+                "months": len(months_with_jobs(entry.trace)),
+            }
+            for entry in inputs.traces
+        ]
+    )
+    estimators = pd.DataFrame(
+        [{"SPEC": spec, "with every parameter": f"`{make_estimator(spec).spec}`"} for spec in plan.quality_estimators]
+    )
+    return [
+        "## Reproduce",
+        "",
+        "```",
+        inputs.command,
+        "```",
+        "",
+        f"- Versions: {_versions()}.",
+        f"- Policies: {', '.join(plan.policies)}; backfilling: {', '.join(plan.backfills)}; modes: "
+        f"{', '.join(plan.modes)} (plus the baseline, `{BASELINE_ESTIMATOR}` in mode `{BASELINE_MODE}`; "
+        f"`{BASELINE_ESTIMATOR}` is not run in the other modes, where it would be the baseline again); "
+        f"running-job correction: {default_correction}; "
+        f"periods: {'each calendar month' if plan.monthly else 'the whole trace'}.",
+        "- Seeds: a generated workload's seed is in its source below; an estimator's seed, if it has one, is "
+        "among its full parameters below.",
+        "",
+        markdown_table(traces, {}),
+        "",
+        markdown_table(estimators, {}),
+        "",
+    ]

@@ -30,6 +30,7 @@ than the target, down when more often, so that the rate actually delivered
 tracks the target over time. The level stays within a factor `LEVEL_RANGE` of
 the target: a burst of late-reported misses cannot shut predictions off.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -61,8 +62,9 @@ def choose_quantile(under_probability: np.ndarray, alpha: float) -> np.ndarray:
     return np.argmax(1.0 - under_probability >= alpha - 1e-12, axis=-1)
 
 
-def conformity_scores(expected_accuracy: np.ndarray, penalty: np.ndarray, estimates: np.ndarray,
-                      runtimes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def conformity_scores(
+    expected_accuracy: np.ndarray, penalty: np.ndarray, estimates: np.ndarray, runtimes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per job, the indices in `MULTIPLIERS` of the smallest multipliers that do not underestimate it,
     and that do not underestimate it by more than 30 minutes (BE).
 
@@ -73,8 +75,7 @@ def conformity_scores(expected_accuracy: np.ndarray, penalty: np.ndarray, estima
     bad = np.empty(len(runtimes), dtype=np.int64)
     for start in range(0, len(runtimes), _SCORE_CHUNK):  # bounded memory: chunk x multipliers x candidates
         rows = slice(start, start + _SCORE_CHUNK)
-        objective = (expected_accuracy[rows, None, :]
-                     - MULTIPLIERS[None, :, None] * penalty[rows, None, :])
+        objective = expected_accuracy[rows, None, :] - MULTIPLIERS[None, :, None] * penalty[rows, None, :]
         chosen = np.take_along_axis(estimates[rows], np.argmax(objective, axis=2), axis=1)  # jobs x multipliers
         for scores, shortfall in ((under, 0), (bad, BAD_UNDERESTIMATE_SECONDS)):
             safe = chosen >= runtimes[rows, None] - shortfall
@@ -114,8 +115,7 @@ class TrailingCalibrator:
     `target_bad`, each adapted at rate `adapt` (0: not at all) by `record`.
     """
 
-    def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int,
-                 adapt: float = 0.0) -> None:
+    def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int, adapt: float = 0.0) -> None:
         if not 0.0 < target_under < 1.0:
             raise ValueError(f"target_under must be in (0, 1), got {target_under}")
         if not 0.0 < target_bad <= target_under:
@@ -202,8 +202,15 @@ class UserCalibrator:
     multiplier and no per-user windows are kept.
     """
 
-    def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int,
-                 min_user_jobs: int | None, adapt: float = 0.0) -> None:
+    def __init__(
+        self,
+        target_under: float,
+        target_bad: float,
+        window: int,
+        min_jobs: int,
+        min_user_jobs: int | None,
+        adapt: float = 0.0,
+    ) -> None:
         self._make = lambda: TrailingCalibrator(target_under, target_bad, window, min_jobs, adapt)
         self.everybody = self._make()
         self.min_user_jobs = min_user_jobs

@@ -10,7 +10,7 @@ Dirichlet posterior with the model as prior worth `prior_jobs` jobs: a model
 cannot be sure to one in a thousand, a key with a thousand regular jobs can),
 and then choosing, per job, the estimate that maximises expected accuracy
 minus a multiplier times a penalty: P(under) + `be_weight` x P(under by more
-than 30 min) (`predictor.calibration`). The multiplier is calibrated on the
+than 30 min) (`predictor.estimators.lgbm.calibration`). The multiplier is calibrated on the
 jobs that finished in the trailing `calibration` window, with targets that
 adapt (`adapt`) to the rates the served estimates actually reached, so that
 the underestimation rate tracks `target_under` and the BE rate stays within
@@ -29,6 +29,7 @@ where trace time runs far faster, that prediction waits for the model. Either
 way the answers depend only on the trace, never on how fast training ran, so a
 simulation through the service equals one in-process.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,9 +42,9 @@ from typing import Any, Self
 import lightgbm as lgb
 import numpy as np
 
-from predictor.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
 from predictor.estimators.base import Estimator
-from predictor.features import SECONDS_PER_DAY, FeatureHistory, feature_names
+from predictor.estimators.lgbm.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
+from predictor.estimators.lgbm.features import SECONDS_PER_DAY, FeatureHistory, feature_names
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
@@ -78,8 +79,10 @@ def parse_duration(text: str, name: str, zero: bool = False) -> int | None:
         return None
     number, unit = text[:-1], text[-1:]
     if unit not in DURATION_UNITS or not number.isdigit() or (int(number) == 0 and not zero):
-        raise ValueError(f"{name} must be a whole number of days, hours, minutes or seconds such as 7d, 12h, 30m "
-                         f"or 90s, or never; got {text!r}")
+        raise ValueError(
+            f"{name} must be a whole number of days, hours, minutes or seconds such as 7d, 12h, 30m "
+            f"or 90s, or never; got {text!r}"
+        )
     return int(number) * DURATION_UNITS[unit]
 
 
@@ -109,8 +112,8 @@ def class_ratio_quantiles(ratios: np.ndarray, classes: np.ndarray) -> np.ndarray
     A class with no jobs is represented by the middle of its bin.
     """
     levels = (np.arange(CLASS_QUANTILES) + 0.5) / CLASS_QUANTILES
-    lower = (0.0,) + RATIO_EDGES
-    upper = RATIO_EDGES + (1.0,)
+    lower = (0.0, *RATIO_EDGES)
+    upper = (*RATIO_EDGES, 1.0)
     table = np.empty((CLASSES, CLASS_QUANTILES))
     for index in range(CLASSES):
         members = ratios[classes == index]
@@ -122,12 +125,12 @@ def class_ratio_quantiles(ratios: np.ndarray, classes: np.ndarray) -> np.ndarray
 class TrainingData:
     """A snapshot of the finished jobs a model is trained on (rows as of each job's submission)."""
 
-    rows: np.ndarray        # jobs x (features + key class counts), in end order
+    rows: np.ndarray  # jobs x (features + key class counts), in end order
     ends: np.ndarray
     runtimes: np.ndarray
     t_req: np.ndarray
     users: np.ndarray
-    now: int                # trace time of the snapshot: every job ended at or before it
+    now: int  # trace time of the snapshot: every job ended at or before it
     bootstrap_from: int | None  # score the jobs that ended after this with a model trained on the others
 
     def __len__(self) -> int:
@@ -139,15 +142,29 @@ class TrainingData:
 
     def head(self, count: int) -> TrainingData:
         """The first `count` jobs (in end order), as a snapshot taken when the last of them ended."""
-        return TrainingData(self.rows[:count], self.ends[:count], self.runtimes[:count], self.t_req[:count],
-                            self.users[:count], int(self.ends[count - 1]), None)
+        return TrainingData(
+            self.rows[:count],
+            self.ends[:count],
+            self.runtimes[:count],
+            self.t_req[:count],
+            self.users[:count],
+            int(self.ends[count - 1]),
+            None,
+        )
 
 
 class TrainedModel:
     """A booster and the R quantiles of each class: everything a prediction needs besides features."""
 
-    def __init__(self, booster: lgb.Booster, class_ratios: np.ndarray, trained_at: int, first_end: int,
-                 jobs: int, bootstrap_scores: list[tuple[int, int, int, int]] | None = None) -> None:
+    def __init__(
+        self,
+        booster: lgb.Booster,
+        class_ratios: np.ndarray,
+        trained_at: int,
+        first_end: int,
+        jobs: int,
+        bootstrap_scores: list[tuple[int, int, int, int]] | None = None,
+    ) -> None:
         if class_ratios.shape != (CLASSES, CLASS_QUANTILES):
             raise ValueError(f"class ratios must be {CLASSES} x {CLASS_QUANTILES}, got {class_ratios.shape}")
         self.booster = booster
@@ -164,8 +181,9 @@ class TrainedModel:
         self._class_accuracy = accuracy.mean(axis=1)
         self._class_under = (samples > candidates).mean(axis=1)
 
-    def distribution(self, rows: np.ndarray, t_req: np.ndarray,
-                     prior_jobs: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def distribution(
+        self, rows: np.ndarray, t_req: np.ndarray, prior_jobs: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Jobs x candidates: expected accuracy, P(under) and P(BE), from hedged class probabilities.
 
         A row is the model's features followed by the job's key's R class
@@ -190,7 +208,7 @@ class TrainedModel:
         order = np.argsort(inverse, kind="stable")
         bounds = np.searchsorted(inverse[order], np.arange(len(requests) + 1))
         for index in range(len(requests)):
-            members = order[bounds[index]:bounds[index + 1]]
+            members = order[bounds[index] : bounds[index + 1]]
             bad[members] = probabilities[members] @ under_padded[:, shifts[index]]
         return probabilities @ self._class_accuracy, probabilities @ self._class_under, bad
 
@@ -200,11 +218,27 @@ class LGBMQuantileEstimator(Estimator):
 
     name = "lgbm-quantile"
 
-    def __init__(self, alpha: float = 0.9, target_under: float = 0.06, be_share: float = 0.25,
-                 be_weight: float = 5.0, window: str = "90d", retrain: str = "7d", calibration: str = "14d",
-                 swap: str = "1h", per_user: bool = False, prior_jobs: float = 300.0, adapt: float = 0.001,
-                 trees: int = 20, leaves: int = 15, learning_rate: float = 0.2, min_train: int = 500,
-                 max_train: int = 20000, threads: int = 1, seed: int = 1) -> None:
+    def __init__(
+        self,
+        alpha: float = 0.9,
+        target_under: float = 0.06,
+        be_share: float = 0.25,
+        be_weight: float = 5.0,
+        window: str = "90d",
+        retrain: str = "7d",
+        calibration: str = "14d",
+        swap: str = "1h",
+        per_user: bool = False,
+        prior_jobs: float = 300.0,
+        adapt: float = 0.001,
+        trees: int = 20,
+        leaves: int = 15,
+        learning_rate: float = 0.2,
+        min_train: int = 500,
+        max_train: int = 20000,
+        threads: int = 1,
+        seed: int = 1,
+    ) -> None:
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         if not 0.0 <= target_under < 1.0:
@@ -254,10 +288,18 @@ class LGBMQuantileEstimator(Estimator):
         self._swap_seconds = swap_seconds
         self._features = FeatureHistory(ratio_edges=RATIO_EDGES)
         self._calibration_seconds = calibration_seconds
-        self._calibrator = (UserCalibrator(target_under, be_share * target_under, calibration_seconds,
-                                           MIN_CALIBRATION_JOBS,
-                                           MIN_USER_CALIBRATION_JOBS if per_user else None, adapt)
-                            if target_under > 0 else None)
+        self._calibrator = (
+            UserCalibrator(
+                target_under,
+                be_share * target_under,
+                calibration_seconds,
+                MIN_CALIBRATION_JOBS,
+                MIN_USER_CALIBRATION_JOBS if per_user else None,
+                adapt,
+            )
+            if target_under > 0
+            else None
+        )
         self._model: TrainedModel | None = None
         # Rows are kept as arrays: unlike lists of floats, the garbage collector need not scan them.
         self._buffer: deque[tuple[int, np.ndarray, int, int, int]] = deque()  # end, row, runtime, t_req, user
@@ -270,8 +312,9 @@ class LGBMQuantileEstimator(Estimator):
         self._training: tuple[int, Future[TrainedModel]] | None = None
 
     @classmethod
-    def from_model(cls, model: TrainedModel, params: dict[str, Any],
-                   calibration_scores: list[list[int]] | None = None) -> Self:
+    def from_model(
+        cls, model: TrainedModel, params: dict[str, Any], calibration_scores: list[list[int]] | None = None
+    ) -> Self:
         """An estimator that starts with a trained model (and its calibration), e.g. one loaded from disk."""
         estimator = cls(**params)
         estimator.install(model)
@@ -287,10 +330,18 @@ class LGBMQuantileEstimator(Estimator):
     def lightgbm_params(self) -> dict[str, Any]:
         """LightGBM settings: modest and deterministic, so that runs reproduce."""
         return {
-            "objective": "multiclass", "num_class": CLASSES, "num_leaves": self.leaves,
-            "learning_rate": self.learning_rate, "min_data_in_leaf": 40, "feature_fraction": 0.5,
-            "max_bin": 63, "num_threads": self.threads, "deterministic": True, "force_col_wise": True,
-            "seed": self.seed, "verbose": -1,
+            "objective": "multiclass",
+            "num_class": CLASSES,
+            "num_leaves": self.leaves,
+            "learning_rate": self.learning_rate,
+            "min_data_in_leaf": 40,
+            "feature_fraction": 0.5,
+            "max_bin": 63,
+            "num_threads": self.threads,
+            "deterministic": True,
+            "force_col_wise": True,
+            "seed": self.seed,
+            "verbose": -1,
         }
 
     def reset(self) -> None:
@@ -310,8 +361,9 @@ class LGBMQuantileEstimator(Estimator):
     def train_on(self, executor: Executor | None) -> None:
         self._executor = executor
 
-    def _assess(self, model: TrainedModel, rows: np.ndarray,
-                t_req: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _assess(
+        self, model: TrainedModel, rows: np.ndarray, t_req: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Jobs x candidates: expected accuracy, P(under), and the penalty the multiplier weighs."""
         accuracy, under, bad = model.distribution(rows, t_req, self.prior_jobs)
         return accuracy, under, under + self.be_weight * bad
@@ -337,12 +389,14 @@ class LGBMQuantileEstimator(Estimator):
         while buffer[0][0] < job.end - self._window_seconds:
             buffer.popleft()
         if self._calibrator is not None and accuracy is not None:
-            under, bad = conformity_scores(accuracy[None], penalty[None],
-                                           candidate_estimates(np.array([request.t_req])), np.array([job.runtime]))
+            under, bad = conformity_scores(
+                accuracy[None], penalty[None], candidate_estimates(np.array([request.t_req])), np.array([job.runtime])
+            )
             self._calibrator.add(job.end, request.user, int(under[0]), int(bad[0]))
         if self._calibrator is not None and served is not None:
-            self._calibrator.record(request.user, served < job.runtime,
-                                    served < job.runtime - BAD_UNDERESTIMATE_SECONDS)
+            self._calibrator.record(
+                request.user, served < job.runtime, served < job.runtime - BAD_UNDERESTIMATE_SECONDS
+            )
 
     def training_data(self, now: int) -> TrainingData:
         """Snapshot the jobs that ended in [now - window, now], at most `max_train` of them.
@@ -355,11 +409,15 @@ class LGBMQuantileEstimator(Estimator):
             chosen = [chosen[i] for i in np.linspace(0, len(chosen) - 1, self.max_train).round().astype(int)]
         rows = np.asarray([entry[1] for entry in chosen], dtype=np.float64).reshape(len(chosen), -1)
         needs_bootstrap = self._calibrator is not None and len(self._calibrator) < MIN_CALIBRATION_JOBS
-        return TrainingData(rows, np.array([entry[0] for entry in chosen], dtype=np.int64),
-                            np.array([entry[2] for entry in chosen], dtype=np.int64),
-                            np.array([entry[3] for entry in chosen], dtype=np.int64),
-                            np.array([entry[4] for entry in chosen], dtype=np.int64), now,
-                            now - self._calibration_seconds if needs_bootstrap else None)
+        return TrainingData(
+            rows,
+            np.array([entry[0] for entry in chosen], dtype=np.int64),
+            np.array([entry[2] for entry in chosen], dtype=np.int64),
+            np.array([entry[3] for entry in chosen], dtype=np.int64),
+            np.array([entry[4] for entry in chosen], dtype=np.int64),
+            now,
+            now - self._calibration_seconds if needs_bootstrap else None,
+        )
 
     def train(self, data: TrainingData) -> TrainedModel:
         """Fit a model on `data`; touches no state of this estimator, so it may run in another thread.
@@ -371,25 +429,35 @@ class LGBMQuantileEstimator(Estimator):
         if len(data) < self.min_train:
             raise ValueError(f"training needs at least {self.min_train} finished jobs, got {len(data)}")
         model = self._fit(data)
-        earlier = (int(np.searchsorted(data.ends, data.bootstrap_from, side="right"))
-                   if data.bootstrap_from is not None else 0)
+        earlier = (
+            int(np.searchsorted(data.ends, data.bootstrap_from, side="right")) if data.bootstrap_from is not None else 0
+        )
         if earlier >= self.min_train:
-            accuracy, _, penalty = self._assess(self._fit(data.head(earlier)), data.rows[earlier:],
-                                                data.t_req[earlier:])
-            under, bad = conformity_scores(accuracy, penalty, candidate_estimates(data.t_req[earlier:]),
-                                           data.runtimes[earlier:])
-            model.bootstrap_scores = list(zip(data.ends[earlier:].tolist(), data.users[earlier:].tolist(),
-                                              under.tolist(), bad.tolist()))
+            accuracy, _, penalty = self._assess(
+                self._fit(data.head(earlier)), data.rows[earlier:], data.t_req[earlier:]
+            )
+            under, bad = conformity_scores(
+                accuracy, penalty, candidate_estimates(data.t_req[earlier:]), data.runtimes[earlier:]
+            )
+            model.bootstrap_scores = list(
+                zip(
+                    data.ends[earlier:].tolist(),
+                    data.users[earlier:].tolist(),
+                    under.tolist(),
+                    bad.tolist(),
+                    strict=True,
+                )
+            )
         return model
 
     def _fit(self, data: TrainingData) -> TrainedModel:
         ratios = data.ratios
         classes = class_of(ratios)
-        dataset = lgb.Dataset(data.rows[:, :N_FEATURES], classes, feature_name=list(feature_names()),
-                              free_raw_data=True)
+        dataset = lgb.Dataset(
+            data.rows[:, :N_FEATURES], classes, feature_name=list(feature_names()), free_raw_data=True
+        )
         booster = lgb.train(self.lightgbm_params(), dataset, num_boost_round=self.trees)
-        return TrainedModel(booster, class_ratio_quantiles(ratios, classes), data.now,
-                            int(data.ends.min()), len(data))
+        return TrainedModel(booster, class_ratio_quantiles(ratios, classes), data.now, int(data.ends.min()), len(data))
 
     def install(self, model: TrainedModel) -> None:
         """Make `model` the live one (an atomic reference swap) and take its bootstrap calibration."""
@@ -477,7 +545,7 @@ class LGBMQuantileEstimator(Estimator):
             return [Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True) for job in jobs]
         answers: list[Prediction] = []
         for start in range(0, len(jobs), ANSWER_CHUNK):  # jobs x candidates arrays stay in cache
-            answers += self._answer_rows(model, jobs[start:start + ANSWER_CHUNK], rows[start:start + ANSWER_CHUNK])
+            answers += self._answer_rows(model, jobs[start : start + ANSWER_CHUNK], rows[start : start + ANSWER_CHUNK])
         return answers
 
     def _answer_rows(self, model: TrainedModel, jobs: list[JobRequest], rows: list[list[float]]) -> list[Prediction]:
@@ -496,8 +564,13 @@ class LGBMQuantileEstimator(Estimator):
         pending = self._pending
         answers = []
         calibrated = (~uncalibrated).tolist()
-        for index, (job, factor) in enumerate(zip(jobs, factors.tolist())):
-            pending[job.job_id] = (job.submit, matrix[index], accuracy[index], penalty[index],
-                                   estimates[index] if calibrated[index] else None)
+        for index, (job, factor) in enumerate(zip(jobs, factors.tolist(), strict=True)):
+            pending[job.job_id] = (
+                job.submit,
+                matrix[index],
+                accuracy[index],
+                penalty[index],
+                estimates[index] if calibrated[index] else None,
+            )
             answers.append(Prediction(t_sched=estimates[index], factor=factor, basis=model.jobs, fallback=False))
         return answers

@@ -6,10 +6,10 @@ the scheduler: the jobs get t_req (counted in `fallbacks`) and the service is
 tried again only after a back-off, so a run with the service gone costs about
 what an in-process run costs.
 """
+
 from __future__ import annotations
 
 import logging
-import operator
 import queue
 import threading
 import time
@@ -20,8 +20,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from predictor.errors import TschedError
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
+from predictor.service.codec import add_completions, add_jobs, prediction_from, sync_request
 
 log = logging.getLogger("tsched.client")
 
@@ -32,18 +34,28 @@ COMPLETIONS_PER_CALL = 20_000
 SECONDS_PER_COMPLETION = 5e-5
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: Reconnect quickly when a restarted server comes back (gRPC's default back-off grows to 2 minutes).
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-                    ("grpc.initial_reconnect_backoff_ms", 200),
-                    ("grpc.min_reconnect_backoff_ms", 200),
-                    ("grpc.max_reconnect_backoff_ms", 5_000)]
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
+]
 #: Failures worth waiting out (the service is down, slow or overloaded); anything else is the caller's bug.
-_TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                        grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED,
-                        grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
+_TRANSIENT = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
 
 
-class PredictorError(RuntimeError):
+class PredictorError(TschedError):
     """A call the service refused or could not answer, with the server's own message."""
 
     def __init__(self, address: str, code: grpc.StatusCode, details: str) -> None:
@@ -67,47 +79,6 @@ class ServedPrediction:
     namespace: str
 
 
-def add_jobs(field: Any, jobs: Sequence[JobRequest], truth: Mapping[int, int] | None = None) -> None:
-    """Append jobs to a repeated Job field; `truth` (actual runtimes) only for the evaluation-only oracle.
-
-    `add` with keywords is several times faster than building messages and copying them in.
-    """
-    add = field.add
-    for job in jobs:
-        add(job_id=job.job_id, submit=job.submit, user=job.user, group=job.group, t_req=job.t_req,
-            procs=job.procs, queue=job.queue, executable=job.executable,
-            actual_runtime=None if truth is None else truth.get(job.job_id))
-
-
-def add_completions(field: Any, finished: Sequence[FinishedJob]) -> None:
-    add = field.add
-    for job in finished:
-        request = job.request
-        add(job=pb.Job(job_id=request.job_id, submit=request.submit, user=request.user, group=request.group,
-                       t_req=request.t_req, procs=request.procs, queue=request.queue,
-                       executable=request.executable),
-            end=job.end, runtime=job.runtime)
-
-
-_prediction_fields = operator.attrgetter("t_sched", "factor", "basis", "fallback")
-
-
-def sync_request(finished: Sequence[FinishedJob], submitted: Sequence[JobRequest], namespace: str, estimator: str,
-                 truth: Mapping[int, int] | None) -> pb.SyncRequest:
-    request = pb.SyncRequest(namespace=namespace, estimator=estimator)
-    add_completions(request.completions, finished)
-    add_jobs(request.submitted, submitted, truth)
-    return request
-
-
-def prediction_from(message: pb.Prediction) -> Prediction:
-    """An unset factor reads as 0.0, so presence is asked only of a zero (a batch reads thousands)."""
-    t_sched, factor, basis, fallback = _prediction_fields(message)
-    if not factor and not message.HasField("factor"):
-        factor = None
-    return Prediction(t_sched, factor, basis, fallback)
-
-
 class PredictorClient:
     """Blocking calls to one predictor service, each with a deadline."""
 
@@ -118,33 +89,62 @@ class PredictorClient:
         self._stub = rpc.PredictorStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
-    def predict(self, *, user: int, group: int, t_req: int, procs: int, submit: int | None = None,
-                job_id: int = 0, queue: int = -1, executable: int = -1, namespace: str = "",
-                estimator: str = "", timeout: float | None = None) -> ServedPrediction:
+    def predict(
+        self,
+        *,
+        user: int,
+        group: int,
+        t_req: int,
+        procs: int,
+        submit: int | None = None,
+        job_id: int = 0,
+        queue: int = -1,
+        executable: int = -1,
+        namespace: str = "",
+        estimator: str = "",
+        timeout: float | None = None,
+    ) -> ServedPrediction:
         """Predict one job; without `submit`, at the namespace's clock."""
-        job = pb.Job(job_id=job_id, submit=submit, user=user, group=group, t_req=t_req, procs=procs,
-                     queue=queue, executable=executable)
-        response = self._call(self._stub.Predict,
-                              pb.PredictRequest(namespace=namespace, estimator=estimator, job=job), timeout)
-        return ServedPrediction(prediction_from(response.prediction), response.estimator, response.submit,
-                                response.namespace)
+        job = pb.Job(
+            job_id=job_id,
+            submit=submit,
+            user=user,
+            group=group,
+            t_req=t_req,
+            procs=procs,
+            queue=queue,
+            executable=executable,
+        )
+        response = self._call(
+            self._stub.Predict, pb.PredictRequest(namespace=namespace, estimator=estimator, job=job), timeout
+        )
+        return ServedPrediction(
+            prediction_from(response.prediction), response.estimator, response.submit, response.namespace
+        )
 
-    def predict_batch(self, jobs: Sequence[JobRequest], *, namespace: str = "", estimator: str = "",
-                      timeout: float | None = None) -> list[Prediction]:
+    def predict_batch(
+        self, jobs: Sequence[JobRequest], *, namespace: str = "", estimator: str = "", timeout: float | None = None
+    ) -> list[Prediction]:
         request = pb.PredictBatchRequest(namespace=namespace, estimator=estimator)
         add_jobs(request.jobs, jobs)
         return [prediction_from(p) for p in self._call(self._stub.PredictBatch, request, timeout).predictions]
 
-    def observe(self, finished: Sequence[FinishedJob], *, namespace: str = "",
-                timeout: float | None = None) -> int:
+    def observe(self, finished: Sequence[FinishedJob], *, namespace: str = "", timeout: float | None = None) -> int:
         """Report finished jobs (in end order); return how many were new to the namespace."""
         request = pb.ObserveCompletionsRequest(namespace=namespace)
         add_completions(request.completions, finished)
         return self._call(self._stub.ObserveCompletions, request, timeout).accepted
 
-    def sync(self, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest], *, namespace: str = "",
-             estimator: str = "", truth: Mapping[int, int] | None = None,
-             timeout: float | None = None) -> list[Prediction]:
+    def sync(
+        self,
+        finished: Sequence[FinishedJob],
+        submitted: Sequence[JobRequest],
+        *,
+        namespace: str = "",
+        estimator: str = "",
+        truth: Mapping[int, int] | None = None,
+        timeout: float | None = None,
+    ) -> list[Prediction]:
         """Report `finished`, then predict `submitted`, in one round trip."""
         request = sync_request(finished, submitted, namespace, estimator, truth)
         return [prediction_from(p) for p in self._call(self._stub.Sync, request, timeout).predictions]
@@ -157,10 +157,16 @@ class PredictorClient:
         """The server's estimators and defaults, and what `namespace` holds, as plain data."""
         response = self._call(self._stub.ListEstimators, pb.ListEstimatorsRequest(namespace=namespace), timeout)
         return {
-            "estimators": [{"name": info.name, "description": info.description,
-                            "parameters": {p.name: p.default for p in info.parameters},
-                            "evaluation_only": info.evaluation_only, "allowed": info.allowed}
-                           for info in response.estimators],
+            "estimators": [
+                {
+                    "name": info.name,
+                    "description": info.description,
+                    "parameters": {p.name: p.default for p in info.parameters},
+                    "evaluation_only": info.evaluation_only,
+                    "allowed": info.allowed,
+                }
+                for info in response.estimators
+            ],
             "default_specs": list(response.default_specs),
             "namespace_exists": response.namespace_exists,
             "namespace_specs": list(response.namespace_specs),
@@ -216,8 +222,9 @@ class SyncStream:
         if self._closed.is_set():
             raise PredictorError(self.address, grpc.StatusCode.CANCELLED, "the sync stream is closed")
         if self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, args=(timeout,), name="tsched-sync-watchdog",
-                                              daemon=True)
+            self._watchdog = threading.Thread(
+                target=self._watch, args=(timeout,), name="tsched-sync-watchdog", daemon=True
+            )
             self._watchdog.start()
         self._deadline = time.monotonic() + timeout
         self._outbox.put(request)
@@ -226,11 +233,14 @@ class SyncStream:
         except grpc.RpcError as error:
             self.close()
             code = grpc.StatusCode.DEADLINE_EXCEEDED if self._timed_out else error.code()
-            raise PredictorError(self.address, code, "no answer within the deadline" if self._timed_out
-                                 else error.details() or "") from None
+            raise PredictorError(
+                self.address, code, "no answer within the deadline" if self._timed_out else error.details() or ""
+            ) from None
         except StopIteration:
             self.close()
-            raise PredictorError(self.address, grpc.StatusCode.UNAVAILABLE, "the server ended the sync stream") from None
+            raise PredictorError(
+                self.address, grpc.StatusCode.UNAVAILABLE, "the server ended the sync stream"
+            ) from None
         finally:
             self._deadline = None
 
@@ -254,15 +264,31 @@ class SyncStream:
                 return
 
 
-def predict_once(address: str, namespace: str, spec: str, user: int, group: int, request: int, procs: int,
-                 submit: int | None = None, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> dict[str, Any]:
+def predict_once(
+    address: str,
+    namespace: str,
+    spec: str,
+    user: int,
+    group: int,
+    request: int,
+    procs: int,
+    submit: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
     """One prediction as plain data (what `tsched predict` prints); PredictorError carries the server's message."""
     with PredictorClient(address, timeout) as client:
-        served = client.predict(user=user, group=group, t_req=request, procs=procs, submit=submit,
-                                namespace=namespace, estimator=spec)
-    return {"t_sched": served.prediction.t_sched, "factor": served.prediction.factor,
-            "estimator": served.estimator, "basis": served.prediction.basis,
-            "fallback": served.prediction.fallback, "submit": served.submit, "namespace": served.namespace}
+        served = client.predict(
+            user=user, group=group, t_req=request, procs=procs, submit=submit, namespace=namespace, estimator=spec
+        )
+    return {
+        "t_sched": served.prediction.t_sched,
+        "factor": served.prediction.factor,
+        "estimator": served.estimator,
+        "basis": served.prediction.basis,
+        "fallback": served.prediction.fallback,
+        "submit": served.submit,
+        "namespace": served.namespace,
+    }
 
 
 class RemoteSession:
@@ -280,9 +306,18 @@ class RemoteSession:
     seconds, doubling up to `max_retry_after` while failures go on.
     """
 
-    def __init__(self, address: str, namespace: str, spec: str = "", *, reset: bool,
-                 timeout: float = 1.0, retry_after: float = 0.5, max_retry_after: float = 30.0,
-                 truth: Mapping[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        namespace: str,
+        spec: str = "",
+        *,
+        reset: bool,
+        timeout: float = 1.0,
+        retry_after: float = 0.5,
+        max_retry_after: float = 30.0,
+        truth: Mapping[int, int] | None = None,
+    ) -> None:
         self.client = PredictorClient(address, timeout)
         self.namespace = namespace
         self.spec = spec
@@ -311,8 +346,12 @@ class RemoteSession:
     def close(self) -> None:
         """Send the completions still held (so the namespace is complete), then close the channel."""
         if self._pending and self._send(()) is None:
-            log.warning("predictor at %s unreachable: %d completions for namespace %r were not delivered",
-                        self.client.address, len(self._pending), self.namespace)
+            log.warning(
+                "predictor at %s unreachable: %d completions for namespace %r were not delivered",
+                self.client.address,
+                len(self._pending),
+                self.namespace,
+            )
         if self._stream is not None:
             self._stream.close()
         self.client.close()
@@ -335,8 +374,11 @@ class RemoteSession:
                         raise
                 self._needs_reset = False
             while len(self._pending) > COMPLETIONS_PER_CALL:
-                client.observe(self._pending[:COMPLETIONS_PER_CALL], namespace=self.namespace,
-                               timeout=self._timeout_for(COMPLETIONS_PER_CALL))
+                client.observe(
+                    self._pending[:COMPLETIONS_PER_CALL],
+                    namespace=self.namespace,
+                    timeout=self._timeout_for(COMPLETIONS_PER_CALL),
+                )
                 del self._pending[:COMPLETIONS_PER_CALL]
             if self._stream is None:
                 self._stream = client.sync_stream()
@@ -349,8 +391,13 @@ class RemoteSession:
             if error.code not in _TRANSIENT:
                 raise
             self._next_attempt = time.monotonic() + self._retry_after
-            log.warning("%s; %d held completion(s) kept, %d submitted job(s) get t_req; next attempt in %.1f s",
-                        error, len(self._pending), len(submitted), self._retry_after)
+            log.warning(
+                "%s; %d held completion(s) kept, %d submitted job(s) get t_req; next attempt in %.1f s",
+                error,
+                len(self._pending),
+                len(submitted),
+                self._retry_after,
+            )
             self._retry_after = min(2 * self._retry_after, self._max_retry_after)
             return None
         self._pending.clear()

@@ -7,6 +7,7 @@ checksum, the held-out metrics, the calibration scores, and the sha256 of
 `model.txt`. Loading verifies that checksum and refuses a mismatch; nothing
 is ever unpickled, so a model folder cannot run code.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +15,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,8 +23,9 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from predictor.errors import ModelError, SpecError, TraceError, UsageError
 from predictor.estimators.base import Estimator
-from predictor.estimators.lgbm import (
+from predictor.estimators.lgbm.estimator import (
     CANDIDATES,
     CLASS_QUANTILES,
     CLASSES,
@@ -31,9 +33,18 @@ from predictor.estimators.lgbm import (
     LGBMQuantileEstimator,
     TrainedModel,
 )
-from predictor.features import COUNTED_KEY, HISTORY_WINDOW, KEYS, SECONDS_PER_DAY, feature_encodings, feature_names
-from predictor.offline import causal_replay, finished_from_frame, jobs_to_requests, prediction_scores
-from predictor.registry import SpecError, make_estimator, parse_spec
+from predictor.estimators.lgbm.features import (
+    COUNTED_KEY,
+    HISTORY_WINDOW,
+    KEYS,
+    SECONDS_PER_DAY,
+    feature_encodings,
+    feature_names,
+)
+from predictor.frames import finished_from_frame, jobs_to_requests
+from predictor.offline import causal_replay
+from predictor.registry import make_estimator, parse_spec
+from predictor.scoring import prediction_scores
 
 #: Version 2: rows end with the key's R class counts (`prior_jobs`) and calibration targets adapt (`adapt`);
 #: a version-1 folder would load with those defaults and no longer serve what its metrics describe.
@@ -42,16 +53,14 @@ MODEL_FILE = "model.txt"
 MANIFEST_FILE = "manifest.json"
 #: Without --until, the last this-many days of the trace are held out for evaluation.
 DEFAULT_HELD_OUT_DAYS = 30
+#: What `tsched train` trains without --estimator.
+TRAINED_ESTIMATOR = LGBMQuantileEstimator.name
 #: Estimators scored on the held-out period next to the model, for context.
 REFERENCE_SPECS = ("request", "percentile")
 
 
-class ModelError(ValueError):
-    """A model folder that cannot be used: missing or malformed files, a checksum mismatch, other features."""
-
-
 class TraceLike(Protocol):
-    """What training needs from a parsed trace (`simulator.swf.Trace` fits)."""
+    """What training needs from a parsed trace (`simulator.traces.swf.Trace` fits)."""
 
     path: str
     jobs: pd.DataFrame
@@ -73,14 +82,14 @@ def parse_until(text: str, epoch: int) -> int:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"--until {text!r}: expected a date such as 1999-01-01 or 1999-01-01T12:00 (UTC)") from None
+        raise UsageError(f"--until {text!r}: expected a date such as 1999-01-01 or 1999-01-01T12:00 (UTC)") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp()) - epoch
 
 
 def _utc(epoch: int, seconds: int) -> str:
-    return datetime.fromtimestamp(epoch + seconds, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(epoch + seconds, tz=UTC).isoformat()
 
 
 def _scores(frame_t_sched: np.ndarray, jobs: pd.DataFrame) -> dict[str, float | None]:
@@ -108,7 +117,7 @@ def _held_out_metrics(estimator: LGBMQuantileEstimator, jobs: pd.DataFrame, unti
     }
     all_requests = jobs_to_requests(jobs)
     all_finished = finished_from_frame(jobs)
-    is_held_out = (jobs["submit"].to_numpy() > until)
+    is_held_out = jobs["submit"].to_numpy() > until
     for spec in REFERENCE_SPECS:
         reference = make_estimator(spec)
         answers = causal_replay(all_requests, all_finished, reference.observe, reference.predict)
@@ -117,8 +126,14 @@ def _held_out_metrics(estimator: LGBMQuantileEstimator, jobs: pd.DataFrame, unti
     return metrics
 
 
-def train(trace: TraceLike, out: str | Path, spec: str = "lgbm-quantile", until: int | None = None,
-          epoch: int = 0, trace_sha256: str | None = None) -> dict[str, Any]:
+def train(
+    trace: TraceLike,
+    out: str | Path,
+    spec: str = TRAINED_ESTIMATOR,
+    until: int | None = None,
+    epoch: int = 0,
+    trace_sha256: str | None = None,
+) -> dict[str, Any]:
     """Train on the window before `until` (trace seconds), evaluate after it, write the model folder.
 
     `until` defaults to 30 days before the last submission. Returns the manifest.
@@ -131,7 +146,7 @@ def train(trace: TraceLike, out: str | Path, spec: str = "lgbm-quantile", until:
     estimator = LGBMQuantileEstimator(**{**params, "retrain": "never"})
     jobs = trace.jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
     if jobs.empty:
-        raise ValueError(f"{trace.path}: no jobs to train on")
+        raise TraceError(f"{trace.path}: no jobs to train on")
     if until is None:
         until = int(jobs["submit"].iloc[-1]) - DEFAULT_HELD_OUT_DAYS * SECONDS_PER_DAY
     for job in finished_from_frame(jobs):
@@ -140,8 +155,10 @@ def train(trace: TraceLike, out: str | Path, spec: str = "lgbm-quantile", until:
         estimator.observe(job)
     data = estimator.training_data(until)
     if len(data) < estimator.min_train:
-        raise ValueError(f"{trace.path}: {len(data)} jobs finished in the {estimator.window} before --until; "
-                         f"training needs at least {estimator.min_train}")
+        raise UsageError(
+            f"{trace.path}: {len(data)} jobs finished in the {estimator.window} before --until; "
+            f"training needs at least {estimator.min_train}"
+        )
     model = estimator.train(data)
     estimator.install(model)
     calibration = estimator.calibration_state()
@@ -163,8 +180,8 @@ def train(trace: TraceLike, out: str | Path, spec: str = "lgbm-quantile", until:
             "key": "+".join(KEYS[COUNTED_KEY]),
             "window_days": HISTORY_WINDOW // SECONDS_PER_DAY,
             "encoding": "after the features, a row holds per class the jobs of the same key that ended in the "
-                        "window before submission; with the model's class probabilities weighing as much as "
-                        "params.prior_jobs of them, they give the posterior the estimate is chosen from",
+            "window before submission; with the model's class probabilities weighing as much as "
+            "params.prior_jobs of them, they give the posterior the estimate is chosen from",
         },
         "candidates": CANDIDATES.tolist(),
         "training": {
@@ -176,8 +193,7 @@ def train(trace: TraceLike, out: str | Path, spec: str = "lgbm-quantile", until:
             "first_end_utc": _utc(epoch, model.first_end),
             "until_utc": _utc(epoch, until),
         },
-        "calibration": {"target_under": estimator.target_under, "multiplier": multiplier,
-                        "scores": calibration},
+        "calibration": {"target_under": estimator.target_under, "multiplier": multiplier, "scores": calibration},
         "held_out": held_out,
         "model_file": MODEL_FILE,
         "model_sha256": file_sha256(model_path),
@@ -209,8 +225,9 @@ class LoadedModel:
         """An estimator serving this model, with the manifest's parameters except `overrides` (SPEC values)."""
         params = {**self.manifest["params"], **(overrides or {})}
         template = make_estimator(LGBMQuantileEstimator.name + ":" + ",".join(f"{k}={v}" for k, v in params.items()))
-        return LGBMQuantileEstimator.from_model(self.model, template.get_params(),
-                                                self.manifest["calibration"]["scores"])
+        return LGBMQuantileEstimator.from_model(
+            self.model, template.get_params(), self.manifest["calibration"]["scores"]
+        )
 
 
 def _manifest_field(manifest: dict[str, Any], path: Path, *names: str) -> Any:

@@ -1,0 +1,217 @@
+"""The predictor's commands: `serve`, `predict`, `predict-eval` and `train`.
+
+Thin adapters over the domain code. They are mounted into the `tsched` entry
+point (`simulator.cli`), which also supplies how a `--trace` is read: reading
+trace files is the simulator's business, and `predictor` never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+
+class TraceHeader(Protocol):
+    unix_start_time: int | None
+
+
+class LoadedTrace(Protocol):
+    """What the predictor's commands need of a trace (`simulator.traces.swf.Trace` fits)."""
+
+    path: str
+    jobs: pd.DataFrame
+    header: TraceHeader
+
+
+#: Reads `--trace` (None: the built-in workload), strictly or leniently.
+TraceLoader = Callable[[str | None, bool], LoadedTrace]
+#: Adds `--trace` and `--lenient` to a command.
+TraceOptions = Callable[[argparse.ArgumentParser], None]
+
+#: What `predict-eval` scores without `--estimator`: the users' requests and Tang et al.'s adjuster.
+DEFAULT_EVAL_ESTIMATORS = ("request", "percentile")
+
+
+def write_json(path: str | None, payload: Any) -> None:
+    """Write `payload` as indented JSON to `path`, if one was given."""
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def cmd_predict_eval(args: argparse.Namespace, load_trace: TraceLoader) -> int:
+    from predictor.offline import evaluate, percentile_grid
+
+    trace = load_trace(args.trace, args.lenient)
+    if args.grid:
+        table = percentile_grid(trace.jobs, trace.path)
+        print(table.to_string(index=False))
+        if args.csv:
+            table.to_csv(args.csv, index=False)
+        return 0
+    report = evaluate(trace.jobs, args.estimator or list(DEFAULT_EVAL_ESTIMATORS), trace.path)
+    print(f"{report['trace']}: {report['jobs']} jobs")
+    print(f"{'estimator':<48} {'acc mean':>8} {'acc med':>8} {'under':>7} {'BE':>7} {'lambda':>7} {'us/pred':>8}")
+    for row in report["results"]:
+        print(
+            f"{row['estimator']:<48} {row['accuracy_mean']:>8.3f} {row['accuracy_median']:>8.3f} "
+            f"{row['underestimated']:>7.1%} {row['BE']:>7.1%} {_num(row['lambda']):>7} "
+            f"{row['us_per_prediction']:>8.1f}"
+        )
+    write_json(args.json, report)
+    if args.csv:
+        pd.DataFrame(report["results"]).to_csv(args.csv, index=False)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from predictor.service.server import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(
+        listen=args.listen,
+        state=args.state,
+        default_estimators=args.estimator or None,
+        models_dir=args.models,
+        allow_oracle=args.allow_oracle,
+    )
+    return 0
+
+
+def cmd_train(args: argparse.Namespace, load_trace: TraceLoader) -> int:
+    from predictor.estimators.lgbm.store import file_sha256, parse_until, train
+
+    trace = load_trace(args.trace, args.lenient)
+    epoch = trace.header.unix_start_time or 0
+    until = None if args.until is None else parse_until(args.until, epoch)
+    manifest = train(trace, args.out, args.estimator, until, epoch, file_sha256(args.trace) if args.trace else None)
+    training = manifest["training"]
+    print(
+        f"trained {manifest['estimator']} on {training['jobs']} jobs that finished "
+        f"{training['first_end_utc']} .. {training['until_utc']}; wrote {args.out}"
+    )
+    print("held out: " + json.dumps(manifest["held_out"]))
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from predictor.service.client import predict_once
+
+    answer = predict_once(
+        args.address,
+        args.namespace,
+        args.estimator or "",
+        args.user,
+        args.group,
+        args.request,
+        args.procs,
+        args.submit,
+        args.timeout,
+    )
+    if args.json:
+        print(json.dumps(answer))
+    else:
+        factor = "-" if answer["factor"] is None else f"{answer['factor']:.4f}"
+        print(
+            f"t_sched {answer['t_sched']}  factor {factor}  estimator {answer['estimator']}  "
+            f"basis {answer['basis']}  fallback {str(answer['fallback']).lower()}"
+        )
+    return 0
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    load_trace: TraceLoader,
+    trace_options: TraceOptions,
+) -> None:
+    """Mount the predictor's commands on a `tsched` parser."""
+    from predictor.estimators.lgbm.store import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
+    from predictor.service.client import DEFAULT_TIMEOUT_SECONDS
+    from predictor.service.server import DEFAULT_ESTIMATOR, DEFAULT_LISTEN
+
+    formatter = argparse.ArgumentDefaultsHelpFormatter
+
+    evaluate = commands.add_parser(
+        "predict-eval", help="score estimators offline on a trace, in submission order", formatter_class=formatter
+    )
+    trace_options(evaluate)
+    evaluate.add_argument(
+        "--estimator",
+        action="append",
+        metavar="SPEC",
+        help="estimator SPEC, NAME or NAME:key=value,...; repeat for several "
+        f"(default: {', '.join(DEFAULT_EVAL_ESTIMATORS)})",
+    )
+    evaluate.add_argument(
+        "--grid", action="store_true", help="sweep Tang's adjuster over keys x windows x percentiles x floor"
+    )
+    evaluate.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    evaluate.add_argument("--csv", metavar="OUT", help="write one row per estimator (or grid point) as CSV")
+    evaluate.set_defaults(handler=partial(cmd_predict_eval, load_trace=load_trace))
+
+    serve = commands.add_parser("serve", help="run the gRPC predictor service", formatter_class=formatter)
+    serve.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="address to listen on")
+    serve.add_argument("--state", metavar="FILE", help="SQLite file that makes acknowledged completions durable")
+    serve.add_argument(
+        "--estimator",
+        action="append",
+        metavar="SPEC",
+        help="default estimator(s), built in every namespace; the first answers requests naming none "
+        f"(default: {DEFAULT_ESTIMATOR})",
+    )
+    serve.add_argument("--models", metavar="DIR", help="folder of trained models to serve by name")
+    serve.add_argument(
+        "--allow-oracle", action="store_true", help="serve the evaluation-only oracle (needs actual runtimes)"
+    )
+    serve.set_defaults(handler=cmd_serve)
+
+    train = commands.add_parser(
+        "train", help="train an lgbm-quantile model and write it with its manifest", formatter_class=formatter
+    )
+    trace_options(train)
+    train.add_argument("--estimator", default=TRAINED_ESTIMATOR, metavar="SPEC", help="the lgbm-quantile SPEC to train")
+    train.add_argument(
+        "--until",
+        metavar="DATE",
+        help=f"train on the window before this UTC date (default: {DEFAULT_HELD_OUT_DAYS} days before the end)",
+    )
+    train.add_argument("--out", required=True, metavar="models/NAME", help="the model folder to write")
+    train.set_defaults(handler=partial(cmd_train, load_trace=load_trace))
+
+    predict = commands.add_parser(
+        "predict", help="ask a running service for one job's t_sched", formatter_class=formatter
+    )
+    predict.add_argument("--address", required=True, metavar="HOST:PORT", help="the predictor service")
+    predict.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
+    predict.add_argument("--estimator", metavar="SPEC", help="estimator SPEC (default: the server's first)")
+    predict.add_argument("--user", type=int, required=True, help="user id")
+    predict.add_argument("--group", type=int, required=True, help="group (project) id")
+    predict.add_argument("--request", type=int, required=True, metavar="SECONDS", help="requested time t_req")
+    predict.add_argument("--procs", type=int, required=True, help="job size in processors")
+    predict.add_argument("--submit", type=int, help="submit time (default: the namespace's clock)")
+    predict.add_argument(
+        "--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the answer"
+    )
+    predict.add_argument("--json", action="store_true", help="print the answer as JSON")
+    predict.set_defaults(handler=cmd_predict)

@@ -1,0 +1,202 @@
+"""The gRPC adapter: the `tsched.v1.Predictor` contract over `PredictorCore`.
+
+Each RPC decodes its request (`codec`), calls the core, and encodes the
+answer. Refusals are raised as `predictor.errors.ServiceError`s by the codec
+and the core; one decorator per call shape maps them to status codes, logs
+them, and turns anything else into INTERNAL while the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from predictor.errors import Conflict, DeadlineExceeded, InvalidRequest, NotFound, ServiceError
+from predictor.proto import pb, rpc
+from predictor.service import codec
+from predictor.service.core import DeadlineCheck, PredictorCore
+
+log = logging.getLogger("tsched.service")
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Predictor"].full_name
+
+#: Status codes of the domain's refusals; any other ServiceError is a bad request.
+STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    Conflict: grpc.StatusCode.ABORTED,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+def status_code(error: ServiceError) -> grpc.StatusCode:
+    for kind in type(error).__mro__:
+        code = STATUS_CODES.get(kind)  # type: ignore[call-overload]
+        if code is not None:
+            return code
+    return grpc.StatusCode.INVALID_ARGUMENT
+
+
+def abort(context: grpc.ServicerContext, method: str, error: Exception) -> None:
+    """End the call with the status `error` stands for; a bug is logged with its traceback as INTERNAL."""
+    if isinstance(error, ServiceError):
+        code = status_code(error)
+        level = logging.WARNING if code == grpc.StatusCode.INVALID_ARGUMENT else logging.INFO
+        log.log(level, "%s refused: %s: %s", method, code.name, error)
+        context.abort(code, str(error))
+    log.exception("%s failed", method)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(error).__name__}: {error}")
+
+
+def unary(
+    method: Callable[[Any, Request, grpc.ServicerContext], Response],
+) -> Callable[[Any, Request, grpc.ServicerContext], Response]:
+    """A unary RPC whose refusals become status codes."""
+
+    @functools.wraps(method)
+    def handler(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
+        try:
+            return method(self, request, context)
+        except Exception as error:
+            abort(context, method.__name__, error)
+            raise  # unreachable: abort raises
+
+    return handler
+
+
+def streaming(
+    method: Callable[[Any, Iterator[Request], grpc.ServicerContext], Iterator[Response]],
+) -> Callable[[Any, Iterator[Request], grpc.ServicerContext], Iterator[Response]]:
+    """A bidirectional stream: the first refusal ends it with its status; a client that leaves ends it quietly."""
+
+    @functools.wraps(method)
+    def handler(self: Any, requests: Iterator[Request], context: grpc.ServicerContext) -> Iterator[Response]:
+        try:
+            yield from method(self, requests, context)
+        except grpc.RpcError:  # raised by `requests`: the client cancelled the stream or went away
+            log.info("%s ended by the client", method.__name__)
+        except Exception as error:
+            abort(context, method.__name__, error)
+
+    return handler
+
+
+def deadline_of(context: grpc.ServicerContext) -> DeadlineCheck:
+    """A check that raises DeadlineExceeded once the caller's deadline has passed."""
+
+    def check() -> None:
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            raise DeadlineExceeded("deadline exceeded before the call completed")
+
+    return check
+
+
+class PredictorServicer(rpc.PredictorServicer):  # type: ignore[misc]
+    """The generated gRPC interface, served by a `PredictorCore`."""
+
+    def __init__(self, core: PredictorCore) -> None:
+        self.core = core
+
+    @unary
+    def Predict(self, request: pb.PredictRequest, context: grpc.ServicerContext) -> pb.PredictResponse:
+        spec = self.core.spec(request.estimator)
+        if not request.HasField("job"):
+            raise InvalidRequest("job is required")
+        job = codec.job_request(request.job, "job")
+        truth = codec.actual_runtimes((request.job,), "job", indexed=False) if spec.evaluation_only else None
+        answer = self.core.predict(request.namespace, request.estimator, [job], truth, deadline_of(context))
+        prediction = answer.predictions[0]
+        return pb.PredictResponse(
+            prediction=pb.Prediction(
+                t_sched=prediction.t_sched,
+                factor=prediction.factor,
+                basis=prediction.basis,
+                fallback=prediction.fallback,
+            ),
+            estimator=answer.estimator,
+            submit=answer.clock if job.submit == codec.UNSET_SUBMIT else job.submit,
+            namespace=answer.namespace,
+        )
+
+    @unary
+    def PredictBatch(self, request: pb.PredictBatchRequest, context: grpc.ServicerContext) -> pb.PredictBatchResponse:
+        spec = self.core.spec(request.estimator)
+        jobs = codec.job_requests(request.jobs, "jobs")
+        truth = codec.actual_runtimes(request.jobs, "jobs") if spec.evaluation_only else None
+        check = deadline_of(context)
+        answer = self.core.predict(request.namespace, request.estimator, jobs, truth, check)
+        check()
+        response = pb.PredictBatchResponse(estimator=answer.estimator)
+        codec.add_predictions(response.predictions, answer.predictions)
+        return response
+
+    @unary
+    def ObserveCompletions(
+        self, request: pb.ObserveCompletionsRequest, context: grpc.ServicerContext
+    ) -> pb.ObserveCompletionsResponse:
+        batch = codec.finished_jobs(request.completions, "completions")
+        accepted, duplicates = self.core.observe(request.namespace, batch, deadline_of(context))
+        return pb.ObserveCompletionsResponse(accepted=accepted, duplicates=duplicates)
+
+    @unary
+    def Sync(self, request: pb.SyncRequest, context: grpc.ServicerContext) -> pb.SyncResponse:
+        return self._sync(request, context)
+
+    @streaming
+    def SyncStream(
+        self, requests: Iterator[pb.SyncRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.SyncResponse]:
+        """Each request handled as `Sync`, answered in order; the first refusal ends the stream."""
+        for request in requests:
+            yield self._sync(request, context)
+
+    def _sync(self, request: pb.SyncRequest, context: grpc.ServicerContext) -> pb.SyncResponse:
+        spec = self.core.spec(request.estimator)
+        # Everything is validated before anything is learned: a refused call changes nothing.
+        batch = codec.finished_jobs(request.completions, "completions")
+        jobs = codec.job_requests(request.submitted, "submitted")
+        truth = codec.actual_runtimes(request.submitted, "submitted") if spec.evaluation_only else None
+        answer = self.core.sync(request.namespace, request.estimator, batch, jobs, truth, deadline_of(context))
+        response = pb.SyncResponse(estimator=answer.estimator, accepted=answer.accepted, duplicates=answer.duplicates)
+        codec.add_predictions(response.predictions, answer.predictions)
+        return response
+
+    @unary
+    def ListEstimators(
+        self, request: pb.ListEstimatorsRequest, context: grpc.ServicerContext
+    ) -> pb.ListEstimatorsResponse:
+        described = self.core.describe(request.namespace)
+        estimators = [
+            pb.EstimatorInfo(
+                name=info["name"],
+                parameters=[
+                    pb.EstimatorParameter(name=name, default=value) for name, value in info["parameters"].items()
+                ],
+                evaluation_only=info["evaluation_only"],
+                allowed=info["allowed"],
+                description=info["description"],
+            )
+            for info in described["estimators"]
+        ]
+        return pb.ListEstimatorsResponse(
+            estimators=estimators,
+            default_specs=described["default_specs"],
+            namespace_exists=described["namespace_exists"],
+            namespace_specs=described["namespace_specs"],
+            completions=described["completions"],
+            clock=described["clock"],
+        )
+
+    @unary
+    def ResetNamespace(
+        self, request: pb.ResetNamespaceRequest, context: grpc.ServicerContext
+    ) -> pb.ResetNamespaceResponse:
+        return pb.ResetNamespaceResponse(forgotten=self.core.reset(request.namespace))

@@ -1,0 +1,361 @@
+"""`tsched evaluate`: every estimator x policy x backfilling x mode on every trace, as independent tasks.
+
+The harness turns a plan into a flat list of tasks (the offline prediction
+quality of each estimator, one simulation per configuration), runs them on
+joblib worker processes or on a Dask cluster, and hands the results, in task
+order, to the report. A task shares no state with any other (each simulation
+has its own estimator, or its own namespace on the predictor service), so the
+results are the same whatever the backend and however many workers run them.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import pickle
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import numpy as np
+
+from predictor.errors import TraceError, UsageError
+from predictor.offline import scored_replay
+from predictor.scoring import accuracy
+from simulator.engine import SimulationConfig
+from simulator.evaluation.plan import (
+    BASELINE_ESTIMATOR,
+    CDF_POINTS,
+    Backend,
+    EvaluationPlan,
+    QualityTask,
+    SimulationTask,
+    Task,
+    TaskError,
+    TaskOutcome,
+    TraceInput,
+    build_tasks,
+    clock,
+    describe,
+)
+from simulator.experiment import run_simulation
+from simulator.traces.swf import Trace
+
+if TYPE_CHECKING:
+    from predictor.service.launcher import ServerProcess
+
+#: How long dropping a finished run's namespace may wait for a server busy with other runs.
+FORGET_TIMEOUT_SECONDS = 120.0
+#: An evaluation waits for the service rather than let a slow call (a model retraining) fall back to t_req.
+EVALUATION_SERVICE_TIMEOUT = 600.0
+#: Dask's scheduler port, when an address leaves it out.
+DASK_PORT = 8786
+
+
+def run_task(task: Task, trace: Trace, address: str | None, run_id: str) -> TaskOutcome:
+    """Run one task on `trace`; `address` is the predictor service's, or None for in-process."""
+    started = time.perf_counter()
+    try:
+        if isinstance(task, QualityTask):
+            result = prediction_quality(trace, task.trace, task.estimator)
+        else:
+            result = _simulate(task, trace, address, run_id)
+    except Exception as error:
+        raise TaskError(f"{describe(task)}: {type(error).__name__}: {error}") from None
+    return TaskOutcome(task, result, time.perf_counter() - started)
+
+
+def prediction_quality(trace: Trace, label: str, spec: str) -> dict[str, Any]:
+    """The `predict-eval` scores of `spec` on `trace`, plus quantiles of its per-job accuracy."""
+    if trace.jobs.empty:
+        raise TraceError(f"trace {label}: no jobs to evaluate")
+    row, frame = scored_replay(spec, trace.jobs)
+    per_job = accuracy(frame["t_sched"].to_numpy(), frame["t_act"].to_numpy())
+    cdf = np.quantile(per_job, np.linspace(0.0, 1.0, CDF_POINTS))
+    return {"trace": label, "jobs": len(frame), **row, "accuracy_quantiles": cdf.tolist()}
+
+
+def _simulate(task: SimulationTask, trace: Trace, address: str | None, run_id: str) -> dict[str, Any]:
+    config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode)
+    if address is None:
+        summary, _ = run_simulation(trace, config, task.estimator, task.month)
+    else:
+        namespace = f"evaluate-{run_id}-{task.index}"
+        summary, _ = run_simulation(
+            trace, config, task.estimator, task.month, address, namespace, timeout=EVALUATION_SERVICE_TIMEOUT
+        )
+        _forget_namespace(address, namespace)
+    return result_row(task.trace, summary)
+
+
+def _forget_namespace(address: str, namespace: str) -> None:
+    """Drop a finished run's namespace: one server serves the whole evaluation, and would keep them all."""
+    from predictor.service.client import PredictorClient
+
+    with PredictorClient(address, timeout=FORGET_TIMEOUT_SECONDS) as client:
+        client.reset_namespace(namespace)
+
+
+def result_row(label: str, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """One flat results.csv row from `run_simulation`'s summary: parameters, then every metric."""
+    row = {key: value for key, value in summary.items() if key not in ("trace", "skipped", "prediction")}
+    row["trace"] = label
+    row["month"] = summary["month"] or ""
+    row["skipped"] = "; ".join(f"{reason}: {count}" for reason, count in summary["skipped"].items())
+    row.update({f"prediction_{key}": value for key, value in summary["prediction"].items()})
+    order = ["trace", "month", "estimator", "policy", "backfill", "mode", "correction", "procs", "jobs", "skipped"]
+    return {key: row[key] for key in order} | {key: value for key, value in row.items() if key not in order}
+
+
+# --- execution -------------------------------------------------------------------------------
+
+
+class Progress:
+    """One line on a stream, redrawn in place with `\\r`: runs done, elapsed time, estimated time left."""
+
+    WIDTH = 30
+
+    def __init__(self, total: int, stream: TextIO | None) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream
+        self.started = time.monotonic()
+        self._draw()
+
+    def advance(self) -> None:
+        self.done += 1
+        self._draw()
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _draw(self) -> None:
+        if self.stream is None:
+            return
+        elapsed = time.monotonic() - self.started
+        left = "?" if self.done == 0 else clock(elapsed / self.done * (self.total - self.done))
+        filled = self.WIDTH * self.done // max(self.total, 1)
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        self.stream.write(f"\r[{bar}] {self.done}/{self.total} runs  elapsed {clock(elapsed)}  left {left} ")
+        self.stream.flush()
+
+
+def execute(
+    tasks: Sequence[Task],
+    traces: Mapping[str, Trace],
+    backend: Backend,
+    address: str | None,
+    progress: Progress | None = None,
+) -> list[TaskOutcome]:
+    """Run every task on the backend; outcomes come back in task order whatever order they finished in."""
+    run_id = uuid.uuid4().hex[:12]
+    if backend.dask_scheduler:
+        stream = _dask_outcomes(tasks, traces, backend.dask_scheduler, address, run_id)
+    else:
+        stream = _joblib_outcomes(tasks, traces, backend.workers, address, run_id)
+    outcomes = []
+    for outcome in stream:
+        outcomes.append(outcome)
+        if progress is not None:
+            progress.advance()
+    return sorted(outcomes, key=lambda outcome: outcome.task.index)
+
+
+@functools.lru_cache(maxsize=2)
+def _trace_from_file(path: str) -> Trace:
+    """A worker process unpickles each trace once, not once per task (tasks come grouped by trace)."""
+    with open(path, "rb") as source:
+        return pickle.load(source)
+
+
+def _run_task_from_file(task: Task, trace_file: str, address: str | None, run_id: str) -> TaskOutcome:
+    return run_task(task, _trace_from_file(trace_file), address, run_id)
+
+
+def _joblib_outcomes(
+    tasks: Sequence[Task], traces: Mapping[str, Trace], workers: int, address: str | None, run_id: str
+) -> Iterator[TaskOutcome]:
+    """Tasks on `workers` processes (1: in this process); traces reach workers through files, once each."""
+    from joblib import Parallel, delayed
+
+    with tempfile.TemporaryDirectory(prefix="tsched-evaluate-") as folder:
+        files: dict[str, str] = {}
+        for number, (label, trace) in enumerate(traces.items()):
+            files[label] = str(Path(folder) / f"trace-{number}.pickle")
+            with open(files[label], "wb") as sink:
+                pickle.dump(trace, sink, protocol=pickle.HIGHEST_PROTOCOL)
+        parallel = Parallel(n_jobs=workers, return_as="generator_unordered")
+        yield from parallel(delayed(_run_task_from_file)(task, files[task.trace], address, run_id) for task in tasks)
+
+
+def _dask_outcomes(
+    tasks: Sequence[Task], traces: Mapping[str, Trace], scheduler: str, address: str | None, run_id: str
+) -> Iterator[TaskOutcome]:
+    """Tasks on an existing Dask cluster; each trace is sent to every worker once."""
+    from distributed import Client, as_completed
+
+    with Client(scheduler) as client:
+        shipped = dict(zip(traces, client.scatter(list(traces.values()), broadcast=True), strict=True))
+        futures = [client.submit(run_task, task, shipped[task.trace], address, run_id, pure=False) for task in tasks]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def service_host(dask_scheduler: str | None) -> str:
+    """The address the predictor service listens on: loopback, unless Dask workers on other hosts need it.
+
+    For a remote scheduler, it is this machine's address on the route to it.
+    """
+    if not dask_scheduler:
+        return "127.0.0.1"
+    scheme, _, location = dask_scheduler.rpartition("://")
+    if scheme == "inproc":
+        return "127.0.0.1"
+    if location.startswith("["):  # [IPv6]:port
+        host, _, rest = location[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = location.partition(":")
+    family, _, _, _, scheduler = socket.getaddrinfo(
+        host, int(port) if port.isdigit() else DASK_PORT, type=socket.SOCK_DGRAM
+    )[0]
+    if ipaddress.ip_address(scheduler[0]).is_loopback:
+        return "127.0.0.1"
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:  # a UDP "connect" sends nothing: it only picks the route
+        probe.connect(scheduler)
+        own = probe.getsockname()[0]
+    return f"[{own}]" if family == socket.AF_INET6 else own
+
+
+def _stop_service(server: ServerProcess) -> None:
+    """Stop the evaluation's server; one still busy (training a model for a run now abandoned) is killed."""
+    try:
+        server.stop()
+    except subprocess.TimeoutExpired:
+        server.stop(signal.SIGKILL)
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+@dataclass
+class EvaluationOutcome:
+    """Where the report is and what went into it, for the closing summary line."""
+
+    report: Path
+    simulations: int
+    quality_replays: int
+    traces: int
+    seconds: float
+    fallbacks: int = 0
+
+    def summary(self) -> str:
+        line = (
+            f"tsched evaluate: {self.simulations} simulations and {self.quality_replays} prediction-quality "
+            f"replays on {self.traces} trace(s) in {clock(self.seconds)}; report: {self.report}"
+        )
+        return line if not self.fallbacks else f"{line} (WARNING: {self.fallbacks} predictions fell back to t_req)"
+
+
+def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backend: Backend, out: Path) -> str:
+    """The full command line that repeats this evaluation, every parameter spelled out."""
+    words = ["tsched", "evaluate"]
+    for entry in traces:
+        if entry.path is not None:
+            words += ["--trace", entry.path]
+    if plan.procs is not None:
+        words += ["--procs", str(plan.procs)]
+    words += [
+        "--estimators",
+        ",".join(plan.estimators),
+        "--policies",
+        ",".join(plan.policies),
+        "--backfill",
+        ",".join(plan.backfills),
+        "--modes",
+        ",".join(plan.modes),
+    ]
+    if plan.monthly:
+        words.append("--monthly")
+    words += ["--out", str(out)]
+    words += (
+        ["--dask-scheduler", backend.dask_scheduler] if backend.dask_scheduler else ["--workers", str(backend.workers)]
+    )
+    if backend.in_process:
+        words.append("--in-process")
+    return shlex.join(words)
+
+
+def run_evaluation(
+    traces: Sequence[TraceInput],
+    plan: EvaluationPlan,
+    out: Path,
+    backend: Backend | None = None,
+    show_progress: bool = True,
+) -> EvaluationOutcome:
+    """Run the whole evaluation and write the report in `out`; the progress bar goes to stderr."""
+    backend = backend or Backend()
+    plan.check()
+    labels = [entry.label for entry in traces]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise UsageError(f"two traces share the name {repeated[0]!r}; rename one of the files")
+    if backend.workers < 1:
+        raise UsageError(f"--workers must be at least 1, not {backend.workers}")
+    tasks = build_tasks(traces, plan)
+    started = time.monotonic()
+    server = None
+    if not backend.in_process:
+        from predictor.service.launcher import ServerProcess
+
+        server = ServerProcess(
+            listen=f"{service_host(backend.dask_scheduler)}:0",
+            default_estimators=[BASELINE_ESTIMATOR],
+            allow_oracle=plan.uses_oracle(),
+        )
+    progress = Progress(len(tasks), sys.stderr if show_progress else None)
+    try:
+        outcomes = execute(
+            tasks,
+            {entry.label: entry.trace for entry in traces},
+            backend,
+            None if server is None else server.address,
+            progress,
+        )
+    finally:
+        progress.close()
+        if server is not None:
+            _stop_service(server)
+    seconds = time.monotonic() - started
+
+    from simulator.evaluation.report import ReportInputs, write_report
+
+    inputs = ReportInputs(
+        traces=list(traces),
+        plan=plan,
+        backend=backend,
+        outcomes=outcomes,
+        seconds=seconds,
+        command=equivalent_command(traces, plan, backend, out),
+    )
+    report_path = write_report(out, inputs)
+    simulations = [outcome for outcome in outcomes if isinstance(outcome.task, SimulationTask)]
+    return EvaluationOutcome(
+        report_path,
+        len(simulations),
+        len(outcomes) - len(simulations),
+        len(traces),
+        seconds,
+        sum(int(outcome.result["predictor_fallbacks"]) for outcome in simulations),
+    )

@@ -1,0 +1,246 @@
+"""What `tsched evaluate` runs: the plan, its tasks, and the inputs they name.
+
+A leaf of the evaluation package: the execution and the report both read these
+definitions, and nothing here imports either of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from predictor.errors import SpecError, UsageError
+from predictor.registry import make_estimator
+from simulator.backfill import BACKFILLS
+from simulator.machine import MODES
+from simulator.policies import POLICIES
+from simulator.traces.swf import Trace, read_swf
+from simulator.traces.workload import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
+
+#: The baseline every run is compared with: the users' requests, used as they are.
+BASELINE_ESTIMATOR = "request"
+BASELINE_MODE = "none"
+#: Tang et al.'s three percentile schemes (triple key, 30-day window) and the other estimators.
+DEFAULT_ESTIMATORS = (
+    "request",
+    "percentile:q=95",
+    "percentile:q=85",
+    "percentile:q=70",
+    "last2",
+    "mean-std",
+    "lgbm-quantile",
+)
+DEFAULT_POLICIES = ("wfp", "fcfs")
+DEFAULT_BACKFILLS = ("easy",)
+DEFAULT_MODES = ("regular", "selective")
+PREDICTION_MODES = tuple(mode for mode in MODES if mode != BASELINE_MODE)
+#: Quantiles kept of each estimator's per-job accuracy: enough for a smooth CDF (Tang's Figure 11).
+CDF_POINTS = 201
+BUILTIN_LABEL = "synthetic"
+#: Where `tsched evaluate` writes its report without --out.
+DEFAULT_REPORT_FOLDER = "tsched-report"
+
+
+def split_specs(texts: Iterable[str]) -> list[str]:
+    """Estimator SPECs from comma-separated lists, e.g. `request,percentile:q=95,window=60d,last2`.
+
+    A SPEC's own parameters are comma-separated too, so an item of the form
+    `key=value` (with no `:`) continues the SPEC before it.
+    """
+    specs: list[str] = []
+    for text in texts:
+        first = len(specs)
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                raise SpecError(f"--estimators {text!r}: empty item")
+            if "=" in item and ":" not in item:
+                if len(specs) == first:
+                    raise SpecError(f"--estimators {text!r}: parameter {item!r} follows no estimator name")
+                specs[-1] += "," + item
+            else:
+                specs.append(item)
+    return list(dict.fromkeys(specs))
+
+
+def split_choices(text: str, allowed: Sequence[str], option: str) -> tuple[str, ...]:
+    """A comma-separated list of names, each one of `allowed`, without repeats."""
+    items = tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+    unknown = [item for item in items if item not in allowed]
+    if unknown or not items:
+        named = ", ".join(repr(item) for item in unknown) or "nothing"
+        raise UsageError(f"{option} {text!r}: {named} is not one of {', '.join(allowed)}")
+    return items
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """What to run on every trace. The baseline (request, mode none) always runs."""
+
+    estimators: tuple[str, ...] = DEFAULT_ESTIMATORS
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    backfills: tuple[str, ...] = DEFAULT_BACKFILLS
+    modes: tuple[str, ...] = DEFAULT_MODES
+    monthly: bool = False
+    procs: int | None = None
+
+    def check(self) -> None:
+        """Refuse a bad SPEC, policy, backfilling or mode before anything runs."""
+        for spec in self.estimators:
+            make_estimator(spec)
+        for values, allowed, option in (
+            (self.policies, POLICIES, "--policies"),
+            (self.backfills, BACKFILLS, "--backfill"),
+            (self.modes, PREDICTION_MODES, "--modes"),
+        ):
+            split_choices(",".join(values), allowed, option)
+
+    @property
+    def quality_estimators(self) -> tuple[str, ...]:
+        """Every estimator scored offline; the baseline too, as the reference (Figure 11's "original")."""
+        return tuple(dict.fromkeys((BASELINE_ESTIMATOR, *self.estimators)))
+
+    @property
+    def predicting_estimators(self) -> tuple[str, ...]:
+        """Estimators simulated in each mode; `request` in any mode is the baseline itself (t_sched = t_req)."""
+        return tuple(spec for spec in self.estimators if spec != BASELINE_ESTIMATOR)
+
+    def uses_oracle(self) -> bool:
+        return any(make_estimator(spec).evaluation_only for spec in self.estimators)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where tasks run: `workers` joblib processes, or the Dask cluster at `dask_scheduler`."""
+
+    workers: int = 1
+    dask_scheduler: str | None = None
+    in_process: bool = False
+
+    def describe(self) -> str:
+        where = f"Dask cluster at {self.dask_scheduler}" if self.dask_scheduler else f"joblib, {self.workers} worker(s)"
+        return f"{where}; predictions {'in-process' if self.in_process else 'through the gRPC service'}"
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    """A workload to evaluate: its short name in tables and file names, and how to get it again."""
+
+    label: str
+    trace: Trace
+    provenance: str
+    path: str | None = None  # the --trace argument; None for a workload made in memory
+
+
+def load_trace_input(path: str) -> TraceInput:
+    """A trace file, named by its file name and identified by its SHA-256."""
+    trace = read_swf(path)
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    label = Path(path).name.removesuffix(".gz").removesuffix(".swf")
+    return TraceInput(label, trace, f"{path} (sha256 {digest})", path)
+
+
+def builtin_trace_input() -> TraceInput:
+    provenance = (
+        f"built-in synthetic workload (simulator.traces.workload.default_workload: {DEFAULT_JOBS} jobs, "
+        f"{DEFAULT_PROCS} processors, offered load {DEFAULT_LOAD}, seed {DEFAULT_SEED})"
+    )
+    return TraceInput(BUILTIN_LABEL, default_workload(), provenance)
+
+
+def months_with_jobs(trace: Trace) -> list[str]:
+    """The calendar months in which at least one replayable job was submitted."""
+    submit = trace.jobs["submit"].to_numpy()
+    return [
+        name
+        for name, start, end in trace.month_bounds()
+        if np.searchsorted(submit, end) > np.searchsorted(submit, start)
+    ]
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QualityTask:
+    """Offline prediction quality of one estimator on one whole trace (as `predict-eval`)."""
+
+    index: int
+    trace: str
+    estimator: str
+
+
+@dataclass(frozen=True)
+class SimulationTask:
+    """One simulation: a trace (or one month of it) under one scheduler configuration and estimator."""
+
+    index: int
+    trace: str
+    month: str | None
+    estimator: str
+    policy: str
+    backfill: str
+    mode: str
+    procs: int
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.estimator == BASELINE_ESTIMATOR and self.mode == BASELINE_MODE
+
+
+Task = QualityTask | SimulationTask
+
+
+def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task]:
+    """Per trace: the quality replays, then per period x policy x backfilling the baseline and every run."""
+    tasks: list[Task] = []
+    for entry in traces:
+        for spec in plan.quality_estimators:
+            tasks.append(QualityTask(len(tasks), entry.label, spec))
+        procs = entry.trace.machine_procs(plan.procs)
+        periods: list[str | None] = list(months_with_jobs(entry.trace)) if plan.monthly else [None]
+        for month in periods:
+            for policy in plan.policies:
+                for backfill in plan.backfills:
+                    runs = [(BASELINE_ESTIMATOR, BASELINE_MODE)]
+                    runs += [(spec, mode) for spec in plan.predicting_estimators for mode in plan.modes]
+                    for spec, mode in runs:
+                        tasks.append(
+                            SimulationTask(len(tasks), entry.label, month, spec, policy, backfill, mode, procs)
+                        )
+    return tasks
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What a task produced, and how long it took (kept apart: timings differ from run to run)."""
+
+    task: Task
+    result: dict[str, Any]
+    seconds: float
+
+
+class TaskError(RuntimeError):
+    """A task that failed, named, with its cause's message (and picklable, to cross process boundaries)."""
+
+
+def describe(task: Task) -> str:
+    """A task in words, for error messages."""
+    if isinstance(task, QualityTask):
+        return f"prediction quality of {task.estimator} on {task.trace}"
+    period = f" {task.month}" if task.month else ""
+    return (
+        f"simulation of {task.trace}{period}, {task.policy} + {task.backfill}, estimator {task.estimator}, "
+        f"mode {task.mode}"
+    )
+
+
+def clock(seconds: float) -> str:
+    """`m:ss`, or `h:mm:ss` from an hour up."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
