@@ -30,9 +30,9 @@ class LoadedTrace(Protocol):
     header: TraceHeader
 
 
-#: Reads `--trace` (None: the built-in workload), strictly or leniently.
-TraceLoader = Callable[[str | None, bool], LoadedTrace]
-#: Adds `--trace` and `--lenient` to a command.
+#: Reads the trace the parsed options name (`--trace`, `--lenient`, ...; no --trace: the built-in workload).
+TraceLoader = Callable[[argparse.Namespace], LoadedTrace]
+#: Adds the options a `TraceLoader` reads to a command.
 TraceOptions = Callable[[argparse.ArgumentParser], None]
 
 #: What `predict-eval` scores without `--estimator`: the users' requests and Tang et al.'s adjuster.
@@ -52,7 +52,7 @@ def _num(value: float | None) -> str:
 def cmd_predict_eval(args: argparse.Namespace, load_trace: TraceLoader) -> int:
     from predictor.offline import evaluate, percentile_grid
 
-    trace = load_trace(args.trace, args.lenient)
+    trace = load_trace(args)
     if args.grid:
         table = percentile_grid(trace.jobs, trace.path)
         print(table.to_string(index=False))
@@ -91,7 +91,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace, load_trace: TraceLoader) -> int:
     from predictor.estimators.lgbm.store import file_sha256, parse_until, train
 
-    trace = load_trace(args.trace, args.lenient)
+    trace = load_trace(args)
     epoch = trace.header.unix_start_time or 0
     until = None if args.until is None else parse_until(args.until, epoch)
     manifest = train(trace, args.out, args.estimator, until, epoch, file_sha256(args.trace) if args.trace else None)

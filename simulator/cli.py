@@ -33,12 +33,12 @@ EXIT_TASK_FAILED = 1
 _DEFAULTS = SimulationConfig(procs=1)
 
 
-def load_trace(path: str | None, lenient: bool = False) -> Trace:
-    """The trace at `path`, or the built-in synthetic workload."""
+def load_trace(args: argparse.Namespace) -> Trace:
+    """The trace `--trace` names (read with `--lenient` if given), or the built-in synthetic workload."""
     from simulator.traces.swf import read_swf
     from simulator.traces.workload import default_workload
 
-    return default_workload() if path is None else read_swf(path, lenient=lenient)
+    return default_workload() if args.trace is None else read_swf(args.trace, lenient=args.lenient)
 
 
 def _format_summary(summary: dict[str, Any]) -> str:
@@ -68,7 +68,7 @@ def _format_summary(summary: dict[str, Any]) -> str:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.experiment import run_simulation
 
-    trace = load_trace(args.trace, args.lenient)
+    trace = load_trace(args)
     config = SimulationConfig(trace.machine_procs(args.procs), args.policy, args.backfill, args.mode, args.correction)
     summary, result = run_simulation(
         trace, config, args.estimator, args.month, args.predictor_address, args.predictor_namespace
@@ -83,7 +83,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_trace_info(args: argparse.Namespace) -> int:
     from simulator.traces.swf import format_trace_info, trace_info
 
-    info = trace_info(load_trace(args.path, args.lenient))
+    info = trace_info(load_trace(args))
     print(format_trace_info(info))
     write_json(args.json, info)
     return 0
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     info = trace_commands.add_parser(
         "info", help="size, span, users, skipped jobs and request accuracy", formatter_class=formatter
     )
-    info.add_argument("path", nargs="?", help="SWF trace; default: the built-in synthetic workload")
+    info.add_argument("trace", nargs="?", metavar="PATH", help="SWF trace; default: the built-in synthetic workload")
     info.add_argument("--lenient", action="store_true", help="skip malformed lines (counted by reason)")
     info.add_argument("--json", metavar="OUT", help="write the summary as JSON")
     info.set_defaults(handler=cmd_trace_info)
