@@ -29,9 +29,9 @@ from predictor.estimators.percentile import (
 from predictor.estimators.percentile import (
     PercentileEstimator,
     adjusted_estimate,
-    interpolated_percentile,
 )
 from predictor.frames import finished_in_end_order, in_submission_order, jobs_to_requests
+from predictor.history import interpolated_percentile
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
 from predictor.scoring import prediction_scores

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from predictor.durations import SECONDS_PER_DAY, parse_duration
 from predictor.errors import SpecError
 from predictor.estimators.last2 import LastTwoEstimator
 from predictor.estimators.meanstd import MeanStdEstimator
-from predictor.estimators.percentile import PercentileEstimator, interpolated_percentile
-from predictor.history import SECONDS_PER_DAY, HistoryDiscardedError, parse_window
+from predictor.estimators.percentile import PercentileEstimator
+from predictor.history import HistoryDiscardedError, interpolated_percentile
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.registry import make_estimator
 
@@ -220,7 +221,7 @@ def assert_rejection_justified(asked, user, submit, window, history) -> None:
 )
 def test_percentile_equals_numpy_on_the_eligible_history(script, window, q, floor, min_jobs) -> None:
     estimator = PercentileEstimator(key="user", window=window, q=q, floor=floor, min_jobs=min_jobs)
-    seconds = parse_window(window)
+    seconds = parse_duration(window, "window", unbounded="all")
     asked: list[tuple[int, int]] = []
     for (user, submit, t_req), history, outcome in drive(estimator, script):
         if isinstance(outcome, HistoryDiscardedError):
@@ -243,7 +244,7 @@ def test_percentile_equals_numpy_on_the_eligible_history(script, window, q, floo
 @given(script=events(), window=st.sampled_from(["7d", "all"]), k=st.sampled_from([0.0, 1.5]))
 def test_mean_std_equals_numpy_on_the_eligible_history(script, window, k) -> None:
     estimator = MeanStdEstimator(key="user", window=window, k=k)
-    seconds = parse_window(window)
+    seconds = parse_duration(window, "window", unbounded="all")
     asked: list[tuple[int, int]] = []
     for (user, submit, t_req), history, outcome in drive(estimator, script):
         if isinstance(outcome, HistoryDiscardedError):
@@ -357,8 +358,16 @@ def test_specs_build_estimators_that_describe_themselves(spec: str, params: dict
     assert make_estimator(estimator.spec).get_params() == params
 
 
-def test_parse_window() -> None:
-    assert parse_window("30d") == 30 * DAY
-    assert parse_window("all") is None
-    with pytest.raises(ValueError, match="whole number of days"):
-        parse_window("0d")
+def test_one_duration_grammar_for_windows_and_periods() -> None:
+    assert parse_duration("30d", "window", unbounded="all") == 30 * DAY
+    assert parse_duration("12h", "retrain") == 12 * 3600
+    assert parse_duration("30m", "swap") == 1800
+    assert parse_duration("0s", "swap", zero=True) == 0
+    assert parse_duration("all", "window", unbounded="all") is None
+    assert parse_duration("never", "retrain", unbounded="never") is None
+    with pytest.raises(ValueError, match=r"window must be a whole number of days, hours.*or all; got '0d'"):
+        parse_duration("0d", "window", unbounded="all")
+    with pytest.raises(ValueError, match="retrain must be a whole number"):
+        parse_duration("all", "retrain", unbounded="never")
+    with pytest.raises(ValueError, match="window must be one of 30d, 60d"):
+        parse_duration("7d", "window", unbounded="all", allowed=("30d", "60d", "all"))

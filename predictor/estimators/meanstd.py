@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from typing import cast
 
+from predictor.durations import parse_duration
 from predictor.estimators.base import Estimator
-from predictor.history import KeyedHistory, key_function, parse_window
+from predictor.history import KeyedHistory, key_function
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
 KEYS = ("user", "group", "user+group", "user+executable", "user+executable+procs")
@@ -59,7 +60,7 @@ class MeanStdEstimator(Estimator):
 
     def __init__(self, key: str = "user", window: str = "7d", k: float = 1.5) -> None:
         history_key = key_function(key, KEYS)
-        self._window = parse_window(window)
+        self._window = parse_duration(window, "window", unbounded="all")
         if not k >= 0:
             raise ValueError(f"k must be a number of standard deviations >= 0; got {k}")
         self.key = key

@@ -14,32 +14,13 @@ from typing import cast
 
 from sortedcontainers import SortedList
 
+from predictor.durations import parse_duration
 from predictor.estimators.base import Estimator
-from predictor.history import KeyedHistory, key_function, parse_window
+from predictor.history import KeyedHistory, interpolated_percentile, key_function
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
 KEYS = ("user", "group", "user+group", "user+group+request")
 WINDOWS = ("30d", "60d", "90d", "180d", "365d", "all")
-
-
-def interpolated_percentile(sorted_values: Sequence[float], q: float) -> float:
-    """numpy.percentile(values, q) with the default linear method, from already sorted values.
-
-    Written with numpy's own arithmetic (virtual index (n-1) * q/100, and the
-    two-sided lerp) so that the result is bit-identical to numpy's.
-    """
-    count = len(sorted_values)
-    virtual = (count - 1) * (q / 100)
-    if virtual >= count - 1:
-        return sorted_values[count - 1]
-    previous = int(virtual)
-    gamma = virtual - previous
-    below = sorted_values[previous]
-    above = sorted_values[previous + 1]
-    difference = above - below
-    if gamma >= 0.5:
-        return above - difference * (1 - gamma)
-    return below + difference * gamma
 
 
 def adjusted_estimate(t_req: int, factor: float, floor: float) -> tuple[int, float]:
@@ -61,7 +42,7 @@ class PercentileEstimator(Estimator):
         floor: float = 0.5,
         min_jobs: int = 10,
     ) -> None:
-        self._window = parse_window(window, WINDOWS)
+        self._window = parse_duration(window, "window", unbounded="all", allowed=WINDOWS)
         if not 50 <= q <= 100:
             raise ValueError(f"q must be a percentile between 50 and 100; got {q}")
         if not 0 <= floor <= 1:

@@ -42,9 +42,10 @@ from typing import Any, Self
 import lightgbm as lgb
 import numpy as np
 
+from predictor.durations import parse_duration, required_duration
 from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
-from predictor.estimators.lgbm.features import SECONDS_PER_DAY, FeatureHistory, feature_names
+from predictor.estimators.lgbm.features import FeatureHistory, feature_names
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
@@ -67,23 +68,6 @@ N_FEATURES = len(feature_names())
 MIN_USER_CALIBRATION_JOBS = 200
 #: Fewest finished jobs the calibration rests on before it overrides `alpha`.
 MIN_CALIBRATION_JOBS = 200
-
-
-#: Seconds per unit of a duration such as `90d` or `1h`.
-DURATION_UNITS = {"d": SECONDS_PER_DAY, "h": 3600, "m": 60, "s": 1}
-
-
-def parse_duration(text: str, name: str, zero: bool = False) -> int | None:
-    """Seconds in a trace-time duration such as `90d`, `12h`, `30m`; None for `never`."""
-    if text == "never":
-        return None
-    number, unit = text[:-1], text[-1:]
-    if unit not in DURATION_UNITS or not number.isdigit() or (int(number) == 0 and not zero):
-        raise ValueError(
-            f"{name} must be a whole number of days, hours, minutes or seconds such as 7d, 12h, 30m "
-            f"or 90s, or never; got {text!r}"
-        )
-    return int(number) * DURATION_UNITS[unit]
 
 
 def candidate_estimates(t_req: np.ndarray) -> np.ndarray:
@@ -260,11 +244,6 @@ class LGBMQuantileEstimator(Estimator):
             raise ValueError(f"max_train ({max_train}) must be at least min_train ({min_train})")
         if not 0.0 < learning_rate <= 1.0:
             raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate}")
-        window_seconds = parse_duration(window, "window")
-        calibration_seconds = parse_duration(calibration, "calibration")
-        swap_seconds = parse_duration(swap, "swap", zero=True)
-        if window_seconds is None or calibration_seconds is None or swap_seconds is None:
-            raise ValueError("window, calibration and swap must be durations such as 90d (not never)")
         self.alpha = alpha
         self.target_under = target_under
         self.be_share = be_share
@@ -283,16 +262,16 @@ class LGBMQuantileEstimator(Estimator):
         self.max_train = max_train
         self.threads = threads
         self.seed = seed
-        self._window_seconds = window_seconds
-        self._retrain_seconds = parse_duration(retrain, "retrain")
-        self._swap_seconds = swap_seconds
+        self._window_seconds = required_duration(window, "window")
+        self._retrain_seconds = parse_duration(retrain, "retrain", unbounded="never")
+        self._swap_seconds = required_duration(swap, "swap", zero=True)
         self._features = FeatureHistory(ratio_edges=RATIO_EDGES)
-        self._calibration_seconds = calibration_seconds
+        self._calibration_seconds = required_duration(calibration, "calibration")
         self._calibrator = (
             UserCalibrator(
                 target_under,
                 be_share * target_under,
-                calibration_seconds,
+                self._calibration_seconds,
                 MIN_CALIBRATION_JOBS,
                 MIN_USER_CALIBRATION_JOBS if per_user else None,
                 adapt,

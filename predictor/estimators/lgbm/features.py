@@ -28,9 +28,9 @@ from collections.abc import Hashable, Sequence
 from math import log, log1p, sqrt
 from operator import attrgetter
 
+from predictor.durations import SECONDS_PER_DAY
+from predictor.history import EndSeries, interpolated_percentile
 from predictor.jobs import FinishedJob, JobRequest
-
-SECONDS_PER_DAY = 86_400
 
 #: History keys: which request fields identify "similar" jobs. (Group, user+group, user+executable
 #: and group-level keys were measured and added nothing; see docs/lgbm.md.)
@@ -109,65 +109,45 @@ def feature_encodings() -> list[dict[str, str]]:
     return encodings
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """numpy's default (linear) percentile of already sorted values."""
-    virtual = (len(sorted_values) - 1) * q
-    below = int(virtual)
-    if below >= len(sorted_values) - 1:
-        return sorted_values[-1]
-    return sorted_values[below] + (sorted_values[below + 1] - sorted_values[below]) * (virtual - below)
+class _KeySeries(EndSeries[tuple[float, float]]):
+    """One key's finished jobs in end order, each kept as (log(1 + runtime), R).
 
-
-class _EndSeries:
-    """One key's finished jobs in end order: end times, log runtimes, R values.
-
-    With `bins`, `counts[i]` also counts the jobs before index i per bin of R
-    (prefix sums, `len(counts) == len(ends) + 1`: the counts of any range are
-    one subtraction). The statistics of the latest window asked for are kept (`window`,
-    `stats`): the jobs of one user in a burst, or of one batch, ask for the
-    same window over and over.
+    With `bins`, `counts[i]` also counts the entries before position i per bin
+    of R (prefix sums over the physical list, one more than the entries: the
+    counts of any span are one subtraction). The statistics of the latest
+    window asked for are kept (`window`, `stats`): the jobs of one user in a
+    burst, or of one batch, ask for the same window over and over.
     """
 
-    __slots__ = ("counts", "ends", "logrts", "ratios", "stats", "window")
+    __slots__ = ("counts", "stats", "window")
 
     def __init__(self, bins: int | None = None) -> None:
-        self.ends: list[int] = []
-        self.logrts: list[float] = []
-        self.ratios: list[float] = []
+        super().__init__()
         self.window: tuple[int, int] = (0, 0)
         self.stats: list[float] = []
         self.counts: list[list[int]] | None = [[0] * bins] if bins else None
 
-    def append(self, end: int, logrt: float, ratio: float, bin_index: int) -> None:
+    def add(self, end: int, logrt: float, ratio: float, bin_index: int) -> None:
         """Add a finished job; `bin_index` is its R bin (ignored without `bins`)."""
-        ends = self.ends
+        position = self.insert(end, (logrt, ratio))
+        if position is None:
+            return
         counts = self.counts
-        if ends and end < ends[-1]:  # out of end order (a remote client): keep sorted
-            position = bisect_right(ends, end)
-            ends.insert(position, end)
-            self.logrts.insert(position, logrt)
-            self.ratios.insert(position, ratio)
+        if position < len(self.ends) - 1:  # out of end order (a remote client): later positions moved
             self.window = (0, 0)
             if counts is not None:
                 counts.insert(position + 1, list(counts[position]))
                 for later in counts[position + 1 :]:
                     later[bin_index] += 1
-            return
-        ends.append(end)
-        self.logrts.append(logrt)
-        self.ratios.append(ratio)
-        if counts is not None:
+        elif counts is not None:
             latest = list(counts[-1])
             latest[bin_index] += 1
             counts.append(latest)
 
-    def drop_before(self, end: int) -> None:
-        cut = bisect_left(self.ends, end)
-        if cut:
-            del self.ends[:cut], self.logrts[:cut], self.ratios[:cut]
-            if self.counts is not None:
-                del self.counts[:cut]
-            self.window = (0, 0)
+    def _compacted(self, count: int) -> None:
+        if self.counts is not None:
+            del self.counts[:count]
+        self.window = (0, 0)
 
 
 class FeatureHistory:
@@ -193,7 +173,7 @@ class FeatureHistory:
         self.horizon = horizon
         self.ratio_edges = tuple(ratio_edges)
         self._getters = {name: attrgetter(*fields) for name, fields in KEYS.items()}
-        self._series: dict[str, dict[Hashable, _EndSeries]] = {name: {} for name in KEYS}
+        self._series: dict[str, dict[Hashable, _KeySeries]] = {name: {} for name in KEYS}
         self._lookups = [(self._series[name], getter) for name, getter in self._getters.items()]
         #: In flight by user and by (user, t_req): job id -> submit time, in registration order.
         self._user_inflight: dict[int, dict[int, int]] = {}
@@ -232,8 +212,8 @@ class FeatureHistory:
             series = table.get(key)
             if series is None:
                 counted = name == COUNTED_KEY and bool(self.ratio_edges)
-                series = table[key] = _EndSeries(len(self.ratio_edges) + 1 if counted else None)
-            series.append(job.end, logrt, ratio, bin_index)
+                series = table[key] = _KeySeries(len(self.ratio_edges) + 1 if counted else None)
+            series.add(job.end, logrt, ratio, bin_index)
         if job.end > self._latest_end:
             self._latest_end = job.end
             if job.end - self._trimmed_at > self.window:
@@ -244,8 +224,10 @@ class FeatureHistory:
         for table in self._series.values():
             empty = []
             for key, series in table.items():
-                series.drop_before(before)
-                if not series.ends:
+                cut = bisect_left(series.ends, before, series.start)
+                if cut > series.start:
+                    series.discard_before(cut)
+                if not len(series):
                     empty.append(key)
             for key in empty:
                 del table[key]
@@ -291,34 +273,34 @@ class FeatureHistory:
         series = self._series[COUNTED_KEY].get(self._getters[COUNTED_KEY](job))
         if series is None or series.counts is None:
             return [0] * (len(self.ratio_edges) + 1)
-        ends = series.ends
-        hi = bisect_right(ends, job.submit)
-        lo = bisect_left(ends, job.submit - self.window, 0, hi)
+        lo, hi = series.span(job.submit - self.window, job.submit, complete=False)
         return [after - before for after, before in zip(series.counts[hi], series.counts[lo], strict=True)]
 
-    def _key_stats(self, series: _EndSeries, first: int, submit: int) -> list[float]:
+    def _key_stats(self, series: _KeySeries, first: int, submit: int) -> list[float]:
+        """A row's statistics of one key: from the history that remains (a training row of a job that
+        waited and ran longer than `horizon` is computed from part of its window)."""
         nan = float("nan")
-        ends = series.ends
-        hi = bisect_right(ends, submit)
-        if hi == 0:
+        lo, hi = series.span(first, submit, complete=False)
+        if hi == series.start:
             return [0.0] + [nan] * (len(KEY_STATS) - 1)
-        lo = bisect_left(ends, first, 0, hi)
         count = hi - lo
         last = hi - 1
-        head = [float(count), series.logrts[last], series.ratios[last], log1p(submit - ends[last])]
+        last_logrt, last_ratio = series.values[last]
+        head = [float(count), last_logrt, last_ratio, log1p(submit - series.ends[last])]
         if count == 0:
             return head + [nan] * (len(KEY_STATS) - len(head))
         window = (max(lo, hi - self.recent), hi)
         if series.window != window:
-            ratios = sorted(series.ratios[window[0] : hi])
-            logrts = series.logrts[window[0] : hi]
+            recent = series.values[window[0] : hi]
+            ratios = sorted(ratio for _, ratio in recent)
+            logrts = [logrt for logrt, _ in recent]
             size = len(logrts)
             mean = sum(logrts) / size
             variance = sum((x - mean) ** 2 for x in logrts) / size
             series.window = window
             series.stats = [
-                _percentile(ratios, 0.5),
-                _percentile(ratios, 0.85),
+                interpolated_percentile(ratios, 50),
+                interpolated_percentile(ratios, 85),
                 ratios[-1],
                 mean,
                 sqrt(variance),

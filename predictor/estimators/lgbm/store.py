@@ -23,6 +23,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from predictor.durations import SECONDS_PER_DAY
 from predictor.errors import ModelError, SpecError, TraceError, UsageError
 from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.estimator import (
@@ -37,7 +38,6 @@ from predictor.estimators.lgbm.features import (
     COUNTED_KEY,
     HISTORY_WINDOW,
     KEYS,
-    SECONDS_PER_DAY,
     feature_encodings,
     feature_names,
 )
