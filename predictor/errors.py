@@ -44,6 +44,10 @@ class NotFound(ServiceError):
     """The request names something the service does not hold (a namespace)."""
 
 
+class FailedPrecondition(ServiceError):
+    """The request cannot be answered in the current state (a job older than what the history has moved past)."""
+
+
 class Conflict(ServiceError):
     """The request raced with another that changed what it works on (a namespace reset meanwhile)."""
 

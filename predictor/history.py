@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
 
+from predictor.errors import TschedError
 from predictor.jobs import FinishedJob, JobRequest
 
 #: Discarded entries are physically dropped once they are at least this many
@@ -41,8 +42,8 @@ KEY_FIELDS = {
 V = TypeVar("V")
 
 
-class HistoryDiscardedError(ValueError):
-    """A query needs history that was discarded after a later query was answered."""
+class HistoryDiscardedError(TschedError, ValueError):
+    """A query needs history that was discarded (or a model that has seen its future) after a later query."""
 
 
 class WindowAggregate(Protocol[V]):

@@ -79,9 +79,12 @@ class FinishedJob(NamedTuple):
 class Prediction(NamedTuple):
     """An estimate t_sched with its explanation.
 
-    `factor` is Tang's A where the estimator has one; `basis` is how many
-    history jobs the estimate rests on; `fallback` is true when the estimator
-    had too little history and answered t_req.
+    `factor` is Tang's A where the estimator has one. `basis` is how many
+    finished jobs similar to this one (the estimator's key, in its window:
+    the adjuster's eligible history, mean + k sigma's window, last-two's two
+    jobs, the lgbm estimator's same user and request in the last 30 days) the
+    estimate draws on; 0 when it draws on none (the baselines, a model alone).
+    `fallback` is true when the estimator had too little history and answered t_req.
     """
 
     t_sched: int

@@ -85,7 +85,18 @@ def test_trains_on_schedule_and_estimates_within_the_request(jobs: pd.DataFrame)
     assert np.isin(modelled["factor"], CANDIDATES).all()
     last_submit = int(jobs["submit"].max())
     assert last_submit - 2 * DAY <= estimator.model.trained_at <= last_submit
-    assert estimator.model.jobs == modelled["basis"].iloc[-1]
+    # basis: the job's user+request jobs that ended in the 30 days before its submission (the key posterior's evidence)
+    ordered = jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
+    for position in modelled.index[-50:]:
+        job = ordered.iloc[position]
+        similar = (
+            (ordered["user"] == job["user"])
+            & (ordered["t_req"] == job["t_req"])
+            & (ordered["end"] <= job["submit"])
+            & (ordered["end"] >= job["submit"] - 30 * DAY)
+        )
+        assert frame["basis"].iloc[position] == similar.sum()
+    assert modelled["basis"].max() > 10
 
 
 def test_a_key_with_a_long_regular_history_outweighs_the_model(jobs: pd.DataFrame) -> None:

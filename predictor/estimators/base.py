@@ -1,9 +1,12 @@
 """The estimator interface every predictor implements.
 
-Modelled on scikit-learn's conventions: parameters go in the constructor and
-are returned by `get_params`; learned state is built by `fit` (a batch of
-finished jobs) or `observe` (one finished job, in order of end time); `predict`
-answers for one submitted job. Estimators do no I/O and read no clock.
+Modelled on scikit-learn's conventions: parameters are keyword-only
+constructor arguments stored unchanged under their own names and returned by
+`get_params`; learned state is built by `fit` (a batch of finished jobs) or
+`observe` (one finished job, in order of end time); `predict` answers for one
+submitted job. Estimators do no I/O and read no clock.
+`predictor.estimators.checks.check_estimator` is the executable form of this
+contract, and every registered estimator passes it.
 
 Causality contract: callers observe a job only once it has finished, in
 non-decreasing order of end time, and `predict(job)` must use only observed jobs
@@ -16,9 +19,20 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from concurrent.futures import Executor
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 from predictor.jobs import FinishedJob, JobRequest, Prediction
+
+#: What a call to `predict` may change, besides caches that never change an answer:
+#: - "history": it discards history that no later submission needs, so jobs must be predicted in
+#:   non-decreasing submission order; a question about an earlier submission afterwards raises
+#:   `predictor.history.HistoryDiscardedError` (it is never answered from part of its history);
+#: - "submissions": it records the job as submitted and in flight until it is observed finished, and
+#:   later predictions take that into account (a second question about the same job may be answered
+#:   differently);
+#: - "model": when the submission time passes a retraining point it snapshots the history and starts a
+#:   training, and it puts a trained model live once the submission time reaches the model's swap time.
+PredictEffect = Literal["history", "submissions", "model"]
 
 
 class Estimator(ABC):
@@ -27,6 +41,10 @@ class Estimator(ABC):
     name: ClassVar[str]
     #: True for estimators that are not allowed in a real scheduler (the oracle).
     evaluation_only: ClassVar[bool] = False
+    #: False for the baselines, whose answers do not depend on what they have observed.
+    learns: ClassVar[bool] = True
+    #: The effects `predict` may have (see `PredictEffect`); `check_estimator` checks that no other occurs.
+    predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset()
 
     @abstractmethod
     def reset(self) -> None:
@@ -40,15 +58,23 @@ class Estimator(ABC):
     def predict(self, job: JobRequest) -> Prediction:
         """Estimate the runtime of a job at its submission."""
 
+    def ready(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
+        """Bring what `observe` has learned into force now.
+
+        An estimator that trains models trains one on the jobs observed so far
+        and puts it live; the others learn as they observe and have nothing to do.
+        """
+
     def fit(self, jobs: Iterable[FinishedJob]) -> Self:
-        """Reset, then observe `jobs` in order of end time."""
+        """Reset, observe `jobs` in order of end time, then `ready`: the estimator can predict at once."""
         self.reset()
         for job in sorted(jobs, key=lambda j: (j.end, j.request.submit, j.request.job_id)):
             self.observe(job)
+        self.ready()
         return self
 
     def predict_many(self, jobs: Iterable[JobRequest]) -> list[Prediction]:
-        """Predict several jobs against the same history (no learning in between)."""
+        """Predict several jobs, in submission order, as `predict` would one by one."""
         return [self.predict(job) for job in jobs]
 
     def train_on(self, executor: Executor | None) -> None:  # noqa: B027 - an optional hook, a no-op by default
@@ -66,8 +92,12 @@ class Estimator(ABC):
         return [p.name for p in signature.parameters.values() if p.name != "self" and p.kind in kinds]
 
     def get_params(self) -> dict[str, Any]:
-        """The constructor parameters of this instance."""
+        """The constructor parameters of this instance, as they were given."""
         return {name: getattr(self, name) for name in self.param_names()}
+
+    def clone(self) -> Self:
+        """A new, unfitted estimator with the same parameters (as scikit-learn's `clone`)."""
+        return type(self)(**self.get_params())
 
     @property
     def spec(self) -> str:

@@ -12,6 +12,7 @@ class RequestEstimator(Estimator):
     """t_sched = t_req: what a scheduler does without predictions."""
 
     name = "request"
+    learns = False
 
     def reset(self) -> None:
         pass
@@ -32,6 +33,7 @@ class OracleEstimator(Estimator):
 
     name = "oracle"
     evaluation_only = True
+    learns = False
 
     def __init__(self) -> None:
         self._truth: Mapping[int, int] = {}

@@ -20,6 +20,7 @@ class LastTwoEstimator(Estimator):
     """
 
     name = "last2"
+    predict_effects = frozenset({"history"})
 
     def __init__(self) -> None:
         self._history: KeyedHistory[int] = KeyedHistory(attrgetter("user"))

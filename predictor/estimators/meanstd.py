@@ -57,8 +57,9 @@ class MeanStdEstimator(Estimator):
     """mean + k sigma of t_act over the same key's jobs in a trailing window."""
 
     name = "mean-std"
+    predict_effects = frozenset({"history"})
 
-    def __init__(self, key: str = "user", window: str = "7d", k: float = 1.5) -> None:
+    def __init__(self, *, key: str = "user", window: str = "7d", k: float = 1.5) -> None:
         history_key = key_function(key, KEYS)
         self._window = parse_duration(window, "window", unbounded="all")
         if not k >= 0:

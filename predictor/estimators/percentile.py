@@ -33,9 +33,11 @@ class PercentileEstimator(Estimator):
     """Percentile of the historical accuracy R of similar, recent jobs."""
 
     name = "percentile"
+    predict_effects = frozenset({"history"})
 
     def __init__(
         self,
+        *,
         key: str = "user+group+request",
         window: str = "30d",
         q: float = 85.0,

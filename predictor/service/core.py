@@ -24,9 +24,10 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.errors import Conflict, InvalidRequest, NotFound, SpecError
+from predictor.errors import Conflict, FailedPrecondition, InvalidRequest, NotFound, SpecError
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
+from predictor.history import HistoryDiscardedError
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.registry import available, make_estimator
 from predictor.service.state import CompletionStore, StoredNamespace
@@ -166,7 +167,10 @@ class Namespace:
         for start in range(0, len(requests), DEADLINE_CHECK_EVERY):
             if start:
                 check_deadline()
-            predictions += estimator.predict_many(requests[start : start + DEADLINE_CHECK_EVERY])
+            try:
+                predictions += estimator.predict_many(requests[start : start + DEADLINE_CHECK_EVERY])
+            except HistoryDiscardedError as error:
+                raise FailedPrecondition(str(error)) from None
         self.clock = latest
         return predictions
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from predictor.errors import Conflict, DeadlineExceeded, InvalidRequest, NotFound, ServiceError
+from predictor.errors import Conflict, DeadlineExceeded, FailedPrecondition, InvalidRequest, NotFound, ServiceError
 from predictor.proto import pb, rpc
 from predictor.service import codec
 from predictor.service.core import DeadlineCheck, PredictorCore
@@ -28,6 +28,7 @@ SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Predictor"].full_name
 STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
     InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Conflict: grpc.StatusCode.ABORTED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
 }

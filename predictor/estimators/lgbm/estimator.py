@@ -46,6 +46,7 @@ from predictor.durations import parse_duration, required_duration
 from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
 from predictor.estimators.lgbm.features import FeatureHistory, feature_names
+from predictor.history import HistoryDiscardedError
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
@@ -201,9 +202,11 @@ class LGBMQuantileEstimator(Estimator):
     """Distributional LightGBM on submit-time and history features, calibrated to `target_under`."""
 
     name = "lgbm-quantile"
+    predict_effects = frozenset({"history", "submissions", "model"})
 
     def __init__(
         self,
+        *,
         alpha: float = 0.9,
         target_under: float = 0.06,
         be_share: float = 0.25,
@@ -336,6 +339,15 @@ class LGBMQuantileEstimator(Estimator):
     def _row(self, job: JobRequest) -> list[float]:
         """The model's features of `job`, then its key's R class counts (see `TrainedModel.distribution`)."""
         return self._features.row(job) + self._features.ratio_counts(job)
+
+    def ready(self) -> None:
+        """Train a model on the jobs observed so far, as of the latest end, and put it live now."""
+        if not self._buffer:
+            return
+        data = self.training_data(max(entry[0] for entry in self._buffer))
+        if len(data) >= self.min_train:
+            self._training = None
+            self.install(self.train(data))
 
     def train_on(self, executor: Executor | None) -> None:
         self._executor = executor
@@ -514,6 +526,13 @@ class LGBMQuantileEstimator(Estimator):
 
     def _answer(self, jobs: list[JobRequest]) -> list[Prediction]:
         model = self._model
+        known = max(self._features.latest_end, model.trained_at if model is not None else 0)
+        if jobs[0].submit < known:
+            raise HistoryDiscardedError(
+                f"a job submitted at {jobs[0].submit} cannot be predicted once completions up to {known} have been "
+                "learned (the model, its calibration and the jobs in flight would know its future); predict jobs "
+                "at their submission, in order"
+            )
         features = self._features
         rows = []
         for job in jobs:  # each job is in flight for the rows of the jobs after it, as one by one
@@ -543,6 +562,7 @@ class LGBMQuantileEstimator(Estimator):
         pending = self._pending
         answers = []
         calibrated = (~uncalibrated).tolist()
+        similar = matrix[:, N_FEATURES:].sum(axis=1).astype(np.int64).tolist()  # the key's finished jobs
         for index, (job, factor) in enumerate(zip(jobs, factors.tolist(), strict=True)):
             pending[job.job_id] = (
                 job.submit,
@@ -551,5 +571,5 @@ class LGBMQuantileEstimator(Estimator):
                 penalty[index],
                 estimates[index] if calibrated[index] else None,
             )
-            answers.append(Prediction(t_sched=estimates[index], factor=factor, basis=model.jobs, fallback=False))
+            answers.append(Prediction(estimates[index], factor, similar[index], False))
         return answers

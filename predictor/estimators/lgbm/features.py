@@ -189,6 +189,11 @@ class FeatureHistory:
         self._latest_end = 0
         self._trimmed_at = 0
 
+    @property
+    def latest_end(self) -> int:
+        """The latest end of the jobs observed so far (0 before the first)."""
+        return self._latest_end
+
     def register(self, job: JobRequest) -> None:
         """Count `job` as in flight from its submission until it is observed finished."""
         self._user_inflight.setdefault(job.user, {})[job.job_id] = job.submit

@@ -1,0 +1,316 @@
+"""The estimator contract, executable: `check_estimator(estimator)` (after scikit-learn's `check_estimator`).
+
+Every registered estimator passes it (tests/test_contract.py), and a new one
+must. Each check raises AssertionError naming the rule it found broken:
+
+- parameters are keyword-only, stored unchanged, and round-trip through the SPEC;
+- `fit` equals `reset`, `observe` one by one in end order, then `ready`; after
+  it the estimator answers from history at once;
+- `predict_many` answers as `predict` one by one;
+- every estimate lies in [1 s, t_req];
+- causality: no prediction depends on a job that ended after the submission
+  (checked by changing the future, in a replay and with every job observed
+  up front); skipped for evaluation-only estimators (the oracle reads the future by design);
+- a clone, and an estimator rebuilt from the SPEC, answer identically;
+- `predict` has no effect beyond those the estimator declares (`Estimator.predict_effects`).
+
+The checks run on `contract_workload`, a small deterministic set of users
+whose jobs use a steady share of their requests, so that every learning
+estimator has history to answer from and a broken rule shows.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.estimators.base import Estimator
+from predictor.estimators.baselines import OracleEstimator
+from predictor.history import HistoryDiscardedError
+from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.offline import causal_replay
+from predictor.registry import make_estimator
+
+#: How a question about a job was answered: a prediction, or a refusal to answer from part of the history.
+Outcome = Prediction | str
+REFUSED = "refused: history discarded"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Jobs in submission order, the same jobs finished (in end order), and the jobs asked about."""
+
+    requests: list[JobRequest]
+    finished: list[FinishedJob]
+    #: Positions in `requests` of the jobs the checks ask about: late ones, whose users have history.
+    probes: list[int]
+
+    @property
+    def truth(self) -> dict[int, int]:
+        return {job.request.job_id: job.runtime for job in self.finished}
+
+
+def contract_workload(jobs: int = 1500, seed: int = 0) -> Workload:
+    """Ten users over about 40 days, each with two habitual requests and a steady share of them used."""
+    rng = np.random.default_rng(seed)
+    users = rng.integers(0, 10, jobs)
+    habits = rng.uniform(0.05, 0.9, (10, 2))
+    choice = rng.integers(0, 2, jobs)
+    t_req = np.array([3600, 14400])[choice] * (1 + users % 3)
+    ratio = np.clip(habits[users, choice] * rng.lognormal(0.0, 0.25, jobs), 0.001, 1.0)
+    runtime = np.maximum(0, np.rint(ratio * t_req)).astype(np.int64)
+    submit = np.cumsum(rng.exponential(2300.0, jobs)).astype(np.int64) + 1
+    wait = rng.integers(0, 7200, jobs)
+    end = submit + wait + runtime
+    requests = [
+        JobRequest(index, int(submit[index]), int(users[index]), int(users[index] % 3), int(t_req[index]),
+                   int(rng.integers(1, 65)), int(choice[index]), int(users[index] * 2 + choice[index]))
+        for index in range(jobs)
+    ]  # fmt: skip
+    finished = sorted(
+        (FinishedJob(request, int(end[index]), int(runtime[index])) for index, request in enumerate(requests)),
+        key=lambda job: (job.end, job.request.submit, job.request.job_id),
+    )
+    probes = list(range(jobs * 3 // 4, jobs, max(1, jobs // 24)))
+    return Workload(requests, finished, probes)
+
+
+def check_estimator(estimator: Estimator, workload: Workload | None = None) -> None:
+    """Run every check of the contract on `estimator` (which is not changed: checks work on clones)."""
+    workload = workload or contract_workload()
+    for check in CHECKS:
+        check(estimator, workload)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _fresh(estimator: Estimator, workload: Workload) -> Estimator:
+    """An unfitted clone; the oracle is handed the workload's actual runtimes, as an evaluation would."""
+    clone = estimator.clone()
+    if isinstance(clone, OracleEstimator):
+        clone.bind_truth(workload.truth)
+    return clone
+
+
+def _ask(estimator: Estimator, job: JobRequest) -> Outcome:
+    try:
+        return estimator.predict(job)
+    except HistoryDiscardedError:
+        return REFUSED
+
+
+def _replay(estimator: Estimator, workload: Workload) -> list[Prediction]:
+    """Every job predicted at its submission from the jobs that ended by then (as `tsched predict-eval`)."""
+    return causal_replay(workload.requests, workload.finished, estimator.observe, estimator.predict)
+
+
+def _ended_by(workload: Workload, moment: int) -> list[FinishedJob]:
+    return [job for job in workload.finished if job.end <= moment]
+
+
+def _later(workload: Workload) -> list[JobRequest]:
+    """Jobs submitted after every job of the workload ended, in submission order, like the probes."""
+    last = max(job.end for job in workload.finished)
+    return [job._replace(submit=last + 60 * number) for number, job in enumerate(workload.requests[p] for p in workload.probes)]
+
+
+def _fail(estimator: Estimator, rule: str) -> AssertionError:
+    return AssertionError(f"{estimator.spec}: {rule}")
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def _variants(value: object) -> list[object]:
+    """The value and a neighbour of the same type: a constructor that alters what it stores shows on one of them."""
+    if isinstance(value, bool):
+        return [value, not value]
+    if isinstance(value, int):
+        return [value, value + 1]
+    if isinstance(value, float):
+        return [value, value * 1.01 + 0.001]
+    return [value]
+
+
+def check_parameters(estimator: Estimator, workload: Workload) -> None:
+    """Keyword-only constructor parameters, stored unchanged under their names, rebuilt from the SPEC."""
+    signature = inspect.signature(type(estimator).__init__)
+    named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = [p.name for p in signature.parameters.values() if p.name != "self" and p.kind in named]
+    positional = [p.name for p in signature.parameters.values() if p.name != "self" and p.kind in named[:2]]
+    if positional:
+        raise _fail(estimator, f"constructor parameters must be keyword-only: {', '.join(positional)}")
+    params = estimator.get_params()
+    if list(params) != parameters:
+        raise _fail(estimator, f"get_params() names {list(params)}, the constructor {parameters}")
+    for name, value in params.items():
+        for given in _variants(value):
+            try:
+                stored = type(estimator)(**{**params, name: given}).get_params()[name]
+            except ValueError:
+                continue  # out of the parameter's range
+            if type(stored) is not type(given) or stored != given:
+                raise _fail(estimator, f"parameter {name}={given!r} is stored as {stored!r}")
+    from_spec = make_estimator(estimator.spec).get_params()
+    for name, value in params.items():
+        if type(from_spec[name]) is not type(value) or from_spec[name] != value:
+            raise _fail(estimator, f"parameter {name}={value!r} comes back from the SPEC as {from_spec[name]!r}")
+
+
+def check_fit(estimator: Estimator, workload: Workload) -> None:
+    """`fit` = reset + observe in end order + ready; a fitted estimator answers from history at once."""
+    fitted = _fresh(estimator, workload)
+    fitted.fit(workload.finished[::-1])  # fit orders the jobs itself
+    stepwise = _fresh(estimator, workload)
+    stepwise.fit(workload.finished[: len(workload.finished) // 2])  # fit starts from scratch
+    stepwise.reset()
+    for job in workload.finished:
+        stepwise.observe(job)
+    stepwise.ready()
+    questions = _later(workload)
+    answers = [fitted.predict(job) for job in questions]
+    if answers != [stepwise.predict(job) for job in questions]:
+        raise _fail(estimator, "fit() answers differently from reset(), observe() one by one and ready()")
+    if "model" not in estimator.predict_effects:
+        observed = _fresh(estimator, workload)
+        for job in workload.finished:
+            observed.observe(job)
+        if answers != [observed.predict(job) for job in questions]:
+            raise _fail(estimator, "ready() changed the answers of an estimator that declares no model")
+    if estimator.learns and all(answer.fallback for answer in answers):
+        raise _fail(estimator, "after fit() every answer is a fallback: it does not answer from history")
+    many = _fresh(estimator, workload).fit(workload.finished).predict_many(questions)
+    if many != answers:
+        raise _fail(estimator, "predict_many() answers differently from predict() one by one")
+
+
+def check_estimates_within_request(estimator: Estimator, workload: Workload) -> None:
+    """Every estimate is an integer number of seconds in [1, t_req]; learning estimators learn."""
+    answers = _replay(_fresh(estimator, workload), workload)
+    for job, answer in zip(workload.requests, answers, strict=True):
+        if not (isinstance(answer.t_sched, int) and 1 <= answer.t_sched <= job.t_req):
+            raise _fail(estimator, f"job {job.job_id}: t_sched {answer.t_sched!r} outside [1, t_req={job.t_req}]")
+        if answer.basis < 0:
+            raise _fail(estimator, f"job {job.job_id}: negative basis {answer.basis}")
+    if estimator.learns and all(answer.fallback for answer in answers):
+        raise _fail(estimator, "a whole replay fell back to t_req: it never answers from history")
+
+
+def with_new_future(workload: Workload, position: int, seed: int) -> Workload:
+    """The workload with every job still running at the submission of `requests[position]` given a new
+    runtime (each still ending after that submission).
+
+    Odd seeds draw the runtimes at random; even seeds end every running job
+    one second after the submission, which catches an estimator that looks
+    even a second ahead.
+    """
+    rng = np.random.default_rng(seed)
+    moment = workload.requests[position].submit
+    changed = []
+    for job in workload.finished:
+        if job.end <= moment:
+            changed.append(job)
+            continue
+        start = job.end - job.runtime
+        lowest = max(0, moment - start + 1)
+        runtime = int(rng.integers(lowest, job.request.t_req + 1)) if seed % 2 and lowest <= job.request.t_req else lowest
+        changed.append(FinishedJob(job.request, start + runtime, runtime))
+    changed.sort(key=lambda job: (job.end, job.request.submit, job.request.job_id))
+    return Workload(workload.requests, changed, workload.probes)
+
+
+def _replayed_answer(estimator: Estimator, workload: Workload, position: int) -> Outcome:
+    """The answer a replay gives job `position` (the jobs after it cannot matter, so they are not replayed)."""
+    estimator = _fresh(estimator, workload)
+    asked = workload.requests[: position + 1]
+    return causal_replay(asked, workload.finished, estimator.observe, estimator.predict)[position]
+
+
+def _answer_after_observing_everything(estimator: Estimator, workload: Workload, position: int) -> Outcome:
+    """As a service answers a late question: every completion already observed, the future included."""
+    told = _fresh(estimator, workload)
+    for job in workload.finished:
+        told.observe(job)
+    return _ask(told, workload.requests[position])
+
+
+def future_leaks(
+    estimator: Estimator, workload: Workload, answer: Callable[[Estimator, Workload, int], Outcome]
+) -> list[int]:
+    """Positions of the probes whose answer changed when the future changed."""
+    return [
+        position
+        for seed, position in enumerate(workload.probes)
+        if answer(estimator, workload, position) != answer(estimator, with_new_future(workload, position, seed), position)
+    ]
+
+
+def check_causality(estimator: Estimator, workload: Workload) -> None:
+    """No prediction depends on a job that ended after the submission (evaluation-only estimators exempt)."""
+    if estimator.evaluation_only:
+        return
+    for answer, how in ((_replayed_answer, "in a replay"), (_answer_after_observing_everything, "told the future")):
+        leaks = future_leaks(estimator, workload, answer)
+        if leaks:
+            job = workload.requests[leaks[0]]
+            raise _fail(estimator, f"{how}, the answer for job {job.job_id} changed when jobs ending after its "
+                                   f"submission ({job.submit}) changed: it reads the future")  # fmt: skip
+
+
+def check_clones_answer_alike(estimator: Estimator, workload: Workload) -> None:
+    """A clone and an estimator rebuilt from the SPEC give the same answers as the original."""
+    reference = _replay(_fresh(estimator, workload), workload)
+    rebuilt = make_estimator(estimator.spec)
+    if isinstance(rebuilt, OracleEstimator):
+        rebuilt.bind_truth(workload.truth)
+    for other, how in ((_fresh(estimator, workload), "a clone"), (rebuilt, "the estimator its SPEC builds")):
+        if _replay(other, workload) != reference:
+            raise _fail(estimator, f"{how} answers differently")
+
+
+def check_predict_effects(estimator: Estimator, workload: Workload) -> None:
+    """`predict` changes nothing beyond the effects the estimator declares."""
+    effects = estimator.predict_effects
+    moment = workload.finished[len(workload.finished) // 2].end
+    earlier = [job for job in workload.requests if job.submit <= moment][-5:]
+    later = [job for job in workload.requests if job.submit > moment][:40]
+    history = _ended_by(workload, later[0].submit)
+
+    def fitted() -> Estimator:
+        return _fresh(estimator, workload).fit(history)
+
+    before = [_ask(fitted(), job) for job in earlier]
+    asked = fitted()
+    for job in later:
+        asked.predict(job)
+    after = [_ask(asked, job) for job in earlier]
+    for job, first, second in zip(earlier, before, after, strict=True):
+        if second == REFUSED and "history" not in effects:
+            raise _fail(estimator, f"job {job.job_id}: refused after later submissions were predicted, "
+                                   "but no 'history' effect is declared")  # fmt: skip
+        if second not in (first, REFUSED) and "submissions" not in effects:
+            raise _fail(estimator, f"job {job.job_id}: answered {second} after later submissions were predicted, "
+                                   f"{first} before, but no 'submissions' effect is declared (and the 'history' "
+                                   "effect only allows refusing, never answering from part of the history)")  # fmt: skip
+    if "submissions" not in effects:
+        probe = later[-1]
+        alone = fitted().predict(probe)
+        crowded = fitted()
+        answers = [crowded.predict(job) for job in [*later, probe]]
+        if answers[-1] != alone or answers[-1] != answers[-2]:
+            raise _fail(estimator, f"job {probe.job_id}: the answer depends on what else was predicted, "
+                                   "but no 'submissions' effect is declared")  # fmt: skip
+
+
+CHECKS: Sequence[Callable[[Estimator, Workload], None]] = (
+    check_parameters,
+    check_fit,
+    check_estimates_within_request,
+    check_causality,
+    check_clones_answer_alike,
+    check_predict_effects,
+)
