@@ -6,7 +6,7 @@ lgbm-quantile over all of SDSC-SP2 (load + replay with weekly retraining +
 scoring) in under 60 s. The machine is shared: each figure is the best of
 `--repeat` runs, and CPU seconds are shown next to wall seconds.
 
-    /work/venv/bin/python benchmarks/bench_lgbm.py [--traces DIR] [--estimator SPEC] [--repeat N]
+    python benchmarks/bench_lgbm.py [--traces DIR] [--estimator SPEC] [--repeat N]
 """
 
 from __future__ import annotations

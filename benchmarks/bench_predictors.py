@@ -4,7 +4,7 @@ Targets: under 10 us per prediction in-process for percentile, last2 and
 mean-std, and predict-eval with the percentile adjuster over SDSC-SP2 (load +
 replay + scoring) in under 3 s.
 
-    /work/venv/bin/python benchmarks/bench_predictors.py [--traces DIR] [--estimator SPEC ...] [--repeat N]
+    python benchmarks/bench_predictors.py [--traces DIR] [--estimator SPEC ...] [--repeat N]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ nghttp2-client`), which sends the same Predict request as raw gRPC frames from
 C++. Every response is checked to be the full answer (a refused call carries
 no message). Every number printed is measured here, now.
 
-    /work/venv/bin/python benchmarks/bench_service.py [--traces DIR] [--estimator SPEC] [--skip-simulation]
+    python benchmarks/bench_service.py [--traces DIR] [--estimator SPEC] [--skip-simulation]
 """
 
 from __future__ import annotations

@@ -13,25 +13,14 @@ import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pandas as pd
 
-
-class TraceHeader(Protocol):
-    unix_start_time: int | None
-
-
-class LoadedTrace(Protocol):
-    """What the predictor's commands need of a trace (`simulator.traces.swf.Trace` fits)."""
-
-    path: str
-    jobs: pd.DataFrame
-    header: TraceHeader
-
+from predictor.frames import TraceLike
 
 #: Reads the trace the parsed options name (`--trace`, `--lenient`, ...; no --trace: the built-in workload).
-TraceLoader = Callable[[argparse.Namespace], LoadedTrace]
+TraceLoader = Callable[[argparse.Namespace], TraceLike]
 #: Adds the options a `TraceLoader` reads to a command.
 TraceOptions = Callable[[argparse.ArgumentParser], None]
 

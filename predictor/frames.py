@@ -9,11 +9,34 @@ conversions, so a trace is turned into jobs in one way only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import pandas as pd
 
 from predictor.errors import TraceError
 from predictor.jobs import JOB_FIELD_NAMES, FinishedJob, JobRequest
+
+
+class TraceHeader(Protocol):
+    @property
+    def unix_start_time(self) -> int | None:
+        """The trace's second 0 as a Unix time, when known."""
+
+
+class TraceLike(Protocol):
+    """What the predictor needs of a parsed trace (`simulator.traces.swf.Trace` fits): `predictor` reads
+    trace files through whoever supplies them, and never imports the simulator."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def jobs(self) -> pd.DataFrame:
+        """One row per replayable job, with at least `REQUIRED_COLUMNS`."""
+
+    @property
+    def header(self) -> TraceHeader: ...
+
 
 #: JobRequest's fields, in constructor order, are read from the columns of the same name.
 REQUEST_COLUMNS = JOB_FIELD_NAMES

@@ -40,18 +40,19 @@ KEY_FIELDS = {
 }
 
 V = TypeVar("V")
+V_contra = TypeVar("V_contra", contravariant=True)
 
 
 class HistoryDiscardedError(TschedError, ValueError):
     """A query needs history that was discarded (or a model that has seen its future) after a later query."""
 
 
-class WindowAggregate(Protocol[V]):
+class WindowAggregate(Protocol[V_contra]):
     """A summary of the values inside a window, updated one value at a time."""
 
-    def add(self, value: V) -> None: ...
+    def add(self, value: V_contra) -> None: ...
 
-    def remove(self, value: V) -> None: ...
+    def remove(self, value: V_contra) -> None: ...
 
     def clear(self) -> None: ...
 

@@ -27,7 +27,8 @@ _ESTIMATORS = {
 
 def _load(name: str) -> type[Estimator]:
     module, _, cls = _ESTIMATORS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    loaded: type[Estimator] = getattr(importlib.import_module(module), cls)
+    return loaded
 
 
 def available() -> dict[str, type[Estimator]]:

@@ -25,7 +25,7 @@ def accuracy(t_est: np.ndarray, t_act: np.ndarray) -> np.ndarray:
 
 
 def categories(t_est: np.ndarray, t_act: np.ndarray, t_req: np.ndarray) -> dict[str, float]:
-    """Fractions of jobs in each category (paper-decisions.md).
+    """Fractions of jobs in each category (docs/definitions.md).
 
     NA: t_est == t_req; OE: t_act <= t_est < t_req; UE: under by at most 1800 s;
     BE: under by more than 1800 s. The four add up to 1.

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from predictor.estimators.baselines import OracleEstimator
 from predictor.registry import make_estimator
 from predictor.session import LocalSession, PredictionSession
 from simulator.engine import SimulationConfig, SimulationResult, simulate
@@ -34,7 +35,7 @@ def open_session(
     if estimator.evaluation_only:
         truth = dict(zip(jobs["job_id"].tolist(), jobs["t_act"].tolist(), strict=True))
     if address is None:
-        if truth is not None:
+        if isinstance(estimator, OracleEstimator) and truth is not None:
             estimator.bind_truth(truth)
         return LocalSession(estimator)
     from predictor.service.client import RemoteSession  # grpc is only imported for the service path

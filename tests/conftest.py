@@ -13,6 +13,13 @@ from simulator.traces.workload import generate_workload
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads the real traces is marked `traces`, so that `-m "not traces"` leaves it out."""
+    for item in items:
+        if "traces_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.traces)
+
+
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
     """The folder of real SWF traces; the test is skipped on a machine without it."""

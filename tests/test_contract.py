@@ -30,6 +30,8 @@ SPECS = [
     "percentile:key=user,window=all,q=60,floor=0,min_jobs=3",
     "mean-std:key=user+executable,window=all,k=0.5",
 ]
+#: Checking an estimator that trains models takes seconds.
+SLOW = {spec for spec in SPECS if spec.startswith("lgbm")}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,9 @@ def test_every_registered_estimator_is_checked() -> None:
     assert {spec.partition(":")[0] for spec in SPECS} == set(available())
 
 
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize(
+    "spec", [pytest.param(spec, marks=[pytest.mark.slow] if spec in SLOW else []) for spec in SPECS]
+)
 def test_estimator_passes_the_contract(spec: str, workload) -> None:
     check_estimator(make_estimator(spec), workload)
 

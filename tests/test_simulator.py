@@ -580,7 +580,6 @@ def test_conservative_never_starts_a_job_after_its_first_reservation(policy, est
     assert not late, f"jobs started after their first reservation (trace index: (start, reservation)): {late}"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backfill", ["easy", "conservative"])
 def test_invariants_over_the_kth_trace(traces_dir, backfill):
     trace = read_swf(traces_dir / "KTH-SP2-1996-2.1-cln.swf.gz")

@@ -341,7 +341,6 @@ def _independent_replayable_count(path: Path) -> int:
     return int(((raw[3] >= 0) & (size > 0) & (raw[8] > 0)).sum())
 
 
-@pytest.mark.slow
 def test_sdsc_sp2(traces_dir, tmp_path):
     path = traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz"
     trace = read_swf(path)
@@ -356,7 +355,6 @@ def test_sdsc_sp2(traces_dir, tmp_path):
     assert again.header.lines == trace.header.lines
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "records", "procs"), [("HPC2N-2002-2.2-cln", 202_871, 240), ("CTC-SP2-1996-3.1-cln", 77_222, 338)]
 )

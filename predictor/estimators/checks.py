@@ -65,11 +65,20 @@ def contract_workload(jobs: int = 1500, seed: int = 0) -> Workload:
     submit = np.cumsum(rng.exponential(2300.0, jobs)).astype(np.int64) + 1
     wait = rng.integers(0, 7200, jobs)
     end = submit + wait + runtime
+    procs = rng.integers(1, 65, jobs)
     requests = [
-        JobRequest(index, int(submit[index]), int(users[index]), int(users[index] % 3), int(t_req[index]),
-                   int(rng.integers(1, 65)), int(choice[index]), int(users[index] * 2 + choice[index]))
+        JobRequest(
+            job_id=index,
+            submit=int(submit[index]),
+            user=int(users[index]),
+            group=int(users[index] % 3),
+            t_req=int(t_req[index]),
+            procs=int(procs[index]),
+            queue=int(choice[index]),
+            executable=int(users[index] * 2 + choice[index]),
+        )
         for index in range(jobs)
-    ]  # fmt: skip
+    ]
     finished = sorted(
         (FinishedJob(request, int(end[index]), int(runtime[index])) for index, request in enumerate(requests)),
         key=lambda job: (job.end, job.request.submit, job.request.job_id),
@@ -115,7 +124,10 @@ def _ended_by(workload: Workload, moment: int) -> list[FinishedJob]:
 def _later(workload: Workload) -> list[JobRequest]:
     """Jobs submitted after every job of the workload ended, in submission order, like the probes."""
     last = max(job.end for job in workload.finished)
-    return [job._replace(submit=last + 60 * number) for number, job in enumerate(workload.requests[p] for p in workload.probes)]
+    return [
+        job._replace(submit=last + 60 * number)
+        for number, job in enumerate(workload.requests[p] for p in workload.probes)
+    ]
 
 
 def _fail(estimator: Estimator, rule: str) -> AssertionError:
@@ -217,7 +229,9 @@ def with_new_future(workload: Workload, position: int, seed: int) -> Workload:
             continue
         start = job.end - job.runtime
         lowest = max(0, moment - start + 1)
-        runtime = int(rng.integers(lowest, job.request.t_req + 1)) if seed % 2 and lowest <= job.request.t_req else lowest
+        runtime = (
+            int(rng.integers(lowest, job.request.t_req + 1)) if seed % 2 and lowest <= job.request.t_req else lowest
+        )
         changed.append(FinishedJob(job.request, start + runtime, runtime))
     changed.sort(key=lambda job: (job.end, job.request.submit, job.request.job_id))
     return Workload(workload.requests, changed, workload.probes)
@@ -245,7 +259,8 @@ def future_leaks(
     return [
         position
         for seed, position in enumerate(workload.probes)
-        if answer(estimator, workload, position) != answer(estimator, with_new_future(workload, position, seed), position)
+        if answer(estimator, workload, position)
+        != answer(estimator, with_new_future(workload, position, seed), position)
     ]
 
 
@@ -257,8 +272,11 @@ def check_causality(estimator: Estimator, workload: Workload) -> None:
         leaks = future_leaks(estimator, workload, answer)
         if leaks:
             job = workload.requests[leaks[0]]
-            raise _fail(estimator, f"{how}, the answer for job {job.job_id} changed when jobs ending after its "
-                                   f"submission ({job.submit}) changed: it reads the future")  # fmt: skip
+            rule = (
+                f"{how}, the answer for job {job.job_id} changed when jobs ending after its submission "
+                f"({job.submit}) changed: it reads the future"
+            )
+            raise _fail(estimator, rule)
 
 
 def check_clones_answer_alike(estimator: Estimator, workload: Workload) -> None:
@@ -290,20 +308,25 @@ def check_predict_effects(estimator: Estimator, workload: Workload) -> None:
     after = [_ask(asked, job) for job in earlier]
     for job, first, second in zip(earlier, before, after, strict=True):
         if second == REFUSED and "history" not in effects:
-            raise _fail(estimator, f"job {job.job_id}: refused after later submissions were predicted, "
-                                   "but no 'history' effect is declared")  # fmt: skip
+            rule = (
+                f"job {job.job_id}: refused after later submissions were predicted, but no 'history' effect is declared"
+            )
+            raise _fail(estimator, rule)
         if second not in (first, REFUSED) and "submissions" not in effects:
-            raise _fail(estimator, f"job {job.job_id}: answered {second} after later submissions were predicted, "
-                                   f"{first} before, but no 'submissions' effect is declared (and the 'history' "
-                                   "effect only allows refusing, never answering from part of the history)")  # fmt: skip
+            rule = (
+                f"job {job.job_id}: answered {second} after later submissions were predicted, {first} before, "
+                "but no 'submissions' effect is declared (a 'history' effect may refuse, never answer from part "
+                "of the history)"
+            )
+            raise _fail(estimator, rule)
     if "submissions" not in effects:
         probe = later[-1]
         alone = fitted().predict(probe)
         crowded = fitted()
         answers = [crowded.predict(job) for job in [*later, probe]]
         if answers[-1] != alone or answers[-1] != answers[-2]:
-            raise _fail(estimator, f"job {probe.job_id}: the answer depends on what else was predicted, "
-                                   "but no 'submissions' effect is declared")  # fmt: skip
+            rule = f"job {probe.job_id}: the answer depends on what else was predicted, but no 'submissions' effect"
+            raise _fail(estimator, rule + " is declared")
 
 
 CHECKS: Sequence[Callable[[Estimator, Workload], None]] = (

@@ -64,7 +64,7 @@ class PredictorError(TschedError):
         self.code = code
         self.details = details
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[PredictorError], tuple[str, grpc.StatusCode, str]]:
         """Rebuild from the three arguments, so the error crosses process boundaries (joblib, Dask)."""
         return (type(self), (self.address, self.code, self.details))
 
@@ -133,7 +133,8 @@ class PredictorClient:
         """Report finished jobs (in end order); return how many were new to the namespace."""
         request = pb.ObserveCompletionsRequest(namespace=namespace)
         add_completions(request.completions, finished)
-        return self._call(self._stub.ObserveCompletions, request, timeout).accepted
+        response: pb.ObserveCompletionsResponse = self._call(self._stub.ObserveCompletions, request, timeout)
+        return response.accepted
 
     def sync(
         self,
@@ -177,12 +178,13 @@ class PredictorClient:
     def reset_namespace(self, namespace: str = "", timeout: float | None = None) -> int:
         """Forget a namespace's history; return how many completions it held."""
         request = pb.ResetNamespaceRequest(namespace=namespace)
-        return self._call(self._stub.ResetNamespace, request, timeout).forgotten
+        response: pb.ResetNamespaceResponse = self._call(self._stub.ResetNamespace, request, timeout)
+        return response.forgotten
 
     def health(self, service: str = "", timeout: float | None = None) -> str:
         """The grpc.health.v1 status name (SERVING, NOT_SERVING, ...)."""
         response = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service), timeout)
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
 
     def close(self) -> None:
         self._channel.close()
@@ -229,7 +231,8 @@ class SyncStream:
         self._deadline = time.monotonic() + timeout
         self._outbox.put(request)
         try:
-            return next(self._responses)
+            response: pb.SyncResponse = next(self._responses)
+            return response
         except grpc.RpcError as error:
             self.close()
             code = grpc.StatusCode.DEADLINE_EXCEEDED if self._timed_out else error.code()

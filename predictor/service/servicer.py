@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import grpc
 
 from predictor.errors import Conflict, DeadlineExceeded, FailedPrecondition, InvalidRequest, NotFound, ServiceError
+from predictor.jobs import UNSET_SUBMIT
 from predictor.proto import pb, rpc
 from predictor.service import codec
 from predictor.service.core import DeadlineCheck, PredictorCore
@@ -39,7 +40,7 @@ Response = TypeVar("Response")
 
 def status_code(error: ServiceError) -> grpc.StatusCode:
     for kind in type(error).__mro__:
-        code = STATUS_CODES.get(kind)  # type: ignore[call-overload]
+        code = STATUS_CODES.get(kind)
         if code is not None:
             return code
     return grpc.StatusCode.INVALID_ARGUMENT
@@ -100,7 +101,7 @@ def deadline_of(context: grpc.ServicerContext) -> DeadlineCheck:
     return check
 
 
-class PredictorServicer(rpc.PredictorServicer):  # type: ignore[misc]
+class PredictorServicer(rpc.PredictorServicer):
     """The generated gRPC interface, served by a `PredictorCore`."""
 
     def __init__(self, core: PredictorCore) -> None:
@@ -123,7 +124,7 @@ class PredictorServicer(rpc.PredictorServicer):  # type: ignore[misc]
                 fallback=prediction.fallback,
             ),
             estimator=answer.estimator,
-            submit=answer.clock if job.submit == codec.UNSET_SUBMIT else job.submit,
+            submit=answer.clock if job.submit == UNSET_SUBMIT else job.submit,
             namespace=answer.namespace,
         )
 

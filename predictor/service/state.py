@@ -104,7 +104,8 @@ class CompletionStore:
             ns_id = self._namespace_ids.get(namespace)
             if ns_id is None:
                 cursor = self._db.execute("INSERT INTO namespaces (name, clock) VALUES (?, ?)", (namespace, clock))
-                ns_id = self._namespace_ids[namespace] = int(cursor.lastrowid)
+                assert cursor.lastrowid is not None  # an INSERT into a rowid table
+                ns_id = self._namespace_ids[namespace] = cursor.lastrowid
             else:
                 self._db.execute("UPDATE namespaces SET clock = ? WHERE id = ?", (clock, ns_id))
             placeholders = ", ".join("?" * (len(JOB_COLUMNS) + 2))

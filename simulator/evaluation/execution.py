@@ -176,7 +176,8 @@ def execute(
 def _trace_from_file(path: str) -> Trace:
     """A worker process unpickles each trace once, not once per task (tasks come grouped by trace)."""
     with open(path, "rb") as source:
-        return pickle.load(source)
+        trace: Trace = pickle.load(source)
+    return trace
 
 
 def _run_task_from_file(task: Task, trace_file: str, address: str | None, run_id: str) -> TaskOutcome:

@@ -119,8 +119,8 @@ def monthly_plot(
                 runs[f"{metric}_vs_baseline"].to_numpy() * BASELINE_LEVEL,
                 marker="o",
                 markersize=3,
-                color=colors.get(spec),
-                label=spec,
+                color=colors.get(str(spec)),
+                label=str(spec),
             )
         ax.set_xticks(range(len(months)), months, rotation=90, fontsize=7)
         ax.set_ylabel(f"{name} (baseline = {BASELINE_LEVEL:g})")

@@ -2,7 +2,7 @@
 
 Everything here is computed from the task outcomes alone, so a report can be
 checked against its own results.csv. Improvement of a metric over the
-baseline is (baseline - value) / baseline (paper-decisions.md): positive is
+baseline is (baseline - value) / baseline (docs/definitions.md): positive is
 better. The baseline of a run is `request` in mode `none` on the same trace,
 period, policy and backfilling.
 """
@@ -52,7 +52,7 @@ PACKAGES = (
     "tsched",
     "numpy",
     "pandas",
-    "scikit-learn",
+
     "lightgbm",
     "joblib",
     "grpcio",
@@ -163,20 +163,12 @@ def timings_table(outcomes: list[TaskOutcome]) -> pd.DataFrame:
     rows = []
     for outcome in outcomes:
         task = outcome.task
-        simulation = isinstance(task, SimulationTask)
-        rows.append(
-            {
-                "task": task.index,
-                "kind": "simulation" if simulation else "quality",
-                "trace": task.trace,
-                "month": (task.month or "") if simulation else "",
-                "estimator": task.estimator,
-                "policy": task.policy if simulation else "",
-                "backfill": task.backfill if simulation else "",
-                "mode": task.mode if simulation else "",
-                "seconds": round(outcome.seconds, 3),
-            }
-        )
+        row = {"task": task.index, "kind": "quality", "trace": task.trace, "month": "", "estimator": task.estimator}
+        row |= {"policy": "", "backfill": "", "mode": "", "seconds": round(outcome.seconds, 3)}
+        if isinstance(task, SimulationTask):
+            row |= {"kind": "simulation", "month": task.month or "", "policy": task.policy}
+            row |= {"backfill": task.backfill, "mode": task.mode}
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -214,9 +206,9 @@ def _versions() -> str:
     return f"Python {platform.python_version()} ({platform.platform()}); " + ", ".join(found)
 
 
-def slug(text: str) -> str:
-    """A file-name-safe version of a label."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+def slug(text: object) -> str:
+    """A file-name-safe version of a label (a table key, whatever pandas types it as)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-")
 
 
 def _quality_section(
@@ -275,7 +267,7 @@ def _quality_section(
         frontier = f"frontier-{slug(trace)}.png"
         cdf = f"accuracy-cdf-{slug(trace)}.png"
         frontier_plot(table, f"{trace}: accuracy against underestimation", out / frontier, colors)
-        accuracy_cdf_plot(curves[trace], f"{trace}: CDF of accuracy (Tang et al. Fig. 11)", out / cdf, colors)
+        accuracy_cdf_plot(curves[str(trace)], f"{trace}: CDF of accuracy (Tang et al. Fig. 11)", out / cdf, colors)
         lines += [f"![accuracy and underestimation]({frontier}) ![CDF of accuracy]({cdf})", ""]
     return lines
 

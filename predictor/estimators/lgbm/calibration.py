@@ -51,7 +51,8 @@ def choose(expected_accuracy: np.ndarray, penalty: np.ndarray, multiplier: float
 
     `multiplier` is one number, or a column with one per row.
     """
-    return np.argmax(expected_accuracy - multiplier * penalty, axis=-1)
+    chosen: np.ndarray = np.argmax(expected_accuracy - multiplier * penalty, axis=-1)
+    return chosen
 
 
 def choose_quantile(under_probability: np.ndarray, alpha: float) -> np.ndarray:
@@ -59,7 +60,8 @@ def choose_quantile(under_probability: np.ndarray, alpha: float) -> np.ndarray:
 
     The last candidate (the request itself) never underestimates, so a choice always exists.
     """
-    return np.argmax(1.0 - under_probability >= alpha - 1e-12, axis=-1)
+    chosen: np.ndarray = np.argmax(1.0 - under_probability >= alpha - 1e-12, axis=-1)
+    return chosen
 
 
 def conformity_scores(
@@ -211,12 +213,15 @@ class UserCalibrator:
         min_user_jobs: int | None,
         adapt: float = 0.0,
     ) -> None:
-        self._make = lambda: TrailingCalibrator(target_under, target_bad, window, min_jobs, adapt)
+        self._settings = (target_under, target_bad, window, min_jobs, adapt)
         self.everybody = self._make()
         self.min_user_jobs = min_user_jobs
         self._users: dict[int, TrailingCalibrator] = {}
         self._entries: deque[tuple[int, int, int, int]] = deque()  # (end, user, under, bad)
         self.window = window
+
+    def _make(self) -> TrailingCalibrator:
+        return TrailingCalibrator(*self._settings)
 
     def __len__(self) -> int:
         return len(self.everybody)
@@ -258,7 +263,7 @@ class UserCalibrator:
 
     def _serving(self, user: int) -> TrailingCalibrator:
         calibrator = self._users.get(user)  # None without per-user windows
-        if calibrator is not None and len(calibrator) >= self.min_user_jobs:
+        if calibrator is not None and self.min_user_jobs is not None and len(calibrator) >= self.min_user_jobs:
             return calibrator
         return self.everybody
 

@@ -88,7 +88,8 @@ def bad_shift(t_req: np.ndarray) -> np.ndarray:
 
 def class_of(ratios: np.ndarray) -> np.ndarray:
     """The bin index of each R."""
-    return np.searchsorted(np.asarray(RATIO_EDGES), ratios, side="right")
+    classes: np.ndarray = np.searchsorted(np.asarray(RATIO_EDGES), ratios, side="right")
+    return classes
 
 
 def class_ratio_quantiles(ratios: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -123,7 +124,8 @@ class TrainingData:
 
     @property
     def ratios(self) -> np.ndarray:
-        return np.minimum(1.0, self.runtimes / self.t_req)
+        ratios: np.ndarray = np.minimum(1.0, self.runtimes / self.t_req)
+        return ratios
 
     def head(self, count: int) -> TrainingData:
         """The first `count` jobs (in end order), as a snapshot taken when the last of them ended."""
@@ -183,7 +185,7 @@ class TrainedModel:
         this costs one small matrix product per distinct request.
         """
         counts = rows[:, N_FEATURES:]
-        predicted = self.booster.predict(rows[:, :N_FEATURES], num_threads=1)
+        predicted = np.asarray(self.booster.predict(rows[:, :N_FEATURES], num_threads=1))
         posterior = (prior_jobs * predicted + counts) / (prior_jobs + counts.sum(axis=1, keepdims=True))
         probabilities = (1 - HEDGE) * posterior + HEDGE / CLASSES
         under_padded = np.concatenate([self._class_under, np.zeros((CLASSES, 1))], axis=1)
@@ -365,11 +367,12 @@ class LGBMQuantileEstimator(Estimator):
         request = job.request
         pending = self._pending.pop(request.job_id, None)
         served = None
+        accuracy: np.ndarray | None = None
+        penalty: np.ndarray | None = None
         if pending is not None and pending[0] == request.submit:
             _, row, accuracy, penalty, served = pending
         else:
             row = np.asarray(self._row(request), dtype=np.float64)
-            accuracy = penalty = None
             if self._calibrator is not None and self._model is not None:
                 # The live model was trained before this job ended: scoring it is still out of sample.
                 accuracies, _, penalties = self._assess(self._model, row[None], np.array([request.t_req]))
@@ -379,7 +382,7 @@ class LGBMQuantileEstimator(Estimator):
         buffer.append((job.end, row, job.runtime, request.t_req, request.user))
         while buffer[0][0] < job.end - self._window_seconds:
             buffer.popleft()
-        if self._calibrator is not None and accuracy is not None:
+        if self._calibrator is not None and accuracy is not None and penalty is not None:
             under, bad = conformity_scores(
                 accuracy[None], penalty[None], candidate_estimates(np.array([request.t_req])), np.array([job.runtime])
             )
@@ -486,19 +489,21 @@ class LGBMQuantileEstimator(Estimator):
     def _advance(self, now: int) -> None:
         """At trace time `now`: start a training that is due, and put a model whose time has come live."""
         if self._retrain_due(now):
+            assert self._retrain_seconds is not None  # a retraining is never due with retrain=never
             self._next_retrain = now + self._retrain_seconds  # also when there is too little to train on
             data = self.training_data(now)
             if len(data) >= self.min_train:
+                model: Future[TrainedModel]
                 if self._executor is not None:
                     model = self._executor.submit(self.train, data)
                 else:
                     model = Future()
                     model.set_result(self.train(data))
                 self._training = (now + self._swap_seconds, model)
-        if self._swap_due(now):
-            _, model = self._training
+        training = self._training
+        if training is not None and now >= training[0]:
             self._training = None
-            self.install(model.result())  # waits only where trace time outruns training: a replay
+            self.install(training[1].result())  # waits only where trace time outruns training: a replay
 
     # -- predicting -------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Sequence
 from math import log, log1p, sqrt
 from operator import attrgetter
+from typing import TypeVar
 
 from predictor.durations import SECONDS_PER_DAY
 from predictor.history import EndSeries, interpolated_percentile
@@ -107,6 +108,26 @@ def feature_encodings() -> list[dict[str, str]]:
             for stat in KEY_STATS
         ]
     return encodings
+
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+def _land_in(flights: dict[Key, dict[int, int]], key: Key, job_id: int) -> None:
+    """A job in flight under `key` has finished."""
+    flying = flights.get(key)
+    if flying is not None and flying.pop(job_id, None) is not None and not flying:
+        del flights[key]
+
+
+def _forget_submitted_before(flights: dict[Key, dict[int, int]], before: int) -> None:
+    """Jobs submitted that long ago and never reported finished are forgotten."""
+    for key in list(flights):
+        flying = flights[key]
+        for job_id in [job_id for job_id, submit in flying.items() if submit < before]:
+            del flying[job_id]
+        if not flying:
+            del flights[key]
 
 
 class _KeySeries(EndSeries[tuple[float, float]]):
@@ -200,10 +221,8 @@ class FeatureHistory:
         self._key_inflight.setdefault((job.user, job.t_req), {})[job.job_id] = job.submit
 
     def _land(self, job: JobRequest) -> None:
-        for table, key in ((self._user_inflight, job.user), (self._key_inflight, (job.user, job.t_req))):
-            flying = table.get(key)
-            if flying is not None and flying.pop(job.job_id, None) is not None and not flying:
-                del table[key]
+        _land_in(self._user_inflight, job.user, job.job_id)
+        _land_in(self._key_inflight, (job.user, job.t_req), job.job_id)
 
     def observe(self, job: FinishedJob) -> None:
         request = job.request
@@ -236,13 +255,8 @@ class FeatureHistory:
                     empty.append(key)
             for key in empty:
                 del table[key]
-        for flights in (self._user_inflight, self._key_inflight):
-            for key in list(flights):  # submitted that long ago and never reported finished: forget
-                flying = flights[key]
-                for job_id in [job_id for job_id, submit in flying.items() if submit < before]:
-                    del flying[job_id]
-                if not flying:
-                    del flights[key]
+        _forget_submitted_before(self._user_inflight, before)
+        _forget_submitted_before(self._key_inflight, before)
         self._trimmed_at = self._latest_end
 
     def row(self, job: JobRequest) -> list[float]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import lightgbm as lgb
 import numpy as np
@@ -41,7 +41,7 @@ from predictor.estimators.lgbm.features import (
     feature_encodings,
     feature_names,
 )
-from predictor.frames import finished_from_frame, jobs_to_requests
+from predictor.frames import TraceLike, finished_from_frame, jobs_to_requests
 from predictor.offline import causal_replay
 from predictor.registry import make_estimator, parse_spec
 from predictor.scoring import prediction_scores
@@ -57,13 +57,6 @@ DEFAULT_HELD_OUT_DAYS = 30
 TRAINED_ESTIMATOR = LGBMQuantileEstimator.name
 #: Estimators scored on the held-out period next to the model, for context.
 REFERENCE_SPECS = ("request", "percentile")
-
-
-class TraceLike(Protocol):
-    """What training needs from a parsed trace (`simulator.traces.swf.Trace` fits)."""
-
-    path: str
-    jobs: pd.DataFrame
 
 
 def file_sha256(path: str | Path) -> str:

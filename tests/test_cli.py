@@ -1,0 +1,150 @@
+"""Every `tsched` subcommand, run through `main` as a user runs it; user errors are one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from predictor.service.client import PredictorClient, PredictorError
+from simulator import cli
+from simulator.cli import main
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small generated workload written as SWF by `tsched trace generate`."""
+    path = tmp_path_factory.mktemp("cli") / "small.swf"
+    assert main(["trace", "generate", "--jobs", "3000", "--procs", "64", "--seed", "5", "--out", str(path)]) == 0
+    return path
+
+
+def test_trace_generate_writes_what_it_says(trace_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = trace_file.with_name("again.swf.gz")
+    assert main(["trace", "generate", "--jobs", "3000", "--procs", "64", "--seed", "5", "--out", str(out)]) == 0
+    assert "3000 jobs on 64 processors" in capsys.readouterr().out
+    assert main(["trace", "info", str(out)]) == 0
+    assert "3,000 replayable jobs" in capsys.readouterr().out
+
+
+def test_trace_info_prints_and_writes_json(
+    trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = tmp_path / "info.json"
+    assert main(["trace", "info", str(trace_file), "--json", str(summary)]) == 0
+    assert "64 processors" in capsys.readouterr().out
+    assert json.loads(summary.read_text())["jobs"] == 3000
+
+
+def test_simulate_prints_metrics_and_writes_json_and_jobs(
+    trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary, jobs = tmp_path / "run.json", tmp_path / "jobs.csv"
+    arguments = ["simulate", "--trace", str(trace_file), "--policy", "wfp", "--estimator", "percentile"]
+    assert main([*arguments, "--mode", "selective", "--json", str(summary), "--jobs-csv", str(jobs)]) == 0
+    printed = capsys.readouterr().out
+    assert "wfp + easy backfilling, 64 processors, mode selective" in printed
+    result = json.loads(summary.read_text())
+    assert result["jobs"] == 3000 and result["mode"] == "selective" and result["avg_wait"] >= 0
+    assert len(jobs.read_text().splitlines()) == 3001
+
+
+def test_predict_eval_scores_every_estimator(
+    trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "eval.json"
+    arguments = ["predict-eval", "--trace", str(trace_file), "--estimator", "request", "--estimator", "last2"]
+    assert main([*arguments, "--json", str(report), "--csv", str(tmp_path / "eval.csv")]) == 0
+    assert "last2" in capsys.readouterr().out
+    assert [row["estimator"] for row in json.loads(report.read_text())["results"]] == ["request", "last2"]
+
+
+def test_predict_eval_grid(trace_file: Path, tmp_path: Path) -> None:
+    grid = tmp_path / "grid.csv"
+    assert main(["predict-eval", "--trace", str(trace_file), "--grid", "--csv", str(grid)]) == 0
+    assert len(grid.read_text().splitlines()) == 1 + 4 * 6 * 8 * 2
+
+
+def test_evaluate_writes_a_report(trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report"
+    arguments = ["evaluate", "--trace", str(trace_file), "--estimators", "request,last2", "--policies", "fcfs"]
+    assert main([*arguments, "--modes", "selective", "--workers", "1", "--in-process", "--out", str(out)]) == 0
+    assert "report:" in capsys.readouterr().out
+    assert (out / "report.md").is_file() and (out / "results.csv").is_file()
+
+
+def test_train_writes_a_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "models" / "synthetic"
+    assert main(["train", "--estimator", "lgbm-quantile:trees=5", "--out", str(folder)]) == 0
+    assert "trained lgbm-quantile" in capsys.readouterr().out
+    assert json.loads((folder / "manifest.json").read_text())["training"]["jobs"] > 500
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
+    address = f"127.0.0.1:{_free_port()}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "simulator.cli", "serve", "--listen", address, "--estimator", "last2"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with PredictorClient(address, timeout=1.0) as client:
+            for _ in range(100):
+                try:
+                    if client.health() == "SERVING":
+                        break
+                except PredictorError:
+                    time.sleep(0.1)
+        arguments = ["predict", "--address", address, "--user", "3", "--group", "1", "--request", "3600"]
+        assert main([*arguments, "--procs", "4", "--json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["t_sched"] == 3600 and answer["fallback"] is True and answer["estimator"] == "last2"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, log = server.communicate(timeout=30)
+    assert server.returncode == 0
+    assert "predictor service stopped" in log
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["simulate", "--trace", "/no/such/trace.swf"], "no such file"),
+        (["simulate", "--estimator", "percentil"], "unknown estimator 'percentil'"),
+        (["simulate", "--procs", "0"], "positive processor count"),
+        (["predict-eval", "--estimator", "percentile:q=5"], "q must be a percentile between 50 and 100"),
+        (["evaluate", "--policies", "lifo"], "'lifo' is not one of"),
+        (
+            ["predict", "--address", "127.0.0.1:1", "--user", "1", "--group", "1", "--request", "60", "--procs", "1"],
+            "UNAVAILABLE",
+        ),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("tsched: error: ") and message in error and error.count("\n") == 1
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(_args: object) -> int:
+        raise KeyError("a bug, not a user error")
+
+    monkeypatch.setattr(cli, "cmd_simulate", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        main(["simulate"])
