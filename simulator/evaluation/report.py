@@ -52,7 +52,6 @@ PACKAGES = (
     "tsched",
     "numpy",
     "pandas",
-
     "lightgbm",
     "joblib",
     "grpcio",
