@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
@@ -71,6 +72,14 @@ class PositionalLastTwo(LastTwoEstimator):
         self.scale = scale
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
+class Unchecked(PercentileEstimator):
+    """Skips the validation its parameters' declarations promise."""
+
+    def __post_init__(self) -> None:
+        self._initialise()
+
+
 class RoundingPercentile(PercentileEstimator):
     """Stores a parameter other than it was given."""
 
@@ -84,6 +93,8 @@ def test_parameter_check_catches_positional_and_altered_parameters(workload) -> 
         check_parameters(PositionalLastTwo(), workload)
     with pytest.raises(AssertionError, match=r"q=86\.861 is stored as 87\.0"):
         check_parameters(RoundingPercentile(q=85.5), workload)
+    with pytest.raises(AssertionError, match=r"accepts q=nan, though it is declared in \[50, 100\]"):
+        check_parameters(Unchecked(), workload)
 
 
 class ForgetfulFit(LastTwoEstimator):

@@ -15,11 +15,13 @@ whose end is at or before `job.submit`.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 
@@ -34,9 +36,102 @@ from predictor.jobs import FinishedJob, JobRequest, Prediction
 #:   training, and it puts a trained model live once the submission time reaches the model's swap time.
 PredictEffect = Literal["history", "submissions", "model"]
 
+T = TypeVar("T")
+#: Where a parameter's declaration is kept in its dataclass field's metadata.
+_DECLARATION = "tsched.parameter"
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """What a parameter admits: numbers finite and within [low, high] (open ends where said), or one of `choices`;
+    `check` validates what bounds cannot say (a duration's grammar) by raising ValueError."""
+
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] | None = None
+    check: Callable[[Any], object] | None = None
+
+    def admits(self) -> str:
+        """The values admitted, in words, for error messages and listings."""
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
+        low, high = _number(self.low), _number(self.high)
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'above' if self.low_open else 'at least'} {low}"
+        if self.high is not None:
+            return f"{'below' if self.high_open else 'at most'} {high}"
+        return "any value"
+
+    def refused(self, default: Any) -> list[Any]:
+        """Values of the default's type that this declaration must refuse (for the contract check)."""
+        if self.choices is not None:
+            return ["no such choice"]
+        if isinstance(default, bool) or not isinstance(default, int | float):
+            return []
+        step = 1 if isinstance(default, int) else 0.5
+        values: list[Any] = [] if isinstance(default, int) else [math.nan, math.inf]
+        if self.low is not None:
+            values.append(type(default)(self.low if self.low_open else self.low - step))
+        if self.high is not None:
+            values.append(type(default)(self.high if self.high_open else self.high + step))
+        return values
+
+    def validate(self, name: str, value: Any) -> None:
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"{name} must be {self.admits()}; got {value!r}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            low_ok = self.low is None or (value > self.low if self.low_open else value >= self.low)
+            high_ok = self.high is None or (value < self.high if self.high_open else value <= self.high)
+            if not (math.isfinite(value) and low_ok and high_ok):
+                raise ValueError(f"{name} must be {self.admits()}; got {value!r}")
+        if self.check is not None:
+            self.check(value)
+
+
+def _number(value: float | None) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def parameter(
+    default: T,
+    doc: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    choices: tuple[str, ...] | None = None,
+    check: Callable[[T], object] | None = None,
+) -> T:
+    """A constructor parameter of an estimator (a dataclass field), declared once with what it admits.
+
+    The estimator's base class validates every declared parameter when the
+    estimator is built, so a value out of range is refused with its name and
+    the range, and no estimator can forget to check one.
+    """
+    declaration = Declaration(doc, low, high, low_open, high_open, choices, check)
+    value: T = dataclasses.field(default=default, metadata={_DECLARATION: declaration})
+    return value
+
+
+def declarations(cls: type[Estimator]) -> dict[str, Declaration]:
+    """Every declared parameter of an estimator class, in constructor order."""
+    fields: dict[str, dataclasses.Field[Any]] = getattr(cls, "__dataclass_fields__", {})
+    return {name: field.metadata[_DECLARATION] for name, field in fields.items() if _DECLARATION in field.metadata}
+
 
 class Estimator(ABC):
-    """Base class: subclasses set `name` and implement `reset`, `observe`, `predict`."""
+    """Base class: subclasses set `name` and implement `reset`, `observe`, `predict`.
+
+    A subclass is a dataclass (`@dataclass(kw_only=True, eq=False, repr=False)`)
+    whose fields are its parameters, each declared with `parameter`; it builds
+    its learned state in `_initialise`, called once the parameters are validated.
+    """
 
     name: ClassVar[str]
     #: True for estimators that are not allowed in a real scheduler (the oracle).
@@ -45,6 +140,14 @@ class Estimator(ABC):
     learns: ClassVar[bool] = True
     #: The effects `predict` may have (see `PredictEffect`); `check_estimator` checks that no other occurs.
     predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset()
+
+    def __post_init__(self) -> None:
+        for name, declaration in declarations(type(self)).items():
+            declaration.validate(name, getattr(self, name))
+        self._initialise()
+
+    def _initialise(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
+        """Build what the estimator learns into, from its (validated) parameters."""
 
     @abstractmethod
     def reset(self) -> None:

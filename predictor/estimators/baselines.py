@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from predictor.estimators.base import Estimator
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class RequestEstimator(Estimator):
     """t_sched = t_req: what a scheduler does without predictions."""
 
@@ -24,6 +26,7 @@ class RequestEstimator(Estimator):
         return Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True)
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class OracleEstimator(Estimator):
     """t_sched = t_act, for evaluation only: the upper bound of what prediction can give.
 
@@ -35,7 +38,7 @@ class OracleEstimator(Estimator):
     evaluation_only = True
     learns = False
 
-    def __init__(self) -> None:
+    def _initialise(self) -> None:
         self._truth: Mapping[int, int] = {}
 
     def bind_truth(self, runtimes: Mapping[int, int]) -> None:

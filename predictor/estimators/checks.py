@@ -3,7 +3,8 @@
 Every registered estimator passes it (tests/test_contract.py), and a new one
 must. Each check raises AssertionError naming the rule it found broken:
 
-- parameters are keyword-only, stored unchanged, and round-trip through the SPEC;
+- parameters are keyword-only, stored unchanged, refused outside what they are declared to admit, and
+  round-trip through the SPEC;
 - `fit` equals `reset`, `observe` one by one in end order, then `ready`; after
   it the estimator answers from history at once;
 - `predict_many` answers as `predict` one by one;
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor.estimators.base import Estimator
+from predictor.estimators.base import Estimator, declarations
 from predictor.estimators.baselines import OracleEstimator
 from predictor.history import HistoryDiscardedError
 from predictor.jobs import FinishedJob, JobRequest, Prediction
@@ -167,6 +168,13 @@ def check_parameters(estimator: Estimator, workload: Workload) -> None:
                 continue  # out of the parameter's range
             if type(stored) is not type(given) or stored != given:
                 raise _fail(estimator, f"parameter {name}={given!r} is stored as {stored!r}")
+    for name, declaration in declarations(type(estimator)).items():
+        for value in declaration.refused(params[name]):
+            try:
+                type(estimator)(**{**params, name: value})
+            except ValueError:
+                continue
+            raise _fail(estimator, f"accepts {name}={value!r}, though it is declared {declaration.admits()}")
     from_spec = make_estimator(estimator.spec).get_params()
     for name, value in params.items():
         if type(from_spec[name]) is not type(value) or from_spec[name] != value:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from operator import attrgetter
+from typing import ClassVar
 
-from predictor.estimators.base import Estimator
+from predictor.estimators.base import Estimator, PredictEffect
 from predictor.history import KeyedHistory
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
@@ -12,6 +14,7 @@ from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 RECENT_JOBS = 2
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class LastTwoEstimator(Estimator):
     """Mean t_act of the same user's two most recently finished jobs, capped at t_req.
 
@@ -19,10 +22,10 @@ class LastTwoEstimator(Estimator):
     that ended at the same second keep the order they were observed in.
     """
 
-    name = "last2"
-    predict_effects = frozenset({"history"})
+    name: ClassVar[str] = "last2"
+    predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset({"history"})
 
-    def __init__(self) -> None:
+    def _initialise(self) -> None:
         self._history: KeyedHistory[int] = KeyedHistory(attrgetter("user"))
 
     def reset(self) -> None:

@@ -7,10 +7,11 @@ population standard deviations, capped at t_req; fewer than two jobs: t_req.
 from __future__ import annotations
 
 import math
-from typing import cast
+from dataclasses import dataclass
+from typing import ClassVar, cast
 
 from predictor.durations import parse_duration
-from predictor.estimators.base import Estimator
+from predictor.estimators.base import Estimator, PredictEffect, parameter
 from predictor.history import KeyedHistory, key_function
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
@@ -53,21 +54,24 @@ class RunningMoments:
         return self.total / count + k * math.sqrt(spread) / count
 
 
+def _window_duration(text: str) -> int | None:
+    return parse_duration(text, "window", unbounded="all")
+
+
+@dataclass(kw_only=True, eq=False, repr=False)
 class MeanStdEstimator(Estimator):
     """mean + k sigma of t_act over the same key's jobs in a trailing window."""
 
-    name = "mean-std"
-    predict_effects = frozenset({"history"})
+    name: ClassVar[str] = "mean-std"
+    predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset({"history"})
 
-    def __init__(self, *, key: str = "user", window: str = "7d", k: float = 1.5) -> None:
-        history_key = key_function(key, KEYS)
-        self._window = parse_duration(window, "window", unbounded="all")
-        if not k >= 0:
-            raise ValueError(f"k must be a number of standard deviations >= 0; got {k}")
-        self.key = key
-        self.window = window
-        self.k = k
-        self._history: KeyedHistory[int] = KeyedHistory(history_key, RunningMoments)
+    key: str = parameter("user", "which jobs are similar", choices=KEYS)
+    window: str = parameter("7d", "how far back similar jobs count (a duration, or all)", check=_window_duration)
+    k: float = parameter(1.5, "standard deviations above the mean", low=0, high=100)
+
+    def _initialise(self) -> None:
+        self._window = _window_duration(self.window)
+        self._history: KeyedHistory[int] = KeyedHistory(key_function(self.key, KEYS), RunningMoments)
 
     def reset(self) -> None:
         self._history.clear()

@@ -10,12 +10,13 @@ percentile, floor 0.5, at least 10 jobs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from dataclasses import dataclass
+from typing import ClassVar, cast
 
 from sortedcontainers import SortedList
 
 from predictor.durations import parse_duration
-from predictor.estimators.base import Estimator
+from predictor.estimators.base import Estimator, PredictEffect, parameter
 from predictor.history import KeyedHistory, interpolated_percentile, key_function
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
@@ -29,34 +30,22 @@ def adjusted_estimate(t_req: int, factor: float, floor: float) -> tuple[int, flo
     return clamp_estimate(t_req * applied, t_req), applied
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class PercentileEstimator(Estimator):
     """Percentile of the historical accuracy R of similar, recent jobs."""
 
-    name = "percentile"
-    predict_effects = frozenset({"history"})
+    name: ClassVar[str] = "percentile"
+    predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset({"history"})
 
-    def __init__(
-        self,
-        *,
-        key: str = "user+group+request",
-        window: str = "30d",
-        q: float = 85.0,
-        floor: float = 0.5,
-        min_jobs: int = 10,
-    ) -> None:
-        self._window = parse_duration(window, "window", unbounded="all", allowed=WINDOWS)
-        if not 50 <= q <= 100:
-            raise ValueError(f"q must be a percentile between 50 and 100; got {q}")
-        if not 0 <= floor <= 1:
-            raise ValueError(f"floor must be between 0 (no floor) and 1; got {floor}")
-        if min_jobs < 1:
-            raise ValueError(f"min_jobs must be at least 1; got {min_jobs}")
-        self.key = key
-        self.window = window
-        self.q = q
-        self.floor = floor
-        self.min_jobs = min_jobs
-        self._history: KeyedHistory[float] = KeyedHistory(key_function(key, KEYS), SortedList)
+    key: str = parameter("user+group+request", "which jobs are similar", choices=KEYS)
+    window: str = parameter("30d", "how far back similar jobs count (by end time)", choices=WINDOWS)
+    q: float = parameter(85.0, "the percentile of their R taken as A", low=50, high=100)
+    floor: float = parameter(0.5, "the least A applied (0: none)", low=0, high=1)
+    min_jobs: int = parameter(10, "the fewest similar jobs to adjust from", low=1, high=1_000_000)
+
+    def _initialise(self) -> None:
+        self._window = parse_duration(self.window, "window", unbounded="all")
+        self._history: KeyedHistory[float] = KeyedHistory(key_function(self.key, KEYS), SortedList)
 
     def reset(self) -> None:
         self._history.clear()

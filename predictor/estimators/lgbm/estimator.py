@@ -32,18 +32,17 @@ simulation through the service equals one in-process.
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import lightgbm as lgb
 import numpy as np
 
-from predictor.durations import parse_duration, required_duration
-from predictor.estimators.base import Estimator
+from predictor.durations import SECONDS_PER_DAY, parse_duration, required_duration
+from predictor.estimators.base import Estimator, PredictEffect, parameter
 from predictor.estimators.lgbm.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
 from predictor.estimators.lgbm.features import FeatureHistory, feature_names
 from predictor.history import HistoryDiscardedError
@@ -67,6 +66,12 @@ ANSWER_CHUNK = 256
 N_FEATURES = len(feature_names())
 #: Fewest recent finished jobs of a user for the user to get a multiplier of their own (with `per_user`).
 MIN_USER_CALIBRATION_JOBS = 200
+#: The largest values a client may ask for: a SPEC is a request, and the service must not take on unbounded work.
+MAX_TREES = 1000
+MAX_LEAVES = 255
+MAX_THREADS = 8
+MAX_TRAIN = 1_000_000
+MAX_DURATION_SECONDS = 3650 * SECONDS_PER_DAY
 #: Fewest finished jobs the calibration rests on before it overrides `alpha`.
 MIN_CALIBRATION_JOBS = 200
 
@@ -200,88 +205,91 @@ class TrainedModel:
         return probabilities @ self._class_accuracy, probabilities @ self._class_under, bad
 
 
+def _duration(name: str, *, unbounded: str | None = None, zero: bool = False) -> Callable[[str], int | None]:
+    """The check of a duration parameter (at most ten years: beyond that it is a mistake, not a window)."""
+
+    def check(text: str) -> int | None:
+        seconds = parse_duration(text, name, unbounded=unbounded, zero=zero)
+        if seconds is not None and seconds > MAX_DURATION_SECONDS:
+            raise ValueError(f"{name} must be at most {MAX_DURATION_SECONDS // SECONDS_PER_DAY}d; got {text!r}")
+        return seconds
+
+    return check
+
+
+@dataclass(kw_only=True, eq=False, repr=False)
 class LGBMQuantileEstimator(Estimator):
     """Distributional LightGBM on submit-time and history features, calibrated to `target_under`."""
 
-    name = "lgbm-quantile"
-    predict_effects = frozenset({"history", "submissions", "model"})
+    name: ClassVar[str] = "lgbm-quantile"
+    predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset({"history", "submissions", "model"})
 
-    def __init__(
-        self,
-        *,
-        alpha: float = 0.9,
-        target_under: float = 0.06,
-        be_share: float = 0.25,
-        be_weight: float = 5.0,
-        window: str = "90d",
-        retrain: str = "7d",
-        calibration: str = "14d",
-        swap: str = "1h",
-        per_user: bool = False,
-        prior_jobs: float = 300.0,
-        adapt: float = 0.001,
-        trees: int = 20,
-        leaves: int = 15,
-        learning_rate: float = 0.2,
-        min_train: int = 500,
-        max_train: int = 20000,
-        threads: int = 1,
-        seed: int = 1,
-    ) -> None:
-        if not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-        if not 0.0 <= target_under < 1.0:
-            raise ValueError(f"target_under must be in [0, 1) (0: no calibration), got {target_under}")
-        if not 0.0 < be_share <= 1.0:
-            raise ValueError(f"be_share must be in (0, 1], got {be_share}")
-        if not 0.0 <= adapt < 1.0:
-            raise ValueError(f"adapt must be in [0, 1) (0: no adaptation), got {adapt}")
-        if not 0 < prior_jobs < math.inf:
-            raise ValueError(f"prior_jobs must be a positive number (1e9: the model alone), got {prior_jobs}")
-        if be_weight < 0:
-            raise ValueError(f"be_weight must be at least 0, got {be_weight}")
-        for name, value in (("trees", trees), ("min_train", min_train), ("threads", threads)):
-            if value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
-        if leaves < 2:
-            raise ValueError(f"leaves must be at least 2, got {leaves}")
-        if max_train < min_train:
-            raise ValueError(f"max_train ({max_train}) must be at least min_train ({min_train})")
-        if not 0.0 < learning_rate <= 1.0:
-            raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate}")
-        self.alpha = alpha
-        self.target_under = target_under
-        self.be_share = be_share
-        self.be_weight = be_weight
-        self.window = window
-        self.retrain = retrain
-        self.calibration = calibration
-        self.swap = swap
-        self.per_user = per_user
-        self.prior_jobs = prior_jobs
-        self.adapt = adapt
-        self.trees = trees
-        self.leaves = leaves
-        self.learning_rate = learning_rate
-        self.min_train = min_train
-        self.max_train = max_train
-        self.threads = threads
-        self.seed = seed
-        self._window_seconds = required_duration(window, "window")
-        self._retrain_seconds = parse_duration(retrain, "retrain", unbounded="never")
-        self._swap_seconds = required_duration(swap, "swap", zero=True)
+    alpha: float = parameter(
+        0.9,
+        "until calibrated, the estimate is this quantile of the runtime distribution",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    )
+    target_under: float = parameter(
+        0.06,
+        "share of jobs the calibrated estimates may underestimate (0: no calibration)",
+        low=0,
+        high=1,
+        high_open=True,
+    )
+    be_share: float = parameter(
+        0.25, "share of target_under that may be underestimated by more than 30 min", low=0, high=1, low_open=True
+    )
+    be_weight: float = parameter(
+        5.0, "weight of a bad estimate in the penalty, over a plain underestimate", low=0, high=1000
+    )
+    window: str = parameter("90d", "history the model is trained on", check=_duration("window"))
+    retrain: str = parameter(
+        "7d", "trace time between trainings (never: no retraining)", check=_duration("retrain", unbounded="never")
+    )
+    calibration: str = parameter(
+        "14d", "trailing window the multiplier is calibrated on", check=_duration("calibration")
+    )
+    swap: str = parameter(
+        "1h", "trace time from a training's snapshot until its model goes live", check=_duration("swap", zero=True)
+    )
+    per_user: bool = parameter(False, "a multiplier per user with enough recent jobs")
+    prior_jobs: float = parameter(
+        300.0, "how many jobs' worth the model's prediction weighs against a key's own", low=0, high=1e9, low_open=True
+    )
+    adapt: float = parameter(
+        0.001, "how fast calibration targets adapt to the rates delivered (0: never)", low=0, high=1, high_open=True
+    )
+    trees: int = parameter(20, "LightGBM boosting rounds", low=1, high=MAX_TREES)
+    leaves: int = parameter(15, "LightGBM leaves per tree", low=2, high=MAX_LEAVES)
+    learning_rate: float = parameter(0.2, "LightGBM learning rate", low=0, high=1, low_open=True)
+    min_train: int = parameter(500, "the fewest finished jobs a model is trained on", low=1, high=MAX_TRAIN)
+    max_train: int = parameter(
+        20000, "the most (evenly spaced) finished jobs a model is trained on", low=1, high=MAX_TRAIN
+    )
+    threads: int = parameter(1, "LightGBM threads per training", low=1, high=MAX_THREADS)
+    seed: int = parameter(1, "LightGBM seed (results are deterministic)", low=0, high=2**31 - 1)
+
+    def _initialise(self) -> None:
+        if self.max_train < self.min_train:
+            raise ValueError(f"max_train ({self.max_train}) must be at least min_train ({self.min_train})")
+        self._window_seconds = required_duration(self.window, "window")
+        self._retrain_seconds = parse_duration(self.retrain, "retrain", unbounded="never")
+        self._swap_seconds = required_duration(self.swap, "swap", zero=True)
         self._features = FeatureHistory(ratio_edges=RATIO_EDGES)
-        self._calibration_seconds = required_duration(calibration, "calibration")
+        self._calibration_seconds = required_duration(self.calibration, "calibration")
         self._calibrator = (
             UserCalibrator(
-                target_under,
-                be_share * target_under,
+                self.target_under,
+                self.be_share * self.target_under,
                 self._calibration_seconds,
                 MIN_CALIBRATION_JOBS,
-                MIN_USER_CALIBRATION_JOBS if per_user else None,
-                adapt,
+                MIN_USER_CALIBRATION_JOBS if self.per_user else None,
+                self.adapt,
             )
-            if target_under > 0
+            if self.target_under > 0
             else None
         )
         self._model: TrainedModel | None = None
