@@ -40,6 +40,7 @@ from predictor.jobs import FinishedJob, JobRequest
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
 from predictor.service.client import PredictorClient, RemoteSession
+from predictor.service.codec import job_message
 from predictor.service.launcher import ServerProcess
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
@@ -68,18 +69,7 @@ def _queries(jobs: pd.DataFrame, at: int, count: int) -> list[JobRequest]:
 def _predict_many(address: str, queries: list[JobRequest], spec: str) -> None:
     with PredictorClient(address) as client:
         for q in queries:
-            client.predict(
-                user=q.user,
-                group=q.group,
-                t_req=q.t_req,
-                procs=q.procs,
-                submit=q.submit,
-                job_id=q.job_id,
-                queue=q.queue,
-                executable=q.executable,
-                namespace=NAMESPACE,
-                estimator=spec,
-            )
+            client.predict_job(q, namespace=NAMESPACE, estimator=spec)
 
 
 def _client_process(
@@ -106,18 +96,7 @@ def bench_predict(address: str, server_pid: int, queries: list[JobRequest], spec
         latencies = []
         for q in queries:
             began = time.perf_counter()
-            client.predict(
-                user=q.user,
-                group=q.group,
-                t_req=q.t_req,
-                procs=q.procs,
-                submit=q.submit,
-                job_id=q.job_id,
-                queue=q.queue,
-                executable=q.executable,
-                namespace=NAMESPACE,
-                estimator=spec,
-            )
+            client.predict_job(q, namespace=NAMESPACE, estimator=spec)
             latencies.append(time.perf_counter() - began)
         server_cpu, client_cpu = _cpu_seconds(server_pid) - server_cpu, time.process_time() - client_cpu
     latencies.sort()
@@ -162,20 +141,7 @@ def bench_h2load(address: str, query: JobRequest, spec: str) -> None:
     if h2load is None:
         print("h2load: not installed (apt install nghttp2-client); server-side figures skipped")
         return
-    request = pb.PredictRequest(
-        namespace=NAMESPACE,
-        estimator=spec,
-        job=pb.Job(
-            job_id=query.job_id,
-            submit=query.submit,
-            user=query.user,
-            group=query.group,
-            t_req=query.t_req,
-            procs=query.procs,
-            queue=query.queue,
-            executable=query.executable,
-        ),
-    )
+    request = pb.PredictRequest(namespace=NAMESPACE, estimator=spec, job=job_message(query))
     with grpc.insecure_channel(address) as channel:
         answer = rpc.PredictorStub(channel).Predict(request, timeout=10)
     answer_bytes = len(_grpc_frame(answer.SerializeToString()))

@@ -83,22 +83,12 @@ def plot(name: str, grid: pd.DataFrame, rows: pd.DataFrame, path: Path) -> None:
     ax.scatter(under, acc, s=6, color="#bbbbbb", label="adjuster grid (keys x windows x q x floor)")
     front = pareto_front(under, acc)
     ax.plot(under[front], acc[front], "--", color="#777777", label="adjuster frontier")
-    adjusters = rows[rows["estimator"].str.startswith("percentile")]
-    ax.plot(
-        adjusters["underestimated"] * 100,
-        adjusters["accuracy_mean"],
-        "o",
-        color="#1f77b4",
-        label="paper's adjuster, q = 95, 85, 70",
-    )
-    lgbm = rows[rows["estimator"].str.startswith("lgbm")].sort_values("underestimated")
-    ax.plot(
-        lgbm["underestimated"] * 100,
-        lgbm["accuracy_mean"],
-        "s-",
-        color="#d62728",
-        label="lgbm-quantile at the adjusters' rates",
-    )
+    for prefix, style, color, label in (
+        ("percentile", "o", "#1f77b4", "paper's adjuster, q = 95, 85, 70"),
+        ("lgbm", "s-", "#d62728", "lgbm-quantile at the adjusters' rates"),
+    ):
+        chosen = rows[rows["estimator"].str.startswith(prefix)].sort_values("underestimated")
+        ax.plot(chosen["underestimated"] * 100, chosen["accuracy_mean"], style, color=color, label=label)
     for label in ("request", "last2", "mean-std"):
         row = rows[rows["estimator"] == label]
         if len(row):

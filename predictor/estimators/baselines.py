@@ -4,39 +4,44 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from predictor.estimators.base import Estimator
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 
 
-@dataclass(kw_only=True, eq=False, repr=False)
-class RequestEstimator(Estimator):
-    """t_sched = t_req: what a scheduler does without predictions."""
+class Baseline(Estimator):
+    """An estimator that learns nothing from history: the reference every learning estimator is measured by."""
 
-    name = "request"
-    learns = False
+    learns: ClassVar[bool] = False
 
     def reset(self) -> None:
-        pass
+        """Nothing to forget."""
 
     def observe(self, job: FinishedJob) -> None:
-        pass
+        """Nothing to learn."""
+
+
+@dataclass(kw_only=True, eq=False, repr=False)
+class RequestEstimator(Baseline):
+    """t_sched = t_req: what a scheduler does without predictions."""
+
+    name: ClassVar[str] = "request"
 
     def predict(self, job: JobRequest) -> Prediction:
         return Prediction(t_sched=job.t_req, factor=None, basis=0, fallback=True)
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
-class OracleEstimator(Estimator):
+class OracleEstimator(Baseline):
     """t_sched = t_act, for evaluation only: the upper bound of what prediction can give.
 
     The actual runtimes are handed over explicitly with `bind_truth` by an
     evaluation harness; nothing else in the project sees a job's future.
     """
 
-    name = "oracle"
-    evaluation_only = True
-    learns = False
+    name: ClassVar[str] = "oracle"
+    evaluation_only: ClassVar[bool] = True
 
     def _initialise(self) -> None:
         self._truth: Mapping[int, int] = {}
@@ -44,12 +49,6 @@ class OracleEstimator(Estimator):
     def bind_truth(self, runtimes: Mapping[int, int]) -> None:
         """Give the oracle the actual runtime of every job by job id."""
         self._truth = runtimes
-
-    def reset(self) -> None:
-        pass
-
-    def observe(self, job: FinishedJob) -> None:
-        pass
 
     def predict(self, job: JobRequest) -> Prediction:
         runtime = self._truth.get(job.job_id)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import ClassVar
 
-from predictor.estimators.base import Estimator, PredictEffect
+from predictor.estimators.history_based import HistoryEstimator
 from predictor.history import KeyedHistory
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
@@ -15,7 +15,7 @@ RECENT_JOBS = 2
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
-class LastTwoEstimator(Estimator):
+class LastTwoEstimator(HistoryEstimator[int]):
     """Mean t_act of the same user's two most recently finished jobs, capped at t_req.
 
     "Most recently finished" is by end time at or before the submission; jobs
@@ -23,16 +23,12 @@ class LastTwoEstimator(Estimator):
     """
 
     name: ClassVar[str] = "last2"
-    predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset({"history"})
 
     def _initialise(self) -> None:
         self._history: KeyedHistory[int] = KeyedHistory(attrgetter("user"))
 
-    def reset(self) -> None:
-        self._history.clear()
-
-    def observe(self, job: FinishedJob) -> None:
-        self._history.add(job, job.runtime)
+    def _value(self, job: FinishedJob) -> int:
+        return job.runtime
 
     def predict(self, job: JobRequest) -> Prediction:
         series = self._history.series(job)

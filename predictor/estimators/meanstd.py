@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import ClassVar, cast
 
 from predictor.durations import parse_duration
-from predictor.estimators.base import Estimator, PredictEffect, parameter
+from predictor.estimators.base import parameter
+from predictor.estimators.history_based import HistoryEstimator
 from predictor.history import KeyedHistory, key_function
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
@@ -59,11 +60,10 @@ def _window_duration(text: str) -> int | None:
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
-class MeanStdEstimator(Estimator):
+class MeanStdEstimator(HistoryEstimator[int]):
     """mean + k sigma of t_act over the same key's jobs in a trailing window."""
 
     name: ClassVar[str] = "mean-std"
-    predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset({"history"})
 
     key: str = parameter("user", "which jobs are similar", choices=KEYS)
     window: str = parameter("7d", "how far back similar jobs count (a duration, or all)", check=_window_duration)
@@ -73,11 +73,8 @@ class MeanStdEstimator(Estimator):
         self._window = _window_duration(self.window)
         self._history: KeyedHistory[int] = KeyedHistory(key_function(self.key, KEYS), RunningMoments)
 
-    def reset(self) -> None:
-        self._history.clear()
-
-    def observe(self, job: FinishedJob) -> None:
-        self._history.add(job, job.runtime)
+    def _value(self, job: FinishedJob) -> int:
+        return job.runtime
 
     def predict(self, job: JobRequest) -> Prediction:
         basis, moments = self._history.window(job, self._window)

@@ -16,7 +16,8 @@ from typing import ClassVar, cast
 from sortedcontainers import SortedList
 
 from predictor.durations import parse_duration
-from predictor.estimators.base import Estimator, PredictEffect, parameter
+from predictor.estimators.base import parameter
+from predictor.estimators.history_based import HistoryEstimator
 from predictor.history import KeyedHistory, interpolated_percentile, key_function
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
@@ -31,11 +32,14 @@ def adjusted_estimate(t_req: int, factor: float, floor: float) -> tuple[int, flo
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
-class PercentileEstimator(Estimator):
-    """Percentile of the historical accuracy R of similar, recent jobs."""
+class PercentileEstimator(HistoryEstimator[float]):
+    """Tang et al.'s adjuster: t_sched = t_req x A, A the q-th percentile of R = t_act / t_req over similar jobs.
+
+    Similar jobs share the key and finished in the window before the
+    submission; with fewer than `min_jobs` of them the request stands.
+    """
 
     name: ClassVar[str] = "percentile"
-    predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset({"history"})
 
     key: str = parameter("user+group+request", "which jobs are similar", choices=KEYS)
     window: str = parameter("30d", "how far back similar jobs count (by end time)", choices=WINDOWS)
@@ -47,11 +51,8 @@ class PercentileEstimator(Estimator):
         self._window = parse_duration(self.window, "window", unbounded="all")
         self._history: KeyedHistory[float] = KeyedHistory(key_function(self.key, KEYS), SortedList)
 
-    def reset(self) -> None:
-        self._history.clear()
-
-    def observe(self, job: FinishedJob) -> None:
-        self._history.add(job, job.ratio)
+    def _value(self, job: FinishedJob) -> float:
+        return job.ratio
 
     def eligible_ratios(self, job: JobRequest) -> Sequence[float]:
         """The sorted R values of `job`'s eligible history, valid until the next call.

@@ -21,9 +21,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.errors import TschedError
-from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
-from predictor.service.codec import add_completions, add_jobs, prediction_from, sync_request
+from predictor.service.codec import add_completions, add_jobs, job_message, prediction_from, sync_request
 
 log = logging.getLogger("tsched.client")
 
@@ -105,19 +105,17 @@ class PredictorClient:
         timeout: float | None = None,
     ) -> ServedPrediction:
         """Predict one job; without `submit`, at the namespace's clock."""
-        job = pb.Job(
-            job_id=job_id,
-            submit=submit,
-            user=user,
-            group=group,
-            t_req=t_req,
-            procs=procs,
-            queue=queue,
-            executable=executable,
+        job = JobRequest(
+            job_id, UNSET_SUBMIT if submit is None else submit, user, group, t_req, procs, queue, executable
         )
-        response = self._call(
-            self._stub.Predict, pb.PredictRequest(namespace=namespace, estimator=estimator, job=job), timeout
-        )
+        return self.predict_job(job, namespace=namespace, estimator=estimator, timeout=timeout)
+
+    def predict_job(
+        self, job: JobRequest, *, namespace: str = "", estimator: str = "", timeout: float | None = None
+    ) -> ServedPrediction:
+        """Predict one job (a submit of UNSET_SUBMIT: at the namespace's clock)."""
+        request = pb.PredictRequest(namespace=namespace, estimator=estimator, job=job_message(job))
+        response = self._call(self._stub.Predict, request, timeout)
         return ServedPrediction(
             prediction_from(response.prediction), response.estimator, response.submit, response.namespace
         )

@@ -159,12 +159,19 @@ def add_jobs(field: Any, jobs: Sequence[JobRequest], truth: Mapping[int, int] | 
             _write_job(add, job, truth.get(job.job_id))
 
 
+def job_message(job: JobRequest, actual_runtime: int | None = None) -> pb.Job:
+    """One Job message; a submit of UNSET_SUBMIT is left unset (`actual_runtime`: the oracle's, in evaluations)."""
+    message: pb.Job = _write_job(pb.Job, job, actual_runtime)
+    if job.submit == UNSET_SUBMIT:
+        message.ClearField("submit")
+    return message
+
+
 def add_completions(field: Any, finished: Sequence[FinishedJob]) -> None:
     """Append finished jobs to a repeated Completion field."""
     add = field.add
-    make_job = pb.Job
     for job in finished:
-        add(job=_write_job(make_job, job.request, None), end=job.end, runtime=job.runtime)
+        add(job=job_message(job.request), end=job.end, runtime=job.runtime)
 
 
 def add_predictions(field: Any, predictions: Sequence[Prediction]) -> None:

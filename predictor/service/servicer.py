@@ -19,7 +19,7 @@ from predictor.errors import Conflict, DeadlineExceeded, FailedPrecondition, Inv
 from predictor.jobs import UNSET_SUBMIT
 from predictor.proto import pb, rpc
 from predictor.service import codec
-from predictor.service.core import DeadlineCheck, PredictorCore
+from predictor.service.core import Answer, DeadlineCheck, PredictorCore
 
 log = logging.getLogger("tsched.service")
 
@@ -101,6 +101,14 @@ def deadline_of(context: grpc.ServicerContext) -> DeadlineCheck:
     return check
 
 
+AnswerMessage = TypeVar("AnswerMessage", pb.PredictBatchResponse, pb.SyncResponse)
+
+
+def _with_predictions(response: AnswerMessage, answer: Answer) -> AnswerMessage:
+    codec.add_predictions(response.predictions, answer.predictions)
+    return response
+
+
 class PredictorServicer(rpc.PredictorServicer):
     """The generated gRPC interface, served by a `PredictorCore`."""
 
@@ -136,9 +144,7 @@ class PredictorServicer(rpc.PredictorServicer):
         check = deadline_of(context)
         answer = self.core.predict(request.namespace, request.estimator, jobs, truth, check)
         check()
-        response = pb.PredictBatchResponse(estimator=answer.estimator)
-        codec.add_predictions(response.predictions, answer.predictions)
-        return response
+        return _with_predictions(pb.PredictBatchResponse(estimator=answer.estimator), answer)
 
     @unary
     def ObserveCompletions(
@@ -168,8 +174,7 @@ class PredictorServicer(rpc.PredictorServicer):
         truth = codec.actual_runtimes(request.submitted, "submitted") if spec.evaluation_only else None
         answer = self.core.sync(request.namespace, request.estimator, batch, jobs, truth, deadline_of(context))
         response = pb.SyncResponse(estimator=answer.estimator, accepted=answer.accepted, duplicates=answer.duplicates)
-        codec.add_predictions(response.predictions, answer.predictions)
-        return response
+        return _with_predictions(response, answer)
 
     @unary
     def ListEstimators(

@@ -208,7 +208,10 @@ def _json_safe(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A verified model folder: its manifest and the model ready to predict."""
+    """A verified model folder: its manifest and the model ready to predict.
+
+    Loading verified the checksums; serving it builds a fresh estimator each time (`estimator`).
+    """
 
     path: Path
     manifest: dict[str, Any]
