@@ -47,9 +47,20 @@ def test_evaluate_reports_the_issue_json_with_hand_computed_values() -> None:
     assert report["trace"] == "tiny.swf"
     assert report["jobs"] == 5
     request, last2 = report["results"]
-    keys = (
-        "estimator accuracy_mean accuracy_median underestimated NA OE UE BE mae medae lambda us_per_prediction".split()
-    )
+    keys = [
+        "estimator",
+        "accuracy_mean",
+        "accuracy_median",
+        "underestimated",
+        "NA",
+        "OE",
+        "UE",
+        "BE",
+        "mae",
+        "medae",
+        "lambda",
+        "us_per_prediction",
+    ]
     assert list(request) == keys and list(last2) == keys
     assert request["us_per_prediction"] > 0
     del request["us_per_prediction"], last2["us_per_prediction"]
