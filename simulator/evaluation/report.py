@@ -224,21 +224,8 @@ def _quality_section(
         "",
     ]
     for trace, table in quality.groupby("trace", sort=False):
-        shown = table[
-            [
-                "estimator",
-                "accuracy_mean",
-                "accuracy_median",
-                "underestimated",
-                "NA",
-                "OE",
-                "UE",
-                "BE",
-                "mae",
-                "lambda",
-                "us_per_prediction",
-            ]
-        ].rename(
+        # every score predict-eval gives, in its order, but the median absolute error
+        shown = table.drop(columns=["trace", "jobs", "medae"]).rename(
             columns={
                 "accuracy_mean": "accuracy mean",
                 "accuracy_median": "accuracy median",
