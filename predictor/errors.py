@@ -54,3 +54,15 @@ class Conflict(ServiceError):
 
 class DeadlineExceeded(ServiceError):
     """The caller's deadline passed before the work was done."""
+
+
+class PermissionDenied(ServiceError):
+    """The caller's token does not grant what the request needs (a namespace outside its globs, a reset)."""
+
+
+class ResourceExhausted(ServiceError):
+    """A bound of the server is reached (namespaces, estimators, memory, calls at once); retry later."""
+
+
+class Unavailable(ServiceError):
+    """The server cannot do this now (its state file cannot be written: disk full, I/O error); retry later."""
