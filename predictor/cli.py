@@ -8,16 +8,21 @@ trace files is the simulator's business, and `predictor` never imports it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from predictor.frames import TraceLike
+
+if TYPE_CHECKING:
+    from predictor.service.client import Credentials
+    from predictor.service.limits import Limits
 
 #: Reads the trace the parsed options name (`--trace`, `--lenient`, ...; no --trace: the built-in workload).
 TraceLoader = Callable[[argparse.Namespace], TraceLike]
@@ -64,17 +69,85 @@ def cmd_predict_eval(args: argparse.Namespace, load_trace: TraceLoader) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from predictor.service.server import serve
+    from predictor.service.server import Security, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    security = Security(
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        tokens=args.tokens,
+        insecure=args.insecure,
+        socket_mode=args.socket_mode,
+    )
     serve(
         listen=args.listen,
         state=args.state,
         default_estimators=args.estimator or None,
         models_dir=args.models,
         allow_oracle=args.allow_oracle,
+        security=security,
+        limits=limits_from(args),
     )
-    return 0
+
+
+def add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """One option per field of `Limits` (`max_calls` -> `--max-calls`), its help the field's own documentation."""
+    from predictor.service.limits import Limits
+
+    group = parser.add_argument_group("bounds (every one has a default that suits a site's server)")
+    for item in dataclasses.fields(Limits):
+        option = "--" + item.name.replace("_", "-")
+        doc: str = item.metadata["doc"]
+        if isinstance(item.default, tuple):
+            shown = " ".join(item.default)
+            group.add_argument(
+                option,
+                action="append",
+                metavar="SPEC",
+                default=argparse.SUPPRESS,
+                help=f"{doc}; repeat for several (default: {shown})",
+            )
+        else:
+            group.add_argument(option, type=type(item.default), default=item.default, help=doc)
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    from predictor.service.limits import Limits
+
+    values = {item.name: getattr(args, item.name) for item in dataclasses.fields(Limits) if hasattr(args, item.name)}
+    fields: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    return Limits(**fields)
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """How a command that calls a predictor service proves itself and checks the server."""
+    group = parser.add_argument_group("connecting to the predictor service")
+    group.add_argument("--token-file", metavar="FILE", help="file holding the bearer token to send (its first line)")
+    group.add_argument(
+        "--tls", action="store_true", help="connect with TLS, checking the server against the system's CAs"
+    )
+    group.add_argument("--tls-ca", metavar="PEM", help="connect with TLS, checking the server against this CA")
+    group.add_argument(
+        "--tls-cert", metavar="PEM", help="client certificate, for a server requiring them (with --tls-key)"
+    )
+    group.add_argument("--tls-key", metavar="PEM", help="the client certificate's private key")
+    group.add_argument(
+        "--tls-server-name", metavar="NAME", help="the name the server's certificate carries, if not the address's"
+    )
+
+
+def credentials_from(args: argparse.Namespace) -> Credentials:
+    from predictor.service.client import Credentials
+
+    return Credentials.from_files(
+        token_file=args.token_file,
+        tls=args.tls,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_server_name=args.tls_server_name,
+    )
 
 
 def cmd_train(args: argparse.Namespace, load_trace: TraceLoader) -> int:
@@ -106,6 +179,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         args.procs,
         args.submit,
         args.timeout,
+        credentials_from(args),
     )
     if args.json:
         print(json.dumps(answer))
@@ -137,7 +211,7 @@ def add_commands(
     """Mount the predictor's commands on a `tsched` parser."""
     from predictor.estimators.lgbm.store import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
     from predictor.service.client import DEFAULT_TIMEOUT_SECONDS
-    from predictor.service.server import DEFAULT_ESTIMATOR, DEFAULT_LISTEN
+    from predictor.service.server import DEFAULT_ESTIMATOR, DEFAULT_LISTEN, DEFAULT_SOCKET_MODE
 
     formatter = argparse.ArgumentDefaultsHelpFormatter
 
@@ -160,7 +234,12 @@ def add_commands(
     evaluate.set_defaults(handler=partial(cmd_predict_eval, load_trace=load_trace))
 
     serve = commands.add_parser("serve", help="run the gRPC predictor service", formatter_class=formatter)
-    serve.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="address to listen on")
+    serve.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT|unix:PATH",
+        help="TCP address or Unix socket to listen on",
+    )
     serve.add_argument("--state", metavar="FILE", help="SQLite file that makes acknowledged completions durable")
     serve.add_argument(
         "--estimator",
@@ -173,6 +252,28 @@ def add_commands(
     serve.add_argument(
         "--allow-oracle", action="store_true", help="serve the evaluation-only oracle (needs actual runtimes)"
     )
+    access = serve.add_argument_group("who may connect (docs/service-operations.md)")
+    access.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (with --tls-key)")
+    access.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    access.add_argument(
+        "--tls-client-ca", metavar="PEM", help="require client certificates signed by this CA (mutual TLS)"
+    )
+    access.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help="admit only calls bearing a token of FILE (lines: TOKEN GLOB[,GLOB...] [reset]); SIGHUP reloads it",
+    )
+    access.add_argument(
+        "--insecure", action="store_true", help="allow listening off this machine with neither TLS nor tokens"
+    )
+    access.add_argument(
+        "--socket-mode",
+        type=lambda text: int(text, 8),
+        default=DEFAULT_SOCKET_MODE,
+        metavar="OCTAL",
+        help="permissions of a unix: socket (who may connect)",
+    )
+    add_limit_options(serve)
     serve.set_defaults(handler=cmd_serve)
 
     train = commands.add_parser(
@@ -191,7 +292,7 @@ def add_commands(
     predict = commands.add_parser(
         "predict", help="ask a running service for one job's t_sched", formatter_class=formatter
     )
-    predict.add_argument("--address", required=True, metavar="HOST:PORT", help="the predictor service")
+    predict.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
     predict.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
     predict.add_argument("--estimator", metavar="SPEC", help="estimator SPEC (default: the server's first)")
     predict.add_argument("--user", type=int, required=True, help="user id")
@@ -203,4 +304,5 @@ def add_commands(
         "--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the answer"
     )
     predict.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_connection_options(predict)
     predict.set_defaults(handler=cmd_predict)

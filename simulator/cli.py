@@ -70,8 +70,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     trace = load_trace(args)
     config = SimulationConfig(trace.machine_procs(args.procs), args.policy, args.backfill, args.mode, args.correction)
+    credentials = predictor_cli.credentials_from(args) if args.predictor_address else None
     summary, result = run_simulation(
-        trace, config, args.estimator, args.month, args.predictor_address, args.predictor_namespace
+        trace,
+        config,
+        args.estimator,
+        args.month,
+        args.predictor_address,
+        args.predictor_namespace,
+        credentials=credentials,
     )
     print(_format_summary(summary))
     write_json(args.json, summary)
@@ -158,8 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--month", metavar="YYYY-MM", help="simulate one calendar month, warmed up with earlier jobs")
     sim.add_argument("--json", metavar="OUT", help="write the summary as JSON")
     sim.add_argument("--jobs-csv", metavar="OUT", help="write one row per job as CSV")
-    sim.add_argument("--predictor-address", metavar="HOST:PORT", help="get predictions from a tsched service")
+    sim.add_argument("--predictor-address", metavar="HOST:PORT|unix:PATH", help="get predictions from a tsched service")
     sim.add_argument("--predictor-namespace", metavar="NS", help="service namespace (default: a fresh one)")
+    predictor_cli.add_connection_options(sim)
     sim.set_defaults(handler=cmd_simulate)
 
     trace = commands.add_parser("trace", help="inspect or generate SWF traces")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -21,11 +21,19 @@ from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.metrics import prediction_metrics, scheduling_metrics
 from simulator.traces.swf import Trace
 
+if TYPE_CHECKING:
+    from predictor.service.client import Credentials
+
 
 def open_session(
-    spec: str, jobs: pd.DataFrame, address: str | None = None, namespace: str | None = None, timeout: float = 1.0
+    spec: str,
+    jobs: pd.DataFrame,
+    address: str | None = None,
+    namespace: str | None = None,
+    timeout: float = 1.0,
+    credentials: Credentials | None = None,
 ) -> PredictionSession:
-    """An in-process session, or one served by the predictor at `address`.
+    """An in-process session, or one served by the predictor at `address` (with `credentials`: token, TLS).
 
     The oracle is the one estimator that is handed the actual runtimes, and
     only here, by the evaluation harness.
@@ -41,7 +49,13 @@ def open_session(
     from predictor.service.client import RemoteSession  # grpc is only imported for the service path
 
     return RemoteSession(
-        address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, truth=truth, timeout=timeout
+        address,
+        namespace or f"sim-{uuid.uuid4().hex[:12]}",
+        spec,
+        reset=True,
+        truth=truth,
+        timeout=timeout,
+        credentials=credentials,
     )
 
 
@@ -53,6 +67,7 @@ def run_simulation(
     address: str | None = None,
     namespace: str | None = None,
     timeout: float = 1.0,
+    credentials: Credentials | None = None,
 ) -> tuple[dict[str, Any], SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
@@ -65,7 +80,7 @@ def run_simulation(
         period = trace.select_month(month)
         month_start = next(start for name, start, _ in trace.month_bounds() if name == month)
         history = trace.jobs_before(month_start)
-    session = open_session(spec, trace.jobs, address, namespace, timeout)
+    session = open_session(spec, trace.jobs, address, namespace, timeout, credentials)
     try:
         result = simulate(period.jobs, config, session, history)
     finally:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
+from service_support import Certificates, make_certificates
 
 from simulator.traces.swf import Trace
 from simulator.traces.workload import generate_workload
@@ -32,3 +34,11 @@ def traces_dir() -> Path:
 def small_trace() -> Trace:
     """A generated trace of 2000 jobs on 128 processors (fresh per test: Trace holds mutable frames)."""
     return generate_workload(jobs=2000, procs=128, load=0.7, seed=7)
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """Test certificates (a CA, a server certificate for localhost, a client one), made with openssl."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates")
+    return make_certificates(tmp_path_factory.mktemp("tls"))

@@ -7,21 +7,23 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from service_support import DAY, history, status_of, submissions
 
 from predictor.estimators.baselines import RequestEstimator
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
-from predictor.service import codec, core
+from predictor.service import core
 from predictor.service.client import PredictorClient, PredictorError, RemoteSession, predict_once
 from predictor.service.codec import prediction_from, sync_request
 from predictor.service.launcher import ServerProcess
+from predictor.service.limits import Limits
 from predictor.service.server import PredictorServer, start_server
 from predictor.service.servicer import SERVICE_NAME
 from predictor.service.state import CompletionStore, StateError
@@ -29,36 +31,11 @@ from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
 from simulator.traces.workload import generate_workload
 
-DAY = 86_400
 PERCENTILE = "percentile"
-
-
-def history(count: int = 60, users: int = 3) -> list[FinishedJob]:
-    """Finished jobs of a few users, with varied runtimes, in end order."""
-    jobs = []
-    for index in range(count):
-        submit = index * 600
-        runtime = 300 + (index * 37) % 900
-        request = JobRequest(index + 1, submit, user=index % users, group=7, t_req=3600, procs=4)
-        jobs.append(FinishedJob(request, submit + 60 + runtime, runtime))
-    return sorted(jobs, key=lambda job: job.end)
-
-
-def submissions(at: int, count: int = 6, users: int = 3) -> list[JobRequest]:
-    return [JobRequest(10_000 + index, at, user=index % users, group=7, t_req=3600, procs=4) for index in range(count)]
 
 
 def local_predictions(spec: str, finished: list[FinishedJob], jobs: list[JobRequest]) -> list[Prediction]:
     return LocalSession(make_estimator(spec)).sync(finished, jobs)
-
-
-def status_of(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
-    """The status code and message of a call that must be refused."""
-    try:
-        call()
-    except PredictorError as error:
-        return error.code, error.details
-    raise AssertionError("the call was accepted")
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +87,12 @@ def test_predict_without_submit_uses_the_namespace_clock(client: PredictorClient
     client.observe(finished, namespace=namespace)
     served = client.predict(user=0, group=7, t_req=3600, procs=4, namespace=namespace)
     assert served.submit == finished[-1].end
+    # A question about a later submission is answered at that time and moves nothing...
     later = client.predict(user=0, group=7, t_req=3600, procs=4, submit=finished[-1].end + DAY, namespace=namespace)
+    assert later.submit == finished[-1].end + DAY
+    assert client.predict(user=0, group=7, t_req=3600, procs=4, namespace=namespace).submit == finished[-1].end
+    # ...while a submission (Sync) moves the clock.
+    client.sync([], submissions(finished[-1].end + DAY, count=1), namespace=namespace)
     assert client.predict(user=0, group=7, t_req=3600, procs=4, namespace=namespace).submit == later.submit
     assert client.list_estimators(namespace)["clock"] == later.submit
 
@@ -298,12 +280,17 @@ def test_a_refused_sync_learns_nothing(stub: rpc.PredictorStub, namespace: str) 
     assert listing.completions == 0
 
 
-def test_oversized_batches_are_refused(client: PredictorClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec, "BATCH_LIMIT", 5)
-    code, details = status_of(lambda: client.predict_batch(submissions(0, count=6)))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "jobs" in details and "at most 5" in details
-    code, details = status_of(lambda: client.observe(history(6), namespace="oversized"))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "completions" in details
+def test_oversized_batches_are_refused() -> None:
+    running, port = start_server("127.0.0.1:0", limits=Limits(max_batch=5))
+    try:
+        with PredictorClient(f"127.0.0.1:{port}") as client:
+            code, details = status_of(lambda: client.predict_batch(submissions(0, count=6)))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "jobs" in details and "at most 5" in details
+            code, details = status_of(lambda: client.observe(history(6), namespace="oversized"))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "completions" in details
+            assert len(client.predict_batch(submissions(0, count=5))) == 5
+    finally:
+        running.stop(0).wait()
 
 
 # --- health, reflection, deadlines ----------------------------------------------------------------
@@ -333,7 +320,7 @@ class _SlowEstimator(RequestEstimator):
 
 def _slow_server() -> tuple[PredictorServer, str]:
     running, port = start_server(
-        "127.0.0.1:0", default_estimators=["request"], estimator_factory=lambda spec: _SlowEstimator()
+        "127.0.0.1:0", default_estimators=["request"], estimator_factory=lambda spec: (_SlowEstimator(), "request")
     )
     return running, f"127.0.0.1:{port}"
 

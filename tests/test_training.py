@@ -14,8 +14,8 @@ from predictor.estimators.lgbm.features import feature_names
 from predictor.estimators.lgbm.store import (
     MANIFEST_FILE,
     MODEL_FILE,
+    ModelCatalog,
     ModelError,
-    estimator_factory,
     file_sha256,
     load_model,
     parse_until,
@@ -117,17 +117,18 @@ def test_missing_or_garbled_manifest(tmp_path: Path) -> None:
         load_model(tmp_path)
 
 
-def test_factory_serves_models_by_name(trained: tuple[Path, dict]) -> None:
+def test_catalog_serves_models_by_name(trained: tuple[Path, dict]) -> None:
     folder, _ = trained
-    factory = estimator_factory(folder.parent)
-    served = factory("small")
+    factory = ModelCatalog(folder.parent).factory
+    served, canonical = factory("small")
     assert isinstance(served, LGBMQuantileEstimator) and served.model is not None
-    assert factory("small:target_under=0.2,retrain=never").target_under == 0.2
-    assert isinstance(factory("percentile"), PercentileEstimator)
+    assert canonical.startswith("small:") and factory(canonical)[1] == canonical
+    assert factory("small:target_under=0.2,retrain=never")[0].target_under == 0.2
+    assert isinstance(factory("percentile")[0], PercentileEstimator)
     with pytest.raises(SpecError):
         factory("small:depth=3")
     with pytest.raises(ModelError, match="not found"):
-        estimator_factory(folder / "absent")
+        ModelCatalog(folder / "absent")
 
 
 def test_train_only_trains_lgbm(trace: Trace, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,6 +25,7 @@ from predictor.errors import TschedError
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
 from predictor.service.codec import add_completions, add_jobs, job_message, prediction_from, sync_request
+from predictor.service.security import read_token_file
 
 log = logging.getLogger("tsched.client")
 
@@ -33,15 +35,21 @@ COMPLETIONS_PER_CALL = 20_000
 #: Extra deadline a session allows per completion it carries, so that a warm-up backlog is not cut short.
 SECONDS_PER_COMPLETION = 5e-5
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-#: Reconnect quickly when a restarted server comes back (gRPC's default back-off grows to 2 minutes).
-_CHANNEL_OPTIONS = [
+#: Reconnect quickly when a restarted server comes back (gRPC's default back-off grows to 2 minutes);
+#: ping an idle connection every 30 s, so that a dead server or network is noticed (servers allow 10 s).
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 5_000),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
 ]
-#: Failures worth waiting out (the service is down, slow or overloaded); anything else is the caller's bug.
+#: Failures worth waiting out: the service is down, slow, overloaded, or cut a stream that sat idle.
+#: Anything else (INTERNAL, UNKNOWN, INVALID_ARGUMENT, ...) is a bad request or a bug, and retrying repeats it.
 _TRANSIENT = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
@@ -49,10 +57,72 @@ _TRANSIENT = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.ABORTED,
         grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNKNOWN,
     }
 )
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How a client proves who it is and checks the server: a bearer token, and TLS.
+
+    Plain strings and bytes, so that an evaluation can hand them to its worker processes.
+    """
+
+    token: str | None = None
+    tls: bool = False
+    #: PEM of the CA that signed the server's certificate (None: the system's trusted CAs).
+    tls_ca: bytes | None = None
+    #: The client's certificate chain and key, for a server that requires client certificates.
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
+    #: The name the server's certificate must carry, when it is not the address's host name.
+    tls_server_name: str | None = None
+
+    @classmethod
+    def from_files(
+        cls,
+        *,
+        token_file: str | None = None,
+        tls: bool = False,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_server_name: str | None = None,
+    ) -> Credentials:
+        """Read the files the command line names; any TLS file means TLS."""
+        if (tls_cert is None) != (tls_key is None):
+            raise TschedError("--tls-cert and --tls-key go together")
+
+        def read(path: str | None) -> bytes | None:
+            return None if path is None else Path(path).read_bytes()
+
+        return cls(
+            token=None if token_file is None else read_token_file(token_file),
+            tls=tls or any(path is not None for path in (tls_ca, tls_cert, tls_server_name)),
+            tls_ca=read(tls_ca),
+            tls_cert=read(tls_cert),
+            tls_key=read(tls_key),
+            tls_server_name=tls_server_name,
+        )
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """What every call carries: the token, if any."""
+        return () if self.token is None else (("authorization", f"Bearer {self.token}"),)
+
+    def channel(self, address: str) -> grpc.Channel:
+        options = list(_CHANNEL_OPTIONS)
+        if not self.tls:
+            return grpc.insecure_channel(address, options=options)
+        if self.tls_server_name is not None:
+            options.append(("grpc.ssl_target_name_override", self.tls_server_name))
+        credentials = grpc.ssl_channel_credentials(self.tls_ca, self.tls_key, self.tls_cert)
+        return grpc.secure_channel(address, credentials, options=options)
+
+
+def is_transient(error: PredictorError) -> bool:
+    """A failure worth retrying later; a message too large for the server is not (it is refused again)."""
+    return error.code in _TRANSIENT and "larger than max" not in error.details
 
 
 class PredictorError(TschedError):
@@ -82,10 +152,14 @@ class ServedPrediction:
 class PredictorClient:
     """Blocking calls to one predictor service, each with a deadline."""
 
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self, address: str, timeout: float = DEFAULT_TIMEOUT_SECONDS, credentials: Credentials | None = None
+    ) -> None:
         self.address = address
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        credentials = credentials or Credentials()
+        self._metadata = credentials.metadata
+        self._channel = credentials.channel(address)
         self._stub = rpc.PredictorStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
@@ -150,7 +224,7 @@ class PredictorClient:
 
     def sync_stream(self) -> SyncStream:
         """Open a `SyncStream`: the same exchange as `sync`, at about half the cost per round trip."""
-        return SyncStream(self._stub.SyncStream, self.address)
+        return SyncStream(self._stub.SyncStream, self.address, self._metadata)
 
     def list_estimators(self, namespace: str = "", timeout: float | None = None) -> dict[str, Any]:
         """The server's estimators and defaults, and what `namespace` holds, as plain data."""
@@ -195,7 +269,7 @@ class PredictorClient:
 
     def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
         try:
-            return method(request, timeout=self.timeout if timeout is None else timeout)
+            return method(request, timeout=self.timeout if timeout is None else timeout, metadata=self._metadata)
         except grpc.RpcError as error:
             raise PredictorError(self.address, error.code(), error.details() or "") from None
 
@@ -209,10 +283,10 @@ class SyncStream:
     opens a new stream for its next attempt.
     """
 
-    def __init__(self, method: Any, address: str) -> None:
+    def __init__(self, method: Any, address: str, metadata: tuple[tuple[str, str], ...] = ()) -> None:
         self.address = address
         self._outbox: queue.SimpleQueue[pb.SyncRequest | None] = queue.SimpleQueue()
-        self._responses = method(iter(self._outbox.get, None))
+        self._responses = method(iter(self._outbox.get, None), metadata=metadata)
         self._deadline: float | None = None
         self._timed_out = False
         self._closed = threading.Event()
@@ -275,9 +349,10 @@ def predict_once(
     procs: int,
     submit: int | None = None,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    credentials: Credentials | None = None,
 ) -> dict[str, Any]:
     """One prediction as plain data (what `tsched predict` prints); PredictorError carries the server's message."""
-    with PredictorClient(address, timeout) as client:
+    with PredictorClient(address, timeout, credentials) as client:
         served = client.predict(
             user=user, group=group, t_req=request, procs=procs, submit=submit, namespace=namespace, estimator=spec
         )
@@ -318,8 +393,9 @@ class RemoteSession:
         retry_after: float = 0.5,
         max_retry_after: float = 30.0,
         truth: Mapping[int, int] | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        self.client = PredictorClient(address, timeout)
+        self.client = PredictorClient(address, timeout, credentials)
         self.namespace = namespace
         self.spec = spec
         self.truth = truth
@@ -381,15 +457,13 @@ class RemoteSession:
                     timeout=self._timeout_for(COMPLETIONS_PER_CALL),
                 )
                 del self._pending[:COMPLETIONS_PER_CALL]
-            if self._stream is None:
-                self._stream = client.sync_stream()
             request = sync_request(self._pending, submitted, self.namespace, self.spec, self.truth)
-            response = self._stream.exchange(request, self._timeout_for(len(self._pending)))
+            response = self._exchange(request, self._timeout_for(len(self._pending)))
             predictions = [prediction_from(p) for p in response.predictions]
         except PredictorError as error:
             if self._stream is not None and self._stream.closed:
                 self._stream = None  # the next attempt opens a new stream
-            if error.code not in _TRANSIENT:
+            if not is_transient(error):
                 raise
             self._next_attempt = time.monotonic() + self._retry_after
             log.warning(
@@ -404,3 +478,22 @@ class RemoteSession:
         self._pending.clear()
         self._retry_after = self._first_retry_after
         return predictions
+
+    def _exchange(self, request: pb.SyncRequest, timeout: float) -> pb.SyncResponse:
+        """One exchange on the session's stream; a stream already used that was ended is reopened once.
+
+        A server cuts a stream that sits idle (a quiet cluster) or restarts:
+        the request was then never read, so sending it again on a new stream
+        is safe (completions already held are recognised).
+        """
+        reused = self._stream is not None
+        if self._stream is None:
+            self._stream = self.client.sync_stream()
+        try:
+            return self._stream.exchange(request, timeout)
+        except PredictorError as error:
+            if not reused or error.code not in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE):
+                raise
+            log.info("%s: the stream was ended; reopening it", error)
+            self._stream = self.client.sync_stream()
+            return self._stream.exchange(request, timeout)

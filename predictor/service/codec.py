@@ -21,8 +21,8 @@ from predictor.errors import InvalidRequest
 from predictor.jobs import JOB_FIELD_NAMES, JOB_FIELDS, UNSET_SUBMIT, FinishedJob, JobField, JobRequest, Prediction
 from predictor.proto import pb
 
-#: Jobs or completions one call may carry; larger batches are refused, naming the field.
-BATCH_LIMIT = 100_000
+#: Room in a message besides its jobs and completions: the namespace and SPEC strings, and framing.
+_MESSAGE_SLACK_BYTES = 4096
 
 #: A Job message's fields in JobRequest order, read in one call.
 _job_values = operator.attrgetter(*JOB_FIELD_NAMES)
@@ -75,14 +75,14 @@ def job_request(job: pb.Job, where: str, index: int | None = None) -> JobRequest
     return JobRequest(*(_checked_field(job, field, place) for field in JOB_FIELDS))
 
 
-def job_requests(jobs: Sequence[pb.Job], where: str) -> list[JobRequest]:
-    check_batch(len(jobs), where)
+def job_requests(jobs: Sequence[pb.Job], where: str, limit: int) -> list[JobRequest]:
+    check_batch(len(jobs), where, limit)
     return [job_request(job, where, index) for index, job in enumerate(jobs)]
 
 
-def finished_jobs(completions: Sequence[pb.Completion], where: str) -> list[FinishedJob]:
+def finished_jobs(completions: Sequence[pb.Completion], where: str, limit: int) -> list[FinishedJob]:
     """Validate completions: fields present and sane, non-decreasing end. Runtimes are capped at t_req."""
-    check_batch(len(completions), where)
+    check_batch(len(completions), where, limit)
     result: list[FinishedJob] = []
     previous_end = -1
     for index, completion in enumerate(completions):
@@ -111,9 +111,21 @@ def _explain_completion(request: JobRequest, end: int, runtime: int, previous_en
     )
 
 
-def check_batch(size: int, where: str) -> None:
-    if size > BATCH_LIMIT:
-        raise InvalidRequest(f"{where} holds {size} items; at most {BATCH_LIMIT} per call")
+def check_batch(size: int, where: str, limit: int) -> None:
+    """Refuse more jobs or completions in one call than the server's --max-batch, naming the field."""
+    if size > limit:
+        raise InvalidRequest(f"{where} holds {size} items; at most {limit} per call")
+
+
+def max_message_bytes(max_batch: int) -> int:
+    """The largest message a legitimate call of `max_batch` jobs and completions makes: every field at its widest.
+
+    A negative int64 takes the most room on the wire (ten bytes), so the
+    widest Job sets every field to -1; a Sync carries a batch of each.
+    """
+    widest = pb.Job(**dict.fromkeys(JOB_FIELD_NAMES, -1), actual_runtime=-1)
+    pair = pb.SyncRequest(completions=[pb.Completion(job=widest, end=-1, runtime=-1)], submitted=[widest])
+    return max_batch * pair.ByteSize() + _MESSAGE_SLACK_BYTES
 
 
 def actual_runtimes(jobs: Sequence[pb.Job], where: str, indexed: bool = True) -> dict[int, int]:

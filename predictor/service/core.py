@@ -1,86 +1,139 @@
-"""The predictor service's domain: namespaces of history, their estimators, and durable completions.
+"""The predictor service's domain: namespaces of recorded events, their estimators, and their bounds.
 
 One server holds many namespaces (one per cluster, or per simulation run).
-A namespace owns its history, its clock (the latest submit or completion time
-it has seen) and one estimator per SPEC used in it, all fed the same
-completions. With a state file, completions are stored durably before the call
-that brought them returns, and replayed into fresh estimators on start.
+A namespace records two kinds of events, and every estimator in it is fed
+them in order, exactly as an in-process session would be:
+
+- completions (`ObserveCompletions`, `Sync`): learned by every estimator;
+- submissions (`Sync`'s submitted jobs): predicted by the estimator asked
+  for, which may count them in flight (the lgbm estimator does).
+
+Its clock is the latest completion end or submit time recorded. A question
+(`Predict`, `PredictBatch`) is answered from the namespace as it is and
+changes nothing lasting: not the clock, not what is recorded. The one
+exception is an estimator whose predictions change its later answers
+(declared effects "submissions" or "model": it counts the job in flight, or
+retrains when the submit time passes its retraining point): its questions are
+recorded as submissions, so that a restart replays them too.
+
+With a state file every event is stored before the call that brought it is
+answered, and a namespace is rebuilt on start from its latest snapshot and
+the events after it, so a restart answers exactly as before it.
+
+Bounds (`Limits`): namespaces, history per namespace (the oldest completions
+beyond the history window or count are dropped, on disk at the next
+snapshot), estimators per namespace, cached SPEC spellings, the largest values
+a client's SPEC may ask for, how far ahead of the clock a time may be, and
+memory (state stops growing near the ceiling). A call refused by a bound
+changes nothing.
 
 Nothing here knows gRPC: refusals are `predictor.errors.ServiceError`s, which
-the adapter (`servicer`) maps to status codes. The request path is kept lean
-for latency: SPECs are parsed once and cached, estimators are built once per
-namespace, and predictions never touch SQLite.
+the adapter (`servicer`) maps to status codes.
 """
 
 from __future__ import annotations
 
-import bisect
 import inspect
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.errors import Conflict, FailedPrecondition, InvalidRequest, NotFound, SpecError
+from predictor.durations import SECONDS_PER_DAY
+from predictor.errors import (
+    Conflict,
+    FailedPrecondition,
+    InvalidRequest,
+    ModelError,
+    NotFound,
+    ResourceExhausted,
+    SpecError,
+    UsageError,
+)
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
 from predictor.history import HistoryDiscardedError
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
-from predictor.registry import available, make_estimator
-from predictor.service.state import CompletionStore, StoredNamespace
+from predictor.registry import available, make_estimator, parse_spec
+from predictor.service import records, snapshots
+from predictor.service.limits import Limits, MemoryWatch
+from predictor.service.quoting import clip, quote
+from predictor.service.state import COMPLETIONS, CompletionStore, StateError, StoredNamespace
 
 log = logging.getLogger("tsched.service")
 
-EstimatorFactory = Callable[[str], Estimator]
+#: Builds the estimator a SPEC names, and says its canonical SPEC: the name it is held and recorded under.
+EstimatorFactory = Callable[[str], tuple[Estimator, str]]
 DeadlineCheck = Callable[[], None]
 
 DEFAULT_NAMESPACE = "default"
-#: Distinct estimators one namespace may hold, so a client cannot exhaust memory with SPEC variants.
-MAX_ESTIMATORS_PER_NAMESPACE = 32
-#: Parsed SPECs kept for reuse; beyond this, unusual SPECs are parsed on every call.
-SPEC_CACHE_SIZE = 1024
+#: The longest SPEC a client may send (the longest canonical SPEC, lgbm-quantile's, is about 240 characters).
+MAX_SPEC_LENGTH = 512
+#: No time (submit, end) may be later than this: year 5138 in Unix seconds, beyond any real clock.
+LATEST_TIME = 10**11
 #: Threads that train models in the background (LightGBM releases the interpreter lock while it trains).
 TRAINING_THREADS = 2
-#: How often (in jobs) a long batch checks whether its caller's deadline has passed.
+#: How often (in jobs) a long batch of questions checks whether its caller's deadline has passed.
 DEADLINE_CHECK_EVERY = 4096
+#: After a snapshot had to wait (a model training), the events recorded before it is tried again.
+SNAPSHOT_RETRY_EVENTS = 1000
+#: Effects of `predict` that change later answers: predictions by such an estimator are recorded.
+RECORDED_EFFECTS = frozenset({"submissions", "model"})
 _NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9._:/@+-]{1,128}")
 
 
+def registry_factory(spec: str) -> tuple[Estimator, str]:
+    """The registry's estimators (`predictor.registry`), held under their own SPEC."""
+    estimator = make_estimator(spec)
+    return estimator, estimator.spec
+
+
 def no_deadline() -> None:
-    """A deadline check for work too short to be worth checking mid-way."""
+    """A deadline check for work that must not stop half-way (recorded predictions) or is too short to check."""
 
 
 @dataclass(frozen=True)
 class ResolvedSpec:
-    """A SPEC as a client wrote it, and the canonical SPEC (all parameters spelt out) it stands for."""
+    """A SPEC as a client wrote it, the canonical SPEC it stands for, and what its predictions do."""
 
     written: str
     canonical: str
+    name: str
     evaluation_only: bool
+    #: Its predictions change its later answers, so they are recorded as submissions.
+    records: bool
+    #: Its predictions change its state at all, so recorded submissions are replayed into it.
+    replays: bool
 
 
-def _end(job: FinishedJob) -> int:
-    return job.end
+def _days(seconds: int) -> str:
+    return f"{seconds / SECONDS_PER_DAY:g} days"
 
 
-@dataclass
+@dataclass(eq=False)
 class Namespace:
     """One scheduler's (or one simulation's) history, clock and estimators.
 
     Use it as a context manager (`with namespace:`) for every read or change:
     that takes its lock, and refuses a namespace that was reset meanwhile.
+    A `transient` namespace answers a question about a namespace that does
+    not exist, and is dropped after it: a question never creates one.
     """
 
     name: str
-    factory: EstimatorFactory
-    #: Where estimators that train models train them, off the request path.
-    trainer: futures.Executor | None = None
-    history: list[FinishedJob] = field(default_factory=list)
+    build: Callable[[str], Estimator]
+    limits: Limits
+    memory: MemoryWatch
+    transient: bool = False
+    history: records.History = field(default_factory=records.History)
     clock: int = 0
     estimators: dict[str, Estimator] = field(default_factory=dict)
+    #: Events recorded since the last snapshot, and the sequence number of the latest in the state file.
+    since_snapshot: int = 0
+    last_seq: int = 0
     retired: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -88,7 +141,7 @@ class Namespace:
         self.lock.acquire()
         if self.retired:
             self.lock.release()
-            raise Conflict(f"namespace {self.name!r} was reset during the call; retry it")
+            raise Conflict(f"namespace {quote(self.name)} was reset during the call; retry it")
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -98,81 +151,101 @@ class Namespace:
         """The namespace's estimator for `spec`, built on first use and taught the history so far."""
         estimator = self.estimators.get(spec.canonical)
         if estimator is None:
-            if len(self.estimators) >= MAX_ESTIMATORS_PER_NAMESPACE:
-                raise InvalidRequest(
-                    f"estimator: namespace {self.name!r} already holds "
-                    f"{MAX_ESTIMATORS_PER_NAMESPACE} estimators; reset it or reuse a SPEC"
-                )
-            estimator = self.factory(spec.written)
-            estimator.train_on(self.trainer)
+            if not self.transient:
+                if len(self.estimators) >= self.limits.max_estimators:
+                    raise ResourceExhausted(
+                        f"estimator: namespace {quote(self.name)} already holds {self.limits.max_estimators} "
+                        "estimators (--max-estimators); reuse one of its SPECs or reset it"
+                    )
+                self.memory.check_growth(f"estimator: a new estimator in namespace {quote(self.name)}")
+            estimator = self.build(spec.canonical)
             observe = estimator.observe
             for job in self.history:
                 observe(job)
             self.estimators[spec.canonical] = estimator
         return estimator
 
-    def learn(self, batch: list[FinishedJob], store: CompletionStore | None, where: str) -> tuple[int, int]:
-        """Store, then learn, the completions not already held; return (accepted, duplicates).
+    # --- checks ---
+
+    def check_ends(self, batch: Sequence[FinishedJob], where: str) -> None:
+        """Each end no later than LATEST_TIME and at most the time step ahead of the clock (or the previous end)."""
+        step = self.limits.max_time_step_seconds
+        latest = self.clock
+        for index, job in enumerate(batch):
+            self._check_time(job.end, latest, step, f"{where}[{index}].end")
+            latest = max(latest, job.end)
+
+    def check_submits(self, jobs: Sequence[JobRequest], where: str, clock: int, indexed: bool = True) -> None:
+        step = self.limits.max_time_step_seconds
+        for index, job in enumerate(jobs):
+            self._check_time(job.submit, clock, step, f"{where}[{index}].submit" if indexed else f"{where}.submit")
+
+    def _check_time(self, time: int, clock: int, step: int, place: str) -> None:
+        if time > LATEST_TIME:
+            raise InvalidRequest(f"{place} ({time}) is after {LATEST_TIME} (year 5138 in Unix seconds): not a time")
+        if clock > 0 and time - clock > step:
+            raise InvalidRequest(
+                f"{place} ({time}) is more than {_days(step)} ahead of namespace {quote(self.name)}'s clock ({clock}): "
+                "a time that far ahead would hold the namespace up (completions come in end order); "
+                "this server's --max-time-step"
+            )
+
+    def fresh(self, batch: Sequence[FinishedJob], where: str) -> list[FinishedJob]:
+        """The completions of `batch` not already held, refusing one that ends before the latest held.
 
         A client that resends after a lost reply sends completions the
         namespace already holds; they are recognised (same job, same end) and
         skipped rather than learned twice.
         """
-        if not batch:
-            return 0, 0
-        latest = self.history[-1].end if self.history else None
-        fresh = batch
-        if latest is not None and batch[0].end <= latest:
-            held = set(self.history[bisect.bisect_left(self.history, batch[0].end, key=_end) :])
-            fresh = [job for job in batch if job not in held]
-            if fresh and fresh[0].end < latest:
-                index = batch.index(fresh[0])
-                raise InvalidRequest(
-                    f"{where}[{index}].end ({fresh[0].end}) is before the latest completion "
-                    f"namespace {self.name!r} holds ({latest}): completions must come in end order"
-                )
-        if fresh:
-            clock = max(self.clock, fresh[-1].end)
-            if store is not None:
-                store.append(self.name, fresh, clock)
-            self.clock = clock
-            for estimator in self.estimators.values():
-                observe = estimator.observe
-                for job in fresh:
-                    observe(job)
-            self.history.extend(fresh)
-        return len(fresh), len(batch) - len(fresh)
+        latest = self.history.latest_end
+        if not batch or latest is None or batch[0].end > latest:
+            return list(batch)
+        held = set(self.history.since(batch[0].end))
+        fresh = [job for job in batch if job not in held]
+        if fresh and fresh[0].end < latest:
+            index = batch.index(fresh[0])
+            raise InvalidRequest(
+                f"{where}[{index}].end ({fresh[0].end}) is before the latest completion namespace "
+                f"{quote(self.name)} holds ({latest}): completions must come in end order"
+            )
+        return fresh
+
+    # --- changes ---
+
+    def learn(self, completions: Sequence[FinishedJob]) -> None:
+        """Teach every estimator `completions` (already recorded), and drop history beyond the bounds."""
+        if not completions:
+            return
+        for estimator in self.estimators.values():
+            observe = estimator.observe
+            for job in completions:
+                observe(job)
+        self.history.extend(completions)
+        self.history.evict(completions[-1].end - self.limits.history_window_seconds, self.limits.max_history)
 
     def predict(
         self,
         estimator: Estimator,
-        requests: Sequence[JobRequest],
+        jobs: Sequence[JobRequest],
         truth: dict[int, int] | None,
         check_deadline: DeadlineCheck,
     ) -> list[Prediction]:
-        """Predict `requests` against the current history; an unset submit is the clock, a later one moves it.
-
-        One `predict_many` call per chunk lets an estimator batch its work (one
-        booster call for many jobs), and the caller's deadline is checked between chunks.
-        """
+        """Predict `jobs` (their submit times set); one `predict_many` per chunk, the deadline checked between."""
         if isinstance(estimator, OracleEstimator):
             estimator.bind_truth(truth or {})
-        clock = self.clock
-        if any(request.submit == UNSET_SUBMIT for request in requests):
-            requests = [
-                request._replace(submit=clock) if request.submit == UNSET_SUBMIT else request for request in requests
-            ]
-        latest = max(clock, max((request.submit for request in requests), default=clock))
         predictions: list[Prediction] = []
-        for start in range(0, len(requests), DEADLINE_CHECK_EVERY):
+        for start in range(0, len(jobs), DEADLINE_CHECK_EVERY):
             if start:
                 check_deadline()
             try:
-                predictions += estimator.predict_many(requests[start : start + DEADLINE_CHECK_EVERY])
+                predictions += estimator.predict_many(jobs[start : start + DEADLINE_CHECK_EVERY])
             except HistoryDiscardedError as error:
                 raise FailedPrecondition(str(error)) from None
-        self.clock = latest
         return predictions
+
+    def at_clock(self, jobs: Sequence[JobRequest], clock: int) -> list[JobRequest]:
+        """`jobs` with an unset submit time set to `clock`."""
+        return [job._replace(submit=clock) if job.submit == UNSET_SUBMIT else job for job in jobs]
 
 
 @dataclass(frozen=True)
@@ -189,7 +262,7 @@ class Answer:
 
 
 class PredictorCore:
-    """Namespaces, estimators and persistence: everything the service does, without the transport.
+    """Namespaces, estimators, bounds and persistence: everything the service does, without the transport.
 
     Calls come from the server's worker threads; each namespace has its own
     lock, and creating or dropping a namespace takes the core's.
@@ -198,29 +271,41 @@ class PredictorCore:
     def __init__(
         self,
         default_specs: Sequence[str],
-        estimator_factory: EstimatorFactory = make_estimator,
+        estimator_factory: EstimatorFactory = registry_factory,
         allow_oracle: bool = False,
         store: CompletionStore | None = None,
+        limits: Limits | None = None,
     ) -> None:
+        self.limits = limits or Limits()
+        self.memory = MemoryWatch(self.limits.memory_limit_bytes)
         self._factory = estimator_factory
         self._allow_oracle = allow_oracle
         self._store = store
+        self._caps = _parse_caps(self.limits.estimator_limit)
         self._specs: dict[str, ResolvedSpec] = {}
+        self._specs_lock = threading.Lock()
         self._namespaces: dict[str, Namespace] = {}
         self._namespaces_lock = threading.Lock()
         self.trainer = futures.ThreadPoolExecutor(max_workers=TRAINING_THREADS, thread_name_prefix="tsched-train")
         if not default_specs:
             raise InvalidRequest("the server needs at least one default estimator SPEC")
-        self.defaults = [self._resolve(spec, "default estimator") for spec in default_specs]
-        self._specs[""] = self.defaults[0]
+        self.defaults = [self._resolve(spec, "default estimator", client=False) for spec in default_specs]
         if store is not None:
             for name, stored in store.load().items():
-                self._namespaces[name] = self._new_namespace(name, stored)
-                log.info("namespace %r restored: %d completions, clock %d", name, len(stored.completions), stored.clock)
+                self._namespaces[name] = self._restore(name, stored)
 
     @property
     def allow_oracle(self) -> bool:
         return self._allow_oracle
+
+    @property
+    def serving(self) -> bool:
+        """False while the state file cannot be written (writes are answered UNAVAILABLE)."""
+        return self._store is None or self._store.healthy
+
+    def on_health_change(self, listener: Callable[[bool], None]) -> None:
+        if self._store is not None:
+            self._store.on_health_change(listener)
 
     # --- the operations ---
 
@@ -231,22 +316,38 @@ class PredictorCore:
         jobs: Sequence[JobRequest],
         truth: dict[int, int] | None,
         check_deadline: DeadlineCheck = no_deadline,
+        where: str = "jobs",
+        indexed: bool = True,
     ) -> Answer:
-        """Predict `jobs` against the namespace's history (nothing is learned)."""
+        """Answer questions about `jobs` from the namespace's history; nothing is learned, the clock stays.
+
+        An estimator whose predictions change its later answers records them
+        as submissions (see the module's documentation).
+        """
         resolved = self.spec(spec)
-        held = self.namespace(namespace)
+        held = self.namespace(namespace, create=resolved.records)
         check_deadline()
         with held:
             clock = held.clock
-            predictions = held.predict(held.estimator(resolved), jobs, truth, check_deadline)
+            asked = held.at_clock(jobs, clock)
+            held.check_submits(asked, where, clock, indexed)
+            estimator = held.estimator(resolved)
+            if resolved.records:
+                self._record(held, [], asked, resolved, moves_clock=False)
+                predictions = held.predict(estimator, asked, truth, no_deadline)
+                self._maybe_snapshot(held)
+            else:
+                predictions = held.predict(estimator, asked, truth, check_deadline)
         return Answer(predictions, resolved.canonical, held.name, clock)
 
     def observe(self, namespace: str, batch: list[FinishedJob], check_deadline: DeadlineCheck) -> tuple[int, int]:
-        """Store and learn completions; return (accepted, duplicates)."""
-        held = self.namespace(namespace)
+        """Record and learn completions; return (accepted, duplicates)."""
+        held = self.namespace(namespace, create=bool(batch))
         check_deadline()
         with held:
-            return held.learn(batch, self._store, "completions")
+            accepted, duplicates, _, _ = self._record(held, batch, [], None, moves_clock=True)
+            self._maybe_snapshot(held)
+        return accepted, duplicates
 
     def sync(
         self,
@@ -257,15 +358,15 @@ class PredictorCore:
         truth: dict[int, int] | None,
         check_deadline: DeadlineCheck,
     ) -> Answer:
-        """Learn `batch`, then predict `jobs`, under one hold of the namespace's lock."""
+        """Record and learn `batch`, then record and predict the submitted `jobs`, under one hold of the lock."""
         resolved = self.spec(spec)
-        held = self.namespace(namespace)
+        held = self.namespace(namespace, create=bool(batch or jobs))
         check_deadline()
         with held:
-            estimator = held.estimator(resolved)
-            accepted, duplicates = held.learn(batch, self._store, "completions")
-            clock = held.clock
-            predictions = held.predict(estimator, jobs, truth, check_deadline)
+            estimator = held.estimator(resolved) if jobs else None
+            accepted, duplicates, submitted, clock = self._record(held, batch, jobs, resolved, moves_clock=True)
+            predictions = [] if estimator is None else held.predict(estimator, submitted, truth, no_deadline)
+            self._maybe_snapshot(held)
         return Answer(predictions, resolved.canonical, held.name, clock, accepted, duplicates)
 
     def describe(self, namespace: str) -> dict[str, Any]:
@@ -296,7 +397,7 @@ class PredictorCore:
         with self._namespaces_lock:
             held = self._namespaces.get(name)
             if held is None:
-                raise NotFound(f"namespace {name!r} does not exist")
+                raise NotFound(f"namespace {quote(name)} does not exist")
             with held:
                 if self._store is not None:
                     self._store.forget(name)
@@ -304,7 +405,7 @@ class PredictorCore:
                 # Calls waiting on the old object are refused (Conflict); new calls get a fresh one.
                 held.retired = True
                 del self._namespaces[name]
-        log.info("namespace %r reset (%d completions forgotten)", name, forgotten)
+        log.info("namespace %s reset (%d completions forgotten)", quote(name), forgotten)
         return forgotten
 
     def close(self) -> None:
@@ -313,50 +414,187 @@ class PredictorCore:
         if self._store is not None:
             self._store.close()
 
-    # --- helpers ---
+    # --- recording ---
+
+    def _record(
+        self,
+        held: Namespace,
+        batch: Sequence[FinishedJob],
+        jobs: Sequence[JobRequest],
+        spec: ResolvedSpec | None,
+        moves_clock: bool,
+    ) -> tuple[int, int, list[JobRequest], int]:
+        """Check, store, then learn a call's completions and submissions.
+
+        Returns (completions accepted, duplicates, the submissions with their
+        submit times set, the clock). Everything is checked before anything
+        is stored, and stored before anything is learned: a refused call
+        changes nothing.
+        """
+        held.check_ends(batch, "completions")
+        fresh = held.fresh(batch, "completions")
+        clock = max(held.clock, fresh[-1].end) if fresh else held.clock
+        submitted = held.at_clock(jobs, clock)
+        if moves_clock:
+            held.check_submits(submitted, "submitted", clock)
+            clock = max(clock, max((job.submit for job in submitted), default=clock))
+        if not fresh and not submitted:
+            return 0, len(batch), submitted, clock
+        assert not held.transient  # only calls that record create (or find) a lasting namespace
+        self.memory.check_growth(f"namespace {quote(held.name)}")
+        if self._store is not None:
+            held.last_seq = self._store.record(
+                held.name, clock, fresh, submitted, None if spec is None or not submitted else spec.canonical
+            )
+        held.learn(fresh)
+        held.clock = clock
+        held.since_snapshot += len(fresh) + len(submitted)
+        return len(fresh), len(batch) - len(fresh), submitted, clock
+
+    def _maybe_snapshot(self, held: Namespace) -> None:
+        """Save the namespace (under its lock) once it has recorded `snapshot_every` events since the last save."""
+        if self._store is None or held.since_snapshot < self.limits.snapshot_every:
+            return
+        image = snapshots.NamespaceImage(records.pack(held.history.rows), held.clock, dict(held.estimators))
+        try:
+            blob = snapshots.dump(image)
+        except snapshots.SnapshotDeferredError:
+            held.since_snapshot = self.limits.snapshot_every - SNAPSHOT_RETRY_EVENTS
+            return
+        self._store.save_snapshot(held.name, held.last_seq, blob)
+        held.since_snapshot = 0
+        log.info("namespace %s saved: %d completions, %d bytes", quote(held.name), len(held.history), len(blob))
+
+    def _restore(self, name: str, stored: StoredNamespace) -> Namespace:
+        """A namespace as the state file holds it: its snapshot, then the events after it, replayed in order."""
+        held = self._new_namespace(name)
+        if stored.snapshot is not None:
+            try:
+                image = snapshots.load(stored.snapshot, self.trainer)
+            except snapshots.SnapshotRefusedError as error:
+                raise StateError(f"namespace {quote(name)} in the state file: {error}") from None
+            held.history = records.History(records.unpack(image.history, records.COMPLETION_WIDTH))
+            held.estimators = image.estimators
+        skipped: set[str] = set()
+        for event in stored.events:
+            if event.kind == COMPLETIONS:
+                held.learn(event.completions)
+            elif event.spec is not None:
+                self._replay_submissions(held, event.spec, event.submissions, skipped)
+            held.last_seq = event.seq
+        held.since_snapshot = len(stored.events)
+        held.clock = stored.clock
+        for spec in self.defaults:
+            held.estimator(spec)
+        log.info("namespace %s restored: %d completions, clock %d", quote(name), len(held.history), held.clock)
+        return held
+
+    def _replay_submissions(self, held: Namespace, spec: str, jobs: list[JobRequest], skipped: set[str]) -> None:
+        """Predict recorded submissions again, as they were: errors included (a refusal refused again)."""
+        try:
+            resolved = self._resolve(spec, "recorded estimator", client=False)
+        except InvalidRequest as error:  # a model folder no longer served, the oracle no longer allowed
+            if spec not in skipped:
+                skipped.add(spec)
+                log.warning("namespace %s: recorded submissions of %s not replayed: %s", quote(held.name), spec, error)
+            return
+        if not resolved.replays:
+            return
+        try:
+            held.estimator(resolved).predict_many(jobs)
+        except HistoryDiscardedError:
+            pass
+        except Exception as error:  # an estimator's bug recurs here as it occurred; the server must still start
+            log.warning("namespace %s: replaying submissions to %s: %s", quote(held.name), spec, clip(repr(error)))
+
+    # --- SPECs ---
 
     def spec(self, written: str) -> ResolvedSpec:
-        spec = self._specs.get(written)
-        return spec if spec is not None else self._resolve(written, "estimator")
+        """The SPEC a client wrote, parsed and checked once per spelling (`max_specs` spellings kept)."""
+        if not written:
+            return self.defaults[0]
+        cached = self._specs.get(written)
+        if cached is not None:
+            return cached
+        if len(written) > MAX_SPEC_LENGTH:
+            raise InvalidRequest(f"estimator: a SPEC has at most {MAX_SPEC_LENGTH} characters; got {len(written):,}")
+        resolved = self._resolve(written, "estimator", client=True)
+        with self._specs_lock:
+            while len(self._specs) >= self.limits.max_specs:
+                del self._specs[next(iter(self._specs))]
+            self._specs[written] = resolved
+        return resolved
 
-    def _resolve(self, written: str, where: str) -> ResolvedSpec:
-        """Parse and validate a SPEC once; refuse evaluation-only estimators unless allowed."""
+    def _resolve(self, written: str, where: str, client: bool) -> ResolvedSpec:
+        """Parse and validate a SPEC; refuse evaluation-only estimators unless allowed, and a client's SPEC
+        asking for more than this server's estimator limits."""
         try:
-            probe = self._factory(written)
-        except SpecError as error:
-            raise InvalidRequest(f"{where}: {error}") from None
+            probe, canonical = self._factory(written)
+        except (SpecError, ModelError) as error:  # their messages show the SPEC whole: show the start of it
+            raise InvalidRequest(f"{where}: {str(error).replace(repr(written), quote(written, 100))}") from None
         if probe.evaluation_only and not self._allow_oracle:
             raise InvalidRequest(
                 f"{where}: {probe.name!r} is for evaluation only and this server does not allow it "
                 "(start it with the oracle allowed)"
             )
-        spec = ResolvedSpec(written, probe.spec, probe.evaluation_only)
-        if len(self._specs) < SPEC_CACHE_SIZE:
-            self._specs[written] = spec
-        return spec
+        if client:
+            self._check_caps(written, probe, where)
+        effects = probe.predict_effects
+        return ResolvedSpec(
+            written, canonical, probe.name, probe.evaluation_only, bool(effects & RECORDED_EFFECTS), bool(effects)
+        )
 
-    def namespace(self, written: str) -> Namespace:
-        """The namespace called `written` ("" is the default), created on first use."""
+    def _check_caps(self, written: str, probe: Estimator, where: str) -> None:
+        caps = self._caps.get(probe.name)
+        if not caps:
+            return
+        params = probe.get_params()
+        unknown = sorted(key for key in caps if not isinstance(params.get(key), int | float))
+        if unknown:
+            log.error("--estimator-limit names %s, which %s has no number for", ", ".join(unknown), probe.name)
+            raise InvalidRequest(f"{where}: this server's --estimator-limit for {probe.name} is misconfigured")
+        for key in parse_spec(written)[1]:
+            if key in caps and params[key] > caps[key]:
+                raise InvalidRequest(
+                    f"{where}: {key}={params[key]} is above this server's limit for {probe.name} ({caps[key]:g}); "
+                    "see --estimator-limit"
+                )
+
+    # --- namespaces ---
+
+    def namespace(self, written: str, create: bool = True) -> Namespace:
+        """The namespace called `written` ("" is the default); created when `create`, else transient if absent."""
         name = written or DEFAULT_NAMESPACE
         held = self._namespaces.get(name)
         if held is not None:
             return held
         if not _NAMESPACE_PATTERN.fullmatch(name):
-            raise InvalidRequest(f"namespace {name!r} is not 1-128 characters of letters, digits and ._:/@+-")
+            raise InvalidRequest(f"namespace {quote(name)} is not 1-128 characters of letters, digits and ._:/@+-")
+        if not create:
+            return self._new_namespace(name, transient=True)
         with self._namespaces_lock:
             held = self._namespaces.get(name)
             if held is None:
-                held = self._namespaces[name] = self._new_namespace(name)
+                if len(self._namespaces) >= self.limits.max_namespaces:
+                    raise ResourceExhausted(
+                        f"namespace {quote(name)}: this server holds its limit of {self.limits.max_namespaces} "
+                        "namespaces (--max-namespaces); reset unused ones"
+                    )
+                self.memory.check_growth(f"namespace {quote(name)}")
+                held = self._new_namespace(name)
+                for spec in self.defaults:
+                    held.estimator(spec)
+                self._namespaces[name] = held
         return held
 
-    def _new_namespace(self, name: str, stored: StoredNamespace | None = None) -> Namespace:
-        """A namespace with the default estimators, taught `stored` history if any."""
-        held = Namespace(name, self._factory, self.trainer)
-        if stored is not None:
-            held.history, held.clock = stored.completions, stored.clock
-        for spec in self.defaults:
-            held.estimator(spec)
-        return held
+    def _new_namespace(self, name: str, transient: bool = False) -> Namespace:
+        return Namespace(name, self._build, self.limits, self.memory, transient)
+
+    def _build(self, canonical: str) -> Estimator:
+        """A fresh estimator for a canonical SPEC, training on the server's training threads."""
+        estimator, _ = self._factory(canonical)
+        estimator.train_on(self.trainer)
+        return estimator
 
     def _describe(self, cls: type[Estimator]) -> dict[str, Any]:
         parameters = inspect.signature(cls.__init__).parameters
@@ -368,3 +606,22 @@ class PredictorCore:
             "allowed": self._allow_oracle or not cls.evaluation_only,
             "description": docstring.partition("\n")[0],
         }
+
+
+def _parse_caps(texts: Iterable[str]) -> dict[str, dict[str, float]]:
+    """`--estimator-limit` values (`NAME:param=max,...`) as {name: {param: max}}.
+
+    The parameter names are checked when the estimator is first asked for, so
+    that starting a server does not import every estimator (LightGBM's import
+    alone takes half a second).
+    """
+    caps: dict[str, dict[str, float]] = {}
+    for text in texts:
+        try:
+            name, params = parse_spec(text)
+            caps.setdefault(name, {}).update({key: float(value) for key, value in params.items()})
+        except (SpecError, ValueError):
+            raise UsageError(f"--estimator-limit {text!r}: expected NAME:param=number,...") from None
+        if not params:
+            raise UsageError(f"--estimator-limit {text!r}: names no parameter")
+    return caps

@@ -14,6 +14,7 @@ and its log says why.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -24,8 +25,10 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from predictor.service.server import SHUTDOWN_GRACE_SECONDS, serve
+from predictor.service.limits import Limits
+from predictor.service.server import Security, serve
 
 
 class ServerProcess:
@@ -38,12 +41,20 @@ class ServerProcess:
         default_estimators: Sequence[str] | None = None,
         allow_oracle: bool = False,
         startup_timeout: float = 60.0,
+        *,
+        models_dir: str | None = None,
+        security: Security | None = None,
+        limits: Limits | None = None,
     ) -> None:
+        self.limits = limits or Limits()
         arguments = {
             "listen": listen,
             "state": None if state is None else str(state),
             "default_estimators": None if default_estimators is None else list(default_estimators),
+            "models_dir": None if models_dir is None else str(models_dir),
             "allow_oracle": allow_oracle,
+            "security": dataclasses.asdict(security or Security()),
+            "limits": dataclasses.asdict(self.limits),
         }
         ready_read, ready_write = os.pipe()
         try:
@@ -72,17 +83,20 @@ class ServerProcess:
             raise RuntimeError("the predictor service did not start:\n" + "".join(self.log))
         self.port = port
         host = listen.rpartition(":")[0]
-        self.address = f"{'127.0.0.1' if host in ('', '0.0.0.0', '[::]') else host}:{port}"
+        if listen.startswith("unix:"):
+            self.address = listen
+        else:
+            self.address = f"{'127.0.0.1' if host in ('', '0.0.0.0', '[::]') else host}:{port}"
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
-    def stop(self, signum: int = signal.SIGTERM, timeout: float = SHUTDOWN_GRACE_SECONDS + 5) -> int:
-        """Send `signum` (SIGTERM: graceful), wait for the exit, return the exit code."""
+    def stop(self, signum: int = signal.SIGTERM, timeout: float | None = None) -> int:
+        """Send `signum` (SIGTERM: graceful), wait for the exit (default: the grace period + 5 s), return its code."""
         if self.process.poll() is None:
             self.process.send_signal(signum)
-        code = self.process.wait(timeout)
+        code = self.process.wait(self.limits.shutdown_grace + 5 if timeout is None else timeout)
         self._reader.join(5)
         return code
 
@@ -112,7 +126,15 @@ def main(argv: Sequence[str]) -> None:
         os.write(descriptor, f"{port}\n".encode("ascii"))
         os.close(descriptor)
 
-    serve(**arguments, on_ready=announce)
+    security = Security(**arguments.pop("security"))
+    limits = _limits(arguments.pop("limits"))
+    serve(**arguments, on_ready=announce, security=security, limits=limits)
+
+
+def _limits(values: dict[str, Any]) -> Limits:
+    """`Limits` from its JSON form (where tuples became lists)."""
+    fields: dict[str, Any] = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    return Limits(**fields)
 
 
 if __name__ == "__main__":

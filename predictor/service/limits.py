@@ -310,6 +310,6 @@ class Watchdog:
                     del self._watches[id(watch)]
             for watch in overdue:
                 waited = "its client's next message" if watch.state == Watch.RECEIVING else "its client to read"
-                log.warning("%s cut: waited %.0f s for %s", watch.name, now - watch.since, waited)
+                log.warning("%s cut: waited %.1f s for %s", watch.name, now - watch.since, waited)
                 self.cut += 1
                 watch.cancel()

@@ -1,48 +1,133 @@
-"""Hosting the predictor service: a gRPC server with health and reflection, and a graceful stop."""
+"""Hosting the predictor service: transport security, the gate, health and reflection, and a stop that always ends.
+
+A server listens on TCP (`HOST:PORT`, with TLS when given a certificate and
+key, and mutual TLS with a client CA) or on a Unix socket (`unix:PATH`, its
+file permissions as the access control). With a token file every call but a
+health check needs a token (`predictor.service.security`). A server refuses
+to listen off this machine with neither TLS nor tokens unless told
+`insecure`. Every call passes the gate (`predictor.service.gate`), which
+holds it to the server's `Limits`.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
+import stat
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from predictor.errors import InvalidRequest
+from predictor.errors import InvalidRequest, UsageError
 from predictor.proto import rpc
-from predictor.registry import make_estimator
-from predictor.service.core import EstimatorFactory, PredictorCore
+from predictor.service.codec import max_message_bytes
+from predictor.service.core import EstimatorFactory, PredictorCore, registry_factory
+from predictor.service.gate import Gate, TokenSource
+from predictor.service.limits import KEEPALIVE_TIMEOUT_SECONDS, Limits
+from predictor.service.security import TokenTable, check_exposure, readable_by_others
 from predictor.service.servicer import SERVICE_NAME, PredictorServicer
 from predictor.service.state import CompletionStore
 
 log = logging.getLogger("tsched.service")
 
-#: Room for a full batch (a Job is ~30 bytes on the wire) with margin.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-#: How long in-flight calls get to finish on SIGTERM/SIGINT.
-SHUTDOWN_GRACE_SECONDS = 10.0
 #: The estimator a server answers with when none is configured: Tang et al.'s adjuster.
 DEFAULT_ESTIMATOR = "percentile"
 DEFAULT_LISTEN = "127.0.0.1:50051"
+#: Who may connect to a Unix socket by default: the server's own user.
+DEFAULT_SOCKET_MODE = 0o600
+#: Streams one connection may open at once (HTTP/2's recommended minimum); the server-wide limits still apply.
+STREAMS_PER_CONNECTION = 100
+#: Clients may ping an idle connection at most this often (a client pinging faster is disconnected).
+MIN_CLIENT_PING_SECONDS = 10
+#: Beyond what the gate admits, calls queue for a thread up to this many times the thread count, then grpcio refuses.
+QUEUED_CALLS_PER_THREAD = 4
+#: Once the grace period is over, how long closing the state file may take before the process exits anyway.
+CLOSE_SECONDS = 1.5
+
+
+@dataclass(frozen=True)
+class Security:
+    """How a server admits clients: TLS files, a token file, and whether it may listen open."""
+
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Client certificates must be signed by this CA (mutual TLS).
+    tls_client_ca: str | None = None
+    tokens: str | None = None
+    insecure: bool = False
+    #: Permissions of a Unix socket the server listens on.
+    socket_mode: int = DEFAULT_SOCKET_MODE
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    def check(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise UsageError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and not self.tls:
+            raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+        if not 0 <= self.socket_mode <= 0o777:
+            raise UsageError(f"--socket-mode must be permissions such as 600 or 660, not {self.socket_mode:o}")
+
+    def credentials(self) -> grpc.ServerCredentials | None:
+        """TLS credentials read from the files (None without TLS); a key others can read is reported."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        if readable_by_others(self.tls_key):
+            log.warning("%s can be read by every user of this machine: chmod 600 it", self.tls_key)
+        client_ca = None if self.tls_client_ca is None else Path(self.tls_client_ca).read_bytes()
+        return grpc.ssl_server_credentials(
+            [(Path(self.tls_key).read_bytes(), Path(self.tls_cert).read_bytes())],
+            root_certificates=client_ca,
+            require_client_auth=client_ca is not None,
+        )
+
+    def token_table(self) -> TokenTable | None:
+        if self.tokens is None:
+            return None
+        if readable_by_others(self.tokens):
+            log.warning("%s can be read by every user of this machine: chmod 600 it", self.tokens)
+        return TokenTable.load(self.tokens)
 
 
 class PredictorServer:
-    """A started server: its port, and a graceful stop that also closes the state file."""
+    """A started server: where it listens, and a graceful stop that also closes the state file."""
 
     def __init__(
-        self, server: grpc.Server, port: int, health_servicer: health.HealthServicer, core: PredictorCore
+        self,
+        server: grpc.Server,
+        address: str,
+        port: int,
+        health_servicer: health.HealthServicer,
+        core: PredictorCore,
+        gate: Gate,
     ) -> None:
         self.server = server
+        self.address = address
         self.port = port
         self.core = core
+        self.gate = gate
         self._health = health_servicer
+        core.on_health_change(self._set_health)
 
-    def stop(self, grace: float | None = SHUTDOWN_GRACE_SECONDS) -> threading.Event:
-        """Refuse new calls, let in-flight ones finish within `grace`, then close the state file.
+    def _set_health(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", SERVICE_NAME):
+            self._health.set(service, status)
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Refuse new calls, let in-flight ones finish within `grace` (then cancel them), close the state file.
 
         Returns an event set once everything is closed.
         """
@@ -52,15 +137,75 @@ class PredictorServer:
 
         def close_when_stopped() -> None:
             stopped.wait()
+            self.gate.close()
             self.core.close()
-            log.info("predictor service stopped (port %d)", self.port)
+            log.info("predictor service stopped (%s)", self.address)
             closed.set()
 
         threading.Thread(target=close_when_stopped, name="tsched-server-close", daemon=True).start()
         return closed
 
-    def wait_for_termination(self, timeout: float | None = None) -> bool:
-        return bool(self.server.wait_for_termination(timeout))
+    def reload_tokens(self, path: str) -> None:
+        """Read the token file again (SIGHUP); a file that does not parse leaves the tokens in force."""
+        if self.gate.tokens is None:
+            log.warning("SIGHUP ignored: the server was started without a token file")
+            return
+        try:
+            table = TokenTable.load(path)
+        except (UsageError, OSError) as error:
+            log.error("tokens not reloaded, the previous ones stay in force: %s", error)
+            return
+        self.gate.tokens.replace(table)
+        log.info("tokens reloaded from %s: %d token(s)", path, len(table))
+
+
+def _bind(server: grpc.Server, listen: str, credentials: grpc.ServerCredentials | None, socket_mode: int) -> int:
+    """Bind `listen`; return the TCP port (0 for a Unix socket). OSError when it cannot be bound."""
+    path = listen.removeprefix("unix:") if listen.startswith("unix:") else None
+    if path is not None:
+        _check_socket_path(path)
+        previous = os.umask(0o177)  # no moment where the socket is open to others
+        try:
+            bound = server.add_secure_port(listen, credentials) if credentials else server.add_insecure_port(listen)
+        finally:
+            os.umask(previous)
+        if bound:
+            os.chmod(path, socket_mode)
+            return 0
+        raise OSError(f"cannot listen on {listen!r}")
+    try:
+        port = server.add_secure_port(listen, credentials) if credentials else server.add_insecure_port(listen)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(f"cannot listen on {listen!r}: the address is in use or is not this machine's")
+    return port
+
+
+def _check_listen(listen: str) -> None:
+    if listen.startswith("unix:"):
+        if len(listen) == len("unix:"):
+            raise InvalidRequest("listen address 'unix:': expected unix:PATH")
+        return
+    host, _, port_text = listen.rpartition(":")
+    if not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise InvalidRequest(f"listen address {listen!r}: expected HOST:PORT with a port from 0 to 65535, or unix:PATH")
+
+
+def _check_socket_path(path: str) -> None:
+    """grpcio replaces whatever socket is at `path`: refuse one that a live server answers on, or a non-socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(f"cannot listen on unix:{path}: the path exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return  # a socket left by a server that is gone: grpcio replaces it
+    raise OSError(f"cannot listen on unix:{path}: another server is listening on it")
 
 
 def start_server(
@@ -68,61 +213,83 @@ def start_server(
     state: str | None = None,
     default_estimators: Sequence[str] | None = None,
     allow_oracle: bool = False,
-    estimator_factory: EstimatorFactory = make_estimator,
-    max_workers: int = 8,
+    estimator_factory: EstimatorFactory = registry_factory,
+    *,
+    security: Security | None = None,
+    limits: Limits | None = None,
 ) -> tuple[PredictorServer, int]:
     """Start serving on `listen` (port 0: a free port) without blocking; return the server and its port.
 
     `default_estimators` (default: the paper's percentile adjuster) are built
     in every namespace; the first answers requests that name no estimator.
-    `estimator_factory` turns a SPEC into an estimator: the hook through which
-    estimators that need loaded models (`--models DIR`) are supplied.
-    Raises InvalidRequest for a bad SPEC or address, StateError for an unusable
-    state file, OSError when the address cannot be bound.
+    `estimator_factory` turns a SPEC into an estimator and its canonical SPEC:
+    the hook through which trained models (`--models DIR`) are supplied.
+    Raises UsageError or InvalidRequest for bad settings, StateError for an
+    unusable state file, OSError when the address cannot be bound.
     """
-    host, _, port_text = listen.rpartition(":")
-    if not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise InvalidRequest(f"listen address {listen!r}: expected HOST:PORT with a port from 0 to 65535")
+    security = security or Security()
+    limits = limits or Limits()
+    security.check()
+    _check_listen(listen)
+    message_bytes = max_message_bytes(limits.max_batch)
+    limits.check_message_size(message_bytes)
+    tokens = security.token_table()
+    warnings = check_exposure(listen, tls=security.tls, tokens=tokens is not None, insecure=security.insecure)
+    credentials = security.credentials()
     specs = list(default_estimators) if default_estimators else [DEFAULT_ESTIMATOR]
     store = CompletionStore(state) if state is not None else None
     try:
-        core = PredictorCore(specs, estimator_factory, allow_oracle, store)
+        core = PredictorCore(specs, estimator_factory, allow_oracle, store, limits)
     except BaseException:
         if store is not None:
             store.close()
         raise
-    # Without so_reuseport=0 a second server could bind the same port and silently take half the calls.
+    gate = Gate(limits, None if tokens is None else TokenSource(tokens))
+    keepalive_ms = int(limits.keepalive * 1000)
     options = [
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", message_bytes),
+        ("grpc.max_send_message_length", message_bytes),
+        # Without so_reuseport=0 a second server could bind the same port and silently take half the calls.
         ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION),
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_SECONDS * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_SECONDS * 1000),
+        ("grpc.http2.max_ping_strikes", 2),
     ]
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tsched-rpc"), options=options
+        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="tsched-rpc"),
+        interceptors=[gate],
+        options=options,
+        maximum_concurrent_rpcs=limits.threads * QUEUED_CALLS_PER_THREAD,
     )
     rpc.add_PredictorServicer_to_server(PredictorServicer(core), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError:
-        port = 0
-    if port == 0:
+        port = _bind(server, listen, credentials, security.socket_mode)
+    except BaseException:
+        gate.close()
         core.close()
-        raise OSError(f"cannot listen on {listen!r}: the address is in use or is not this machine's")
+        raise
     server.start()
-    for service in ("", SERVICE_NAME):
-        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    address = listen if port == 0 else f"{listen.rpartition(':')[0]}:{port}"
+    running = PredictorServer(server, address, port, health_servicer, core, gate)
+    running._set_health(core.serving)
+    for warning in warnings:
+        log.warning("%s", warning)
     log.info(
-        "predictor service listening on %s (port %d); estimators %s; state %s; oracle %s",
-        listen,
-        port,
+        "predictor service listening on %s%s; tokens %s; estimators %s; state %s; oracle %s",
+        address,
+        " (TLS" + (", client certificates required)" if security.tls_client_ca else ")") if security.tls else "",
+        "none" if tokens is None else f"{len(tokens)} from {security.tokens}",
         ", ".join(spec.canonical for spec in core.defaults),
         state or "none (in memory)",
         "allowed" if allow_oracle else "refused",
     )
-    return PredictorServer(server, port, health_servicer, core), port
+    return running, port
 
 
 def serve(
@@ -132,37 +299,59 @@ def serve(
     models_dir: str | None = None,
     allow_oracle: bool = False,
     on_ready: Callable[[int], None] | None = None,
-) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully. Call from the main thread.
+    *,
+    security: Security | None = None,
+    limits: Limits | None = None,
+) -> NoReturn:
+    """Serve until SIGTERM or SIGINT, then stop and end the process. Call from the main thread.
 
-    `models_dir` is a folder of trained models served by name; `on_ready` is
-    called with the bound port once the server accepts calls.
+    The first signal drains: new calls are refused, calls in flight get
+    `limits.shutdown_grace` seconds, then are cancelled, and the process exits
+    at most `CLOSE_SECONDS` later whatever is still running (status 0: every
+    acknowledged write is already on disk). A second signal exits at once
+    (status 128 + signal). SIGHUP reloads the token file. `models_dir` is a
+    folder of trained models served by name; `on_ready` is called with the
+    bound port (0 on a Unix socket) once the server accepts calls.
     """
-    factory: EstimatorFactory = make_estimator
+    limits = limits or Limits()
+    security = security or Security()
+    factory: EstimatorFactory = registry_factory
     if models_dir is not None:
-        from predictor.estimators.lgbm.store import estimator_factory  # LightGBM only when models are served
+        from predictor.estimators.lgbm.store import ModelCatalog  # LightGBM only when models are served
 
-        factory = estimator_factory(models_dir)
-    server, port = start_server(listen, state, default_estimators, allow_oracle, factory)
+        factory = ModelCatalog(models_dir).factory
+    server, port = start_server(
+        listen, state, default_estimators, allow_oracle, factory, security=security, limits=limits
+    )
     received: list[int] = []
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
+        if received:  # the second: no more waiting
+            os.write(2, f"received {signal.Signals(signum).name} again: exiting now\n".encode())
+            os._exit(128 + signum)
         received.append(signum)
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        if on_ready is not None:
-            on_ready(port)
-        while not stop.wait(0.5):
-            pass
-        log.info(
-            "received %s: stopping (in-flight calls get %.0f s)",
-            signal.Signals(received[0]).name,
-            SHUTDOWN_GRACE_SECONDS,
-        )
-        server.stop(SHUTDOWN_GRACE_SECONDS).wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    if security.tokens is not None:
+        tokens = security.tokens
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: server.reload_tokens(tokens))
+    if on_ready is not None:
+        on_ready(port)
+    while not stop.wait(0.5):
+        pass
+    grace = limits.shutdown_grace
+    log.info("received %s: stopping (in-flight calls get %.0f s)", signal.Signals(received[0]).name, grace)
+    if not server.stop(grace).wait(grace + CLOSE_SECONDS):
+        log.warning("still closing %.1f s after the grace period: exiting anyway", CLOSE_SECONDS)
+    _exit(0)
+
+
+def _exit(code: int) -> NoReturn:
+    """End the process now, with the logs written: a thread stuck in a call or a training must not keep it alive."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)

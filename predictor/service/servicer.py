@@ -15,13 +15,25 @@ from typing import Any, TypeVar
 
 import grpc
 
-from predictor.errors import Conflict, DeadlineExceeded, FailedPrecondition, InvalidRequest, NotFound, ServiceError
+from predictor.errors import (
+    Conflict,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    ServiceError,
+    Unavailable,
+)
 from predictor.jobs import UNSET_SUBMIT
 from predictor.proto import pb, rpc
 from predictor.service import codec
 from predictor.service.core import Answer, DeadlineCheck, PredictorCore
+from predictor.service.quoting import RefusalLog, clip
 
 log = logging.getLogger("tsched.service")
+refusals = RefusalLog(log)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Predictor"].full_name
 
@@ -32,6 +44,9 @@ STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Conflict: grpc.StatusCode.ABORTED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
 
 Request = TypeVar("Request")
@@ -47,14 +62,18 @@ def status_code(error: ServiceError) -> grpc.StatusCode:
 
 
 def abort(context: grpc.ServicerContext, method: str, error: Exception) -> None:
-    """End the call with the status `error` stands for; a bug is logged with its traceback as INTERNAL."""
+    """End the call with the status `error` stands for; a bug is logged with its traceback as INTERNAL.
+
+    Messages are clipped and refusals logged at a bounded rate: both may carry what a client sent.
+    """
     if isinstance(error, ServiceError):
         code = status_code(error)
+        details = clip(str(error))
         level = logging.WARNING if code == grpc.StatusCode.INVALID_ARGUMENT else logging.INFO
-        log.log(level, "%s refused: %s: %s", method, code.name, error)
-        context.abort(code, str(error))
-    log.exception("%s failed", method)
-    context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(error).__name__}: {error}")
+        refusals.log(level, "%s refused: %s: %s", method, code.name, details)
+        context.abort(code, details)
+    refusals.log(logging.ERROR, "%s failed: %s", method, clip(repr(error)), exc_info=True)
+    context.abort(grpc.StatusCode.INTERNAL, clip(f"internal error in {method}: {type(error).__name__}: {error}"))
 
 
 def unary(
@@ -114,6 +133,7 @@ class PredictorServicer(rpc.PredictorServicer):
 
     def __init__(self, core: PredictorCore) -> None:
         self.core = core
+        self.max_batch = core.limits.max_batch
 
     @unary
     def Predict(self, request: pb.PredictRequest, context: grpc.ServicerContext) -> pb.PredictResponse:
@@ -122,7 +142,9 @@ class PredictorServicer(rpc.PredictorServicer):
             raise InvalidRequest("job is required")
         job = codec.job_request(request.job, "job")
         truth = codec.actual_runtimes((request.job,), "job", indexed=False) if spec.evaluation_only else None
-        answer = self.core.predict(request.namespace, request.estimator, [job], truth, deadline_of(context))
+        answer = self.core.predict(
+            request.namespace, request.estimator, [job], truth, deadline_of(context), where="job", indexed=False
+        )
         prediction = answer.predictions[0]
         return pb.PredictResponse(
             prediction=pb.Prediction(
@@ -139,7 +161,7 @@ class PredictorServicer(rpc.PredictorServicer):
     @unary
     def PredictBatch(self, request: pb.PredictBatchRequest, context: grpc.ServicerContext) -> pb.PredictBatchResponse:
         spec = self.core.spec(request.estimator)
-        jobs = codec.job_requests(request.jobs, "jobs")
+        jobs = codec.job_requests(request.jobs, "jobs", self.max_batch)
         truth = codec.actual_runtimes(request.jobs, "jobs") if spec.evaluation_only else None
         check = deadline_of(context)
         answer = self.core.predict(request.namespace, request.estimator, jobs, truth, check)
@@ -150,7 +172,7 @@ class PredictorServicer(rpc.PredictorServicer):
     def ObserveCompletions(
         self, request: pb.ObserveCompletionsRequest, context: grpc.ServicerContext
     ) -> pb.ObserveCompletionsResponse:
-        batch = codec.finished_jobs(request.completions, "completions")
+        batch = codec.finished_jobs(request.completions, "completions", self.max_batch)
         accepted, duplicates = self.core.observe(request.namespace, batch, deadline_of(context))
         return pb.ObserveCompletionsResponse(accepted=accepted, duplicates=duplicates)
 
@@ -169,8 +191,8 @@ class PredictorServicer(rpc.PredictorServicer):
     def _sync(self, request: pb.SyncRequest, context: grpc.ServicerContext) -> pb.SyncResponse:
         spec = self.core.spec(request.estimator)
         # Everything is validated before anything is learned: a refused call changes nothing.
-        batch = codec.finished_jobs(request.completions, "completions")
-        jobs = codec.job_requests(request.submitted, "submitted")
+        batch = codec.finished_jobs(request.completions, "completions", self.max_batch)
+        jobs = codec.job_requests(request.submitted, "submitted", self.max_batch)
         truth = codec.actual_runtimes(request.submitted, "submitted") if spec.evaluation_only else None
         answer = self.core.sync(request.namespace, request.estimator, batch, jobs, truth, deadline_of(context))
         response = pb.SyncResponse(estimator=answer.estimator, accepted=answer.accepted, duplicates=answer.duplicates)

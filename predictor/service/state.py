@@ -1,61 +1,211 @@
-"""Durable history for the predictor service: acknowledged completions in SQLite (WAL).
+"""The state file: what every namespace recorded (completions, submissions), in SQLite, with snapshots.
 
-The service writes a call's completions in one transaction before it replies,
-so a completion the client saw acknowledged survives `kill -9` (and, with
-synchronous=FULL, a power cut). On restart each namespace is rebuilt by
-replaying its completions in the order they were accepted, which is end order.
+A call's events are written in one transaction before it is answered
+(WAL, synchronous=FULL), so an acknowledged completion or submission
+survives `kill -9` and a power cut. A namespace is rebuilt on start from its
+latest snapshot and the events recorded after it; writing a snapshot drops
+the events it holds, so the file and the restart stay bounded.
+
+The file cannot be lost quietly:
+- one server per file: an exclusive lock (`FILE.lock`, which names the
+  holder's pid) is taken before the database is opened;
+- the write-ahead log is checked before SQLite reads it (a damaged header,
+  or committed transactions beyond a damaged frame, are refused: SQLite would
+  silently skip them), and a log missing after a server that did not close
+  the file is refused;
+- `PRAGMA quick_check` runs on every start; every SQLite error becomes a
+  `StateError` naming the file;
+- the schema has a version: version 1 files are migrated (after a backup
+  copy), newer ones refused;
+- a write that fails (disk full, I/O error) is rolled back and answered
+  UNAVAILABLE, the store reports itself unhealthy (health NOT_SERVING) and
+  probes the file until a write succeeds again.
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
 import sqlite3
+import struct
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from predictor.errors import TschedError
+import numpy as np
+
+from predictor.errors import TschedError, Unavailable
 from predictor.jobs import JOB_FIELDS, FinishedJob, JobRequest
+from predictor.service import records
 
-#: Bumped when the tables change; a file written by another version is refused, not guessed at.
-SCHEMA_VERSION = 1
+log = logging.getLogger("tsched.service")
 
-#: The job columns, from the one job-field schema; then when the job ended and how long it ran.
-JOB_COLUMNS = tuple(field.column for field in JOB_FIELDS)
-_COLUMNS = ", ".join((*JOB_COLUMNS, "end_time", "runtime"))
-_JOB_COLUMN_DEFINITIONS = "".join(f"    {column} INTEGER NOT NULL,\n" for column in JOB_COLUMNS)
+SCHEMA_VERSION = 2
+#: SQLite's application id for tsched state files ("tscd"): another program's database is refused.
+APPLICATION_ID = 0x74736364
+#: Seconds between attempts to write after a failed write.
+PROBE_SECONDS = 2.0
+#: Event kinds.
+COMPLETIONS = 1
+SUBMISSIONS = 2
+#: Version 1 rows are migrated this many at a time.
+_MIGRATION_CHUNK = 50_000
 
-_SCHEMA = f"""
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
 CREATE TABLE IF NOT EXISTS namespaces (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
     clock INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS completions (
+CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     namespace_id INTEGER NOT NULL REFERENCES namespaces(id),
-{_JOB_COLUMN_DEFINITIONS}    end_time INTEGER NOT NULL,
-    runtime INTEGER NOT NULL
+    kind INTEGER NOT NULL,
+    spec TEXT,
+    rows BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS completions_by_namespace ON completions(namespace_id, seq);
+CREATE INDEX IF NOT EXISTS events_by_namespace ON events(namespace_id, seq);
+CREATE TABLE IF NOT EXISTS snapshots (
+    namespace_id INTEGER PRIMARY KEY REFERENCES namespaces(id),
+    through_seq INTEGER NOT NULL,
+    image BLOB NOT NULL
+);
 """
 
 
 class StateError(TschedError):
-    """The state file cannot be used (not SQLite, another schema, unwritable)."""
+    """The state file cannot be used: locked by another server, damaged, of another schema or program."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """Completions a namespace learned, or jobs submitted to it and predicted by the estimator `spec`."""
+
+    seq: int
+    kind: int
+    spec: str | None
+    rows: np.ndarray
+
+    @property
+    def completions(self) -> list[FinishedJob]:
+        return records.completions_from(self.rows)
+
+    @property
+    def submissions(self) -> list[JobRequest]:
+        return records.submissions_from(self.rows)
 
 
 @dataclass
 class StoredNamespace:
-    """What a namespace had acknowledged when the server last ran."""
+    """A namespace as the file holds it: its clock, its latest snapshot (if any) and the events after it."""
 
-    completions: list[FinishedJob] = field(default_factory=list)
     clock: int = 0
+    snapshot: bytes | None = None
+    events: list[Event] = field(default_factory=list)
+
+
+class StateLock:
+    """An exclusive lock on `FILE.lock` that names its holder: one server per state file.
+
+    The kernel drops the lock when the holder dies, even by `kill -9`.
+    """
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + ".lock")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(self._fd)
+            raise StateError(
+                f"{database} is in use by another tsched server (pid {holder}): one server per state file"
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode("ascii"), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+# --- the write-ahead log, read before SQLite reads it --------------------------------------------
+
+_WAL_MAGIC = (0x377F0682, 0x377F0683)
+_WAL_VERSION = 3007000
+_WAL_HEADER = 32
+_FRAME_HEADER = 24
+
+
+def _wal_checksum(data: bytes, s0: int, s1: int, big_endian: bool) -> tuple[int, int]:
+    """SQLite's WAL checksum (https://www.sqlite.org/fileformat2.html#walformat), continued from (s0, s1)."""
+    words = struct.unpack(f"{'>' if big_endian else '<'}{len(data) // 4}I", data)
+    for index in range(0, len(words), 2):
+        s0 = (s0 + words[index] + s1) & 0xFFFFFFFF
+        s1 = (s1 + words[index + 1] + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+def check_wal(wal: Path) -> int:
+    """The number of committed transactions in `wal`; StateError when SQLite would drop some of them.
+
+    SQLite reads a log up to its first frame that fails the checksum and
+    ignores a log whose header fails it: both would silently lose
+    acknowledged writes. A torn last transaction (a crash during its write,
+    never acknowledged) is fine.
+    """
+    try:
+        data = wal.read_bytes()
+    except FileNotFoundError:
+        return 0
+    if not data:
+        return 0
+    if len(data) < _WAL_HEADER:
+        raise StateError(f"{wal}: damaged write-ahead log ({len(data)} bytes, shorter than its header)")
+    magic, version, page_size, _, salt1, salt2, check1, check2 = struct.unpack(">8I", data[:_WAL_HEADER])
+    big_endian = magic == _WAL_MAGIC[1]
+    if magic not in _WAL_MAGIC or version != _WAL_VERSION:
+        raise StateError(f"{wal}: damaged write-ahead log (not SQLite's header)")
+    if (check1, check2) != _wal_checksum(data[:24], 0, 0, big_endian):
+        raise StateError(f"{wal}: damaged write-ahead log (its header fails its checksum)")
+    page_size = 65536 if page_size == 1 else page_size
+    frame = _FRAME_HEADER + page_size
+    s0, s1 = check1, check2
+    commits = 0
+    broken_at: int | None = None
+    for offset in range(_WAL_HEADER, len(data) - frame + 1, frame):
+        _, commit, frame_salt1, frame_salt2, frame_check1, frame_check2 = struct.unpack(
+            ">6I", data[offset : offset + _FRAME_HEADER]
+        )
+        if (frame_salt1, frame_salt2) != (salt1, salt2):
+            continue  # a frame of an earlier generation of the log: SQLite ignores it, rightly
+        if broken_at is None:
+            s0, s1 = _wal_checksum(data[offset : offset + 8], s0, s1, big_endian)
+            s0, s1 = _wal_checksum(data[offset + _FRAME_HEADER : offset + frame], s0, s1, big_endian)
+            if (s0, s1) == (frame_check1, frame_check2):
+                commits += commit != 0
+                continue
+            broken_at = offset
+        elif commit:
+            raise StateError(
+                f"{wal}: damaged write-ahead log: transactions committed after the frame at byte {broken_at} "
+                "would be lost (SQLite stops reading at a damaged frame); restore the file from a backup"
+            )
+    return commits
+
+
+# --- the store -----------------------------------------------------------------------------------
 
 
 class CompletionStore:
-    """One SQLite file holding every namespace's acknowledged completions.
+    """One SQLite file holding every namespace's recorded events and snapshots, for one server.
 
     Calls come from the server's worker threads; one connection behind a lock
     keeps writes serialised, which SQLite needs anyway.
@@ -65,74 +215,263 @@ class CompletionStore:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._namespace_ids: dict[str, int] = {}
+        self._healthy = True
+        self._listeners: list[Callable[[bool], None]] = []
+        self._probing = threading.Event()
+        self._closed = False
+        self._state_lock = StateLock(self.path)
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            self._db = self._open()
+        except BaseException:
+            self._state_lock.release()
+            raise
+
+    # --- opening ---
+
+    def _open(self) -> sqlite3.Connection:
+        wal = self.path.with_name(self.path.name + "-wal")
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        if not existed and wal.exists() and wal.stat().st_size:
+            raise StateError(f"{wal} holds writes but {self.path} is missing or empty: restore {self.path.name}")
+        commits = check_wal(wal) if existed else 0
+        try:
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as error:
+            raise StateError(f"{self.path}: cannot open as the state database: {error}") from None
+        try:
+            self._check(db, wal, existed)
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise StateError(f"{self.path}: SQLite refused WAL journaling (mode is {mode!r})")
-            self._db.execute("PRAGMA synchronous=FULL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables and version != SCHEMA_VERSION:
-                raise StateError(
-                    f"{self.path}: not a tsched state file of schema version {SCHEMA_VERSION} "
-                    f"(user_version is {version}, tables: {', '.join(sorted(tables))})"
-                )
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._namespace_ids = dict(self._db.execute("SELECT name, id FROM namespaces"))
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            # Written, then checkpointed into the database itself: a later start that finds this pid
+            # knows this server did not close the file, and that its log holds writes.
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('running_pid', ?)", (os.getpid(),))
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._namespace_ids = dict(db.execute("SELECT name, id FROM namespaces"))
         except sqlite3.Error as error:
-            raise StateError(f"{self.path}: cannot use as the state database: {error}") from None
+            db.close()
+            raise StateError(
+                f"{self.path}: cannot use as the state database: {error} "
+                f"(is it damaged? its log {wal.name} must stay beside it)"
+            ) from None
+        except BaseException:
+            db.close()
+            raise
+        if commits:
+            log.info("%s: replaying %d transaction(s) from %s", self.path, commits, wal.name)
+        return db
+
+    def _check(self, db: sqlite3.Connection, wal: Path, existed: bool) -> None:
+        """Integrity, program, schema version, and a log lost since an unclean stop; migrate version 1."""
+        problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise StateError(
+                f"{self.path}: damaged database ({'; '.join(problems[:3])}); restore it (and {wal.name}) from a backup"
+            )
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            if existed and not self.path.read_bytes()[:16].startswith(b"SQLite format 3"):
+                raise StateError(f"{self.path}: not an SQLite database")
+            return
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        application = db.execute("PRAGMA application_id").fetchone()[0]
+        if version == 1 and tables >= {"namespaces", "completions"} and application == 0:
+            self._migrate_from_1(db)
+            return
+        if application != APPLICATION_ID:
+            raise StateError(f"{self.path}: not a tsched state file (tables: {', '.join(sorted(tables))})")
+        if version != SCHEMA_VERSION:
+            raise StateError(
+                f"{self.path}: a state file of schema version {version}; this tsched reads versions 1 and "
+                f"{SCHEMA_VERSION} (a newer tsched wrote it?)"
+            )
+        running = db.execute("SELECT value FROM meta WHERE key = 'running_pid'").fetchone()
+        if running is not None and running[0] is not None and not wal.exists():
+            raise StateError(
+                f"{wal} is missing: the server that last used {self.path} (pid {running[0]}) stopped without "
+                f"closing it, and its last writes are in that log. Put {wal.name} back beside {self.path.name}; "
+                f'to start without those writes instead: sqlite3 {self.path} "UPDATE meta SET value = NULL '
+                "WHERE key = 'running_pid'\""
+            )
+
+    def _migrate_from_1(self, db: sqlite3.Connection) -> None:
+        """Version 1 (one row per completion) to version 2 (events), after a backup copy of the file."""
+        backup = self.path.with_name(self.path.name + ".v1-backup")
+        if backup.exists():
+            raise StateError(f"{self.path}: a version 1 file to migrate, but {backup} already exists; move it away")
+        db.execute("VACUUM INTO ?", (str(backup),))
+        columns = ", ".join((*(item.column for item in JOB_FIELDS), "end_time", "runtime"))
+        db.executescript(_SCHEMA)  # the new tables (version 1's namespaces table is version 2's)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for (ns_id,) in db.execute("SELECT id FROM namespaces").fetchall():
+                rows = db.execute(f"SELECT {columns} FROM completions WHERE namespace_id = ? ORDER BY seq", (ns_id,))
+                while chunk := rows.fetchmany(_MIGRATION_CHUNK):
+                    db.execute(
+                        "INSERT INTO events (namespace_id, kind, spec, rows) VALUES (?, ?, NULL, ?)",
+                        (ns_id, COMPLETIONS, records.pack(np.array(chunk, dtype=np.int64))),
+                    )
+            db.execute("DROP TABLE completions")
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        log.info(
+            "%s: migrated from schema version 1 to %d (the version 1 file is kept as %s)",
+            self.path,
+            SCHEMA_VERSION,
+            backup,
+        )
+
+    # --- reading ---
 
     def load(self) -> dict[str, StoredNamespace]:
-        """Every namespace's completions, in the order they were accepted, and its clock."""
+        """Every namespace: its clock, latest snapshot, and the events recorded after it, in order."""
         with self._lock:
-            names = {ns_id: name for name, ns_id in self._namespace_ids.items()}
-            stored = {
-                name: StoredNamespace(clock=clock)
-                for name, clock in self._db.execute("SELECT name, clock FROM namespaces")
-            }
-            rows = self._db.execute(f"SELECT namespace_id, {_COLUMNS} FROM completions ORDER BY seq")
-            for ns_id, *job, end, runtime in rows:
-                stored[names[ns_id]].completions.append(FinishedJob(JobRequest(*job), end, runtime))
+            stored: dict[str, StoredNamespace] = {}
+            names: dict[int, str] = {}
+            for ns_id, name, clock in self._db.execute("SELECT id, name, clock FROM namespaces"):
+                names[ns_id] = name
+                stored[name] = StoredNamespace(clock=clock)
+            since: dict[int, int] = {}
+            for ns_id, through, image in self._db.execute("SELECT namespace_id, through_seq, image FROM snapshots"):
+                stored[names[ns_id]].snapshot = image
+                since[ns_id] = through
+            for seq, ns_id, kind, spec, blob in self._db.execute(
+                "SELECT seq, namespace_id, kind, spec, rows FROM events ORDER BY seq"
+            ):
+                if seq > since.get(ns_id, 0):
+                    width = records.COMPLETION_WIDTH if kind == COMPLETIONS else records.SUBMISSION_WIDTH
+                    stored[names[ns_id]].events.append(Event(seq, kind, spec, records.unpack(blob, width)))
         return stored
 
-    def append(self, namespace: str, completions: Sequence[FinishedJob], clock: int) -> None:
-        """Durably add `completions` to `namespace` and record its clock, in one transaction."""
-        rows = [(*job.request, job.end, job.runtime) for job in completions]
-        with self._lock, self._transaction():
+    # --- writing ---
+
+    def record(
+        self,
+        namespace: str,
+        clock: int,
+        completions: Sequence[FinishedJob],
+        submissions: Sequence[JobRequest] = (),
+        spec: str | None = None,
+    ) -> int:
+        """Durably add a call's events to `namespace` and set its clock, in one transaction; return the last seq."""
+        with self._writing() as db:
             ns_id = self._namespace_ids.get(namespace)
             if ns_id is None:
-                cursor = self._db.execute("INSERT INTO namespaces (name, clock) VALUES (?, ?)", (namespace, clock))
+                cursor = db.execute("INSERT INTO namespaces (name, clock) VALUES (?, ?)", (namespace, clock))
                 assert cursor.lastrowid is not None  # an INSERT into a rowid table
                 ns_id = self._namespace_ids[namespace] = cursor.lastrowid
             else:
-                self._db.execute("UPDATE namespaces SET clock = ? WHERE id = ?", (clock, ns_id))
-            placeholders = ", ".join("?" * (len(JOB_COLUMNS) + 2))
-            self._db.executemany(
-                f"INSERT INTO completions (namespace_id, {_COLUMNS}) VALUES ({ns_id}, {placeholders})", rows
+                db.execute("UPDATE namespaces SET clock = ? WHERE id = ?", (clock, ns_id))
+            seq = 0
+            insert = "INSERT INTO events (namespace_id, kind, spec, rows) VALUES (?, ?, ?, ?)"
+            if completions:
+                blob = records.pack(records.completion_rows(completions))
+                seq = db.execute(insert, (ns_id, COMPLETIONS, None, blob)).lastrowid or 0
+            if submissions:
+                blob = records.pack(records.submission_rows(submissions))
+                seq = db.execute(insert, (ns_id, SUBMISSIONS, spec, blob)).lastrowid or 0
+        return seq
+
+    def save_snapshot(self, namespace: str, through_seq: int, image: bytes) -> None:
+        """Keep `image` as the namespace's state through event `through_seq`, and drop the events it holds."""
+        with self._writing() as db:
+            ns_id = self._namespace_ids.get(namespace)
+            if ns_id is None:
+                return
+            db.execute(
+                "INSERT OR REPLACE INTO snapshots (namespace_id, through_seq, image) VALUES (?, ?, ?)",
+                (ns_id, through_seq, image),
             )
+            db.execute("DELETE FROM events WHERE namespace_id = ? AND seq <= ?", (ns_id, through_seq))
 
     def forget(self, namespace: str) -> None:
-        """Drop a namespace and its completions."""
-        with self._lock, self._transaction():
+        """Drop a namespace, its events and its snapshot."""
+        with self._writing() as db:
             ns_id = self._namespace_ids.pop(namespace, None)
             if ns_id is not None:
-                self._db.execute("DELETE FROM completions WHERE namespace_id = ?", (ns_id,))
-                self._db.execute("DELETE FROM namespaces WHERE id = ?", (ns_id,))
+                for table in ("events", "snapshots"):
+                    db.execute(f"DELETE FROM {table} WHERE namespace_id = ?", (ns_id,))
+                db.execute("DELETE FROM namespaces WHERE id = ?", (ns_id,))
 
     def close(self) -> None:
+        """Checkpoint the log into the database, mark the file closed, and release it."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._db.execute("UPDATE meta SET value = NULL WHERE key = 'running_pid'")
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as error:  # a full disk: the log stays, and the next start replays it
+                log.warning("%s: not closed cleanly (%s); the next start replays its log", self.path, error)
             self._db.close()
+            self._state_lock.release()
+
+    # --- health ---
+
+    @property
+    def healthy(self) -> bool:
+        """False after a write failed, until a write succeeds again."""
+        return self._healthy
+
+    def on_health_change(self, listener: Callable[[bool], None]) -> None:
+        self._listeners.append(listener)
+
+    def _set_healthy(self, healthy: bool) -> None:
+        if healthy == self._healthy:
+            return
+        self._healthy = healthy
+        if healthy:
+            log.info("%s: writable again", self.path)
+        for listener in self._listeners:
+            listener(healthy)
+        if not healthy and not self._probing.is_set():
+            self._probing.set()
+            threading.Thread(target=self._probe, name="tsched-state-probe", daemon=True).start()
+
+    def _probe(self) -> None:
+        """While unhealthy, try a small write every PROBE_SECONDS; the first that succeeds restores health."""
+        try:
+            while not self._healthy and not self._closed:
+                time.sleep(PROBE_SECONDS)
+                try:
+                    with self._writing() as db:
+                        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('probed_by', ?)", (os.getpid(),))
+                except Unavailable:
+                    continue
+        finally:
+            self._probing.clear()
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """Commit on success; on failure roll back, and re-read the namespace ids the rollback undid."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            self._namespace_ids = dict(self._db.execute("SELECT name, id FROM namespaces"))
-            raise
-        self._db.execute("COMMIT")
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One transaction: committed on success; on failure rolled back, the namespace ids re-read,
+        and a database error reported as Unavailable (the store turns unhealthy)."""
+        with self._lock:
+            if self._closed:
+                raise Unavailable("the server is stopping: its state file is closed")
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    self._namespace_ids = dict(db.execute("SELECT name, id FROM namespaces"))
+                    raise
+            except sqlite3.Error as error:
+                log.error("%s: write failed: %s", self.path, error)
+                self._set_healthy(False)
+                raise Unavailable(
+                    f"the server cannot write its state file ({error}); nothing of this call was kept; retry later"
+                ) from None
+        self._set_healthy(True)

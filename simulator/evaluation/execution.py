@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import pickle
+import secrets
 import shlex
 import signal
 import socket
@@ -51,6 +52,7 @@ from simulator.experiment import run_simulation
 from simulator.traces.swf import Trace
 
 if TYPE_CHECKING:
+    from predictor.service.client import Credentials
     from predictor.service.launcher import ServerProcess
 
 #: How long dropping a finished run's namespace may wait for a server busy with other runs.
@@ -61,14 +63,16 @@ EVALUATION_SERVICE_TIMEOUT = 600.0
 DASK_PORT = 8786
 
 
-def run_task(task: Task, trace: Trace, address: str | None, run_id: str) -> TaskOutcome:
-    """Run one task on `trace`; `address` is the predictor service's, or None for in-process."""
+def run_task(
+    task: Task, trace: Trace, address: str | None, run_id: str, credentials: Credentials | None = None
+) -> TaskOutcome:
+    """Run one task on `trace`; `address` is the predictor service's (reached with `credentials`), or None."""
     started = time.perf_counter()
     try:
         if isinstance(task, QualityTask):
             result = prediction_quality(trace, task.trace, task.estimator)
         else:
-            result = _simulate(task, trace, address, run_id)
+            result = _simulate(task, trace, address, run_id, credentials)
     except Exception as error:
         raise TaskError(f"{describe(task)}: {type(error).__name__}: {error}") from None
     return TaskOutcome(task, result, time.perf_counter() - started)
@@ -84,24 +88,33 @@ def prediction_quality(trace: Trace, label: str, spec: str) -> dict[str, Any]:
     return {"trace": label, "jobs": len(frame), **row, "accuracy_quantiles": cdf.tolist()}
 
 
-def _simulate(task: SimulationTask, trace: Trace, address: str | None, run_id: str) -> dict[str, Any]:
+def _simulate(
+    task: SimulationTask, trace: Trace, address: str | None, run_id: str, credentials: Credentials | None
+) -> dict[str, Any]:
     config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode)
     if address is None:
         summary, _ = run_simulation(trace, config, task.estimator, task.month)
     else:
         namespace = f"evaluate-{run_id}-{task.index}"
         summary, _ = run_simulation(
-            trace, config, task.estimator, task.month, address, namespace, timeout=EVALUATION_SERVICE_TIMEOUT
+            trace,
+            config,
+            task.estimator,
+            task.month,
+            address,
+            namespace,
+            timeout=EVALUATION_SERVICE_TIMEOUT,
+            credentials=credentials,
         )
-        _forget_namespace(address, namespace)
+        _forget_namespace(address, namespace, credentials)
     return result_row(task.trace, summary)
 
 
-def _forget_namespace(address: str, namespace: str) -> None:
+def _forget_namespace(address: str, namespace: str, credentials: Credentials | None) -> None:
     """Drop a finished run's namespace: one server serves the whole evaluation, and would keep them all."""
     from predictor.service.client import PredictorClient
 
-    with PredictorClient(address, timeout=FORGET_TIMEOUT_SECONDS) as client:
+    with PredictorClient(address, timeout=FORGET_TIMEOUT_SECONDS, credentials=credentials) as client:
         client.reset_namespace(namespace)
 
 
@@ -157,13 +170,14 @@ def execute(
     backend: Backend,
     address: str | None,
     progress: Progress | None = None,
+    credentials: Credentials | None = None,
 ) -> list[TaskOutcome]:
     """Run every task on the backend; outcomes come back in task order whatever order they finished in."""
     run_id = uuid.uuid4().hex[:12]
     if backend.dask_scheduler:
-        stream = _dask_outcomes(tasks, traces, backend.dask_scheduler, address, run_id)
+        stream = _dask_outcomes(tasks, traces, backend.dask_scheduler, address, run_id, credentials)
     else:
-        stream = _joblib_outcomes(tasks, traces, backend.workers, address, run_id)
+        stream = _joblib_outcomes(tasks, traces, backend.workers, address, run_id, credentials)
     outcomes = []
     for outcome in stream:
         outcomes.append(outcome)
@@ -180,12 +194,19 @@ def _trace_from_file(path: str) -> Trace:
     return trace
 
 
-def _run_task_from_file(task: Task, trace_file: str, address: str | None, run_id: str) -> TaskOutcome:
-    return run_task(task, _trace_from_file(trace_file), address, run_id)
+def _run_task_from_file(
+    task: Task, trace_file: str, address: str | None, run_id: str, credentials: Credentials | None
+) -> TaskOutcome:
+    return run_task(task, _trace_from_file(trace_file), address, run_id, credentials)
 
 
 def _joblib_outcomes(
-    tasks: Sequence[Task], traces: Mapping[str, Trace], workers: int, address: str | None, run_id: str
+    tasks: Sequence[Task],
+    traces: Mapping[str, Trace],
+    workers: int,
+    address: str | None,
+    run_id: str,
+    credentials: Credentials | None,
 ) -> Iterator[TaskOutcome]:
     """Tasks on `workers` processes (1: in this process); traces reach workers through files, once each."""
     from joblib import Parallel, delayed
@@ -197,18 +218,28 @@ def _joblib_outcomes(
             with open(files[label], "wb") as sink:
                 pickle.dump(trace, sink, protocol=pickle.HIGHEST_PROTOCOL)
         parallel = Parallel(n_jobs=workers, return_as="generator_unordered")
-        yield from parallel(delayed(_run_task_from_file)(task, files[task.trace], address, run_id) for task in tasks)
+        yield from parallel(
+            delayed(_run_task_from_file)(task, files[task.trace], address, run_id, credentials) for task in tasks
+        )
 
 
 def _dask_outcomes(
-    tasks: Sequence[Task], traces: Mapping[str, Trace], scheduler: str, address: str | None, run_id: str
+    tasks: Sequence[Task],
+    traces: Mapping[str, Trace],
+    scheduler: str,
+    address: str | None,
+    run_id: str,
+    credentials: Credentials | None,
 ) -> Iterator[TaskOutcome]:
     """Tasks on an existing Dask cluster; each trace is sent to every worker once."""
     from distributed import Client, as_completed
 
     with Client(scheduler) as client:
         shipped = dict(zip(traces, client.scatter(list(traces.values()), broadcast=True), strict=True))
-        futures = [client.submit(run_task, task, shipped[task.trace], address, run_id, pure=False) for task in tasks]
+        futures = [
+            client.submit(run_task, task, shipped[task.trace], address, run_id, credentials, pure=False)
+            for task in tasks
+        ]
         for future in as_completed(futures):
             yield future.result()
 
@@ -237,6 +268,29 @@ def service_host(dask_scheduler: str | None) -> str:
         probe.connect(scheduler)
         own = probe.getsockname()[0]
     return f"[{own}]" if family == socket.AF_INET6 else own
+
+
+def _start_service(
+    backend: Backend, plan: EvaluationPlan, folder: Path, launcher: type[ServerProcess]
+) -> tuple[ServerProcess, Credentials]:
+    """The evaluation's predictor service, admitting only this run: a fresh token, handed to the tasks.
+
+    On a Dask cluster the service listens on the network; the token keeps other users of it out.
+    """
+    from predictor.service.client import Credentials
+    from predictor.service.server import Security
+
+    token = secrets.token_hex(32)
+    tokens = folder / "tokens"
+    tokens.touch(mode=0o600)
+    tokens.write_text(f"{token} * reset\n")
+    server = launcher(
+        listen=f"{service_host(backend.dask_scheduler)}:0",
+        default_estimators=[BASELINE_ESTIMATOR],
+        allow_oracle=plan.uses_oracle(),
+        security=Security(tokens=str(tokens)),
+    )
+    return server, Credentials(token=token)
 
 
 def _stop_service(server: ServerProcess) -> None:
@@ -317,14 +371,12 @@ def run_evaluation(
     tasks = build_tasks(traces, plan)
     started = time.monotonic()
     server = None
-    if not backend.in_process:
+    credentials = None
+    secrets_folder = None if backend.in_process else tempfile.TemporaryDirectory(prefix="tsched-evaluate-service-")
+    if secrets_folder is not None:
         from predictor.service.launcher import ServerProcess
 
-        server = ServerProcess(
-            listen=f"{service_host(backend.dask_scheduler)}:0",
-            default_estimators=[BASELINE_ESTIMATOR],
-            allow_oracle=plan.uses_oracle(),
-        )
+        server, credentials = _start_service(backend, plan, Path(secrets_folder.name), ServerProcess)
     progress = Progress(len(tasks), sys.stderr if show_progress else None)
     try:
         outcomes = execute(
@@ -333,11 +385,14 @@ def run_evaluation(
             backend,
             None if server is None else server.address,
             progress,
+            credentials,
         )
     finally:
         progress.close()
         if server is not None:
             _stop_service(server)
+        if secrets_folder is not None:
+            secrets_folder.cleanup()
     seconds = time.monotonic() - started
 
     from simulator.evaluation.report import ReportInputs, write_report

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,9 +30,11 @@ from predictor.estimators.lgbm.estimator import (
     CANDIDATES,
     CLASS_QUANTILES,
     CLASSES,
+    N_FEATURES,
     RATIO_EDGES,
     LGBMQuantileEstimator,
     TrainedModel,
+    TrainingData,
 )
 from predictor.estimators.lgbm.features import (
     COUNTED_KEY,
@@ -43,7 +45,7 @@ from predictor.estimators.lgbm.features import (
 )
 from predictor.frames import TraceLike, finished_from_frame, jobs_to_requests
 from predictor.offline import causal_replay
-from predictor.registry import make_estimator, parse_spec
+from predictor.registry import available, make_estimator, parse_spec
 from predictor.scoring import prediction_scores
 
 #: Version 2: rows end with the key's R class counts (`prior_jobs`) and calibration targets adapt (`adapt`);
@@ -206,6 +208,23 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
+class ServedModelEstimator(LGBMQuantileEstimator):
+    """`lgbm-quantile` starting from a trained model: it retrains on the jobs it learns like any other.
+
+    A model's retraining point is set from its training time, so in a new (empty)
+    namespace the first prediction finds it due with no job in the window: the
+    snapshot is then empty and no training starts, as when there are too few jobs.
+    """
+
+    def training_data(self, now: int) -> TrainingData:
+        buffer = self._buffer
+        if not buffer or buffer[-1][0] < now - self._window_seconds:
+            none = np.empty(0, dtype=np.int64)
+            return TrainingData(np.empty((0, N_FEATURES + CLASSES)), none, none, none, none, now, None)
+        return super().training_data(now)
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     """A verified model folder: its manifest and the model ready to predict.
@@ -217,11 +236,11 @@ class LoadedModel:
     manifest: dict[str, Any]
     model: TrainedModel
 
-    def estimator(self, overrides: dict[str, str] | None = None) -> LGBMQuantileEstimator:
+    def estimator(self, overrides: dict[str, str] | None = None) -> ServedModelEstimator:
         """An estimator serving this model, with the manifest's parameters except `overrides` (SPEC values)."""
         params = {**self.manifest["params"], **(overrides or {})}
         template = make_estimator(LGBMQuantileEstimator.name + ":" + ",".join(f"{k}={v}" for k, v in params.items()))
-        return LGBMQuantileEstimator.from_model(
+        return ServedModelEstimator.from_model(
             self.model, template.get_params(), self.manifest["calibration"]["scores"]
         )
 
@@ -280,25 +299,40 @@ def load_model(directory: str | Path) -> LoadedModel:
     return LoadedModel(folder, manifest, model)
 
 
-def estimator_factory(models_dir: str | Path) -> Callable[[str], Estimator]:
-    """For the service's `--models DIR`: a SPEC factory where `NAME[:key=value,...]` may name a model folder.
+#: A model's name: a plain folder name in the models folder (no path, nothing hidden).
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
-    A name with a folder in `models_dir` builds that model's estimator (its
-    parameters overridable from the SPEC); any other SPEC goes to the registry.
-    Each folder is read and verified once.
+
+class ModelCatalog:
+    """The trained models a server serves (`--models DIR`): every model folder in DIR, loaded and verified once.
+
+    A SPEC `NAME[:key=value,...]` whose name is a model folder builds that
+    model's estimator (its parameters overridable from the SPEC); any other
+    SPEC goes to the registry. Requests never reach the file system: a name
+    is looked up among the folders loaded at start, so `../x` or `/abs/path`
+    is only an unknown estimator, and a model is hashed once, not per request.
     """
-    root = Path(models_dir)
-    if not root.is_dir():
-        raise ModelError(f"{root}: models folder not found")
-    loaded: dict[str, LoadedModel] = {}
 
-    def factory(spec: str) -> Estimator:
+    def __init__(self, models_dir: str | Path) -> None:
+        self.root = Path(models_dir)
+        if not self.root.is_dir():
+            raise ModelError(f"{self.root}: models folder not found")
+        self.models: dict[str, LoadedModel] = {}
+        for folder in sorted(self.root.iterdir()):
+            if not (folder / MANIFEST_FILE).is_file():
+                continue
+            if not MODEL_NAME.fullmatch(folder.name):
+                raise ModelError(f"{folder}: a model folder's name must be letters, digits and ._- (at most 128)")
+            if folder.name in available():
+                raise ModelError(f"{folder}: named like the built-in estimator {folder.name!r}; rename the folder")
+            self.models[folder.name] = load_model(folder)
+
+    def factory(self, spec: str) -> tuple[Estimator, str]:
+        """The estimator `spec` names and its canonical SPEC (a model's keeps the model's name)."""
         name, overrides = parse_spec(spec)
-        folder = root / name
-        if not (folder / MANIFEST_FILE).is_file():
-            return make_estimator(spec)
-        if name not in loaded:
-            loaded[name] = load_model(folder)
-        return loaded[name].estimator(overrides)
-
-    return factory
+        model = self.models.get(name)
+        if model is None:
+            estimator = make_estimator(spec)
+            return estimator, estimator.spec
+        served = model.estimator(overrides)
+        return served, name + ":" + ",".join(f"{key}={value}" for key, value in served.get_params().items())

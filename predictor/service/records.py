@@ -1,0 +1,103 @@
+"""Jobs as rows of int64: how the service keeps a namespace's history and writes events to its state file.
+
+A completion is its `JobRequest` fields (the one job schema,
+`predictor.jobs.JOB_FIELDS`) then its end and runtime; a submission is the
+`JobRequest` fields alone. As tuples a completion costs about 400 bytes of
+memory; as a row, 80. Rows convert to job tuples only where an estimator
+needs them (teaching a new estimator, replaying, spotting a resent job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from predictor.jobs import JOB_FIELDS, FinishedJob, JobRequest
+
+SUBMISSION_WIDTH = len(JOB_FIELDS)
+COMPLETION_WIDTH = SUBMISSION_WIDTH + 2
+END = SUBMISSION_WIDTH
+#: Rows turned into tuples at a time when iterating (bounded memory, few numpy calls).
+_CHUNK = 4096
+_DTYPE = np.dtype("<i8")
+
+
+def completion_rows(jobs: Sequence[FinishedJob]) -> np.ndarray:
+    return np.array([(*job.request, job.end, job.runtime) for job in jobs], dtype=_DTYPE).reshape(-1, COMPLETION_WIDTH)
+
+
+def submission_rows(jobs: Sequence[JobRequest]) -> np.ndarray:
+    return np.array(jobs, dtype=_DTYPE).reshape(-1, SUBMISSION_WIDTH)
+
+
+def completions_from(rows: np.ndarray) -> list[FinishedJob]:
+    return [FinishedJob(JobRequest(*row[:END]), row[END], row[END + 1]) for row in rows.tolist()]
+
+
+def submissions_from(rows: np.ndarray) -> list[JobRequest]:
+    return [JobRequest(*row) for row in rows.tolist()]
+
+
+def pack(rows: np.ndarray) -> bytes:
+    return rows.astype(_DTYPE, copy=False).tobytes()
+
+
+def unpack(blob: bytes, width: int) -> np.ndarray:
+    if len(blob) % (width * _DTYPE.itemsize):
+        raise ValueError(f"a record of {len(blob)} bytes is not a whole number of {width}-column rows")
+    return np.frombuffer(blob, dtype=_DTYPE).reshape(-1, width)
+
+
+class History:
+    """A namespace's completions in end order, as int64 rows that grow by doubling and drop from the front."""
+
+    def __init__(self, rows: np.ndarray | None = None) -> None:
+        self._rows = np.empty((64, COMPLETION_WIDTH), dtype=_DTYPE) if rows is None else np.array(rows, dtype=_DTYPE)
+        self._start = 0
+        self._stop = 0 if rows is None else len(rows)
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._rows[self._start : self._stop]
+
+    @property
+    def latest_end(self) -> int | None:
+        return int(self._rows[self._stop - 1, END]) if self._stop > self._start else None
+
+    def extend(self, jobs: Sequence[FinishedJob]) -> None:
+        """Append completions (in end order, none before the latest held)."""
+        new = completion_rows(jobs)
+        needed = len(self) + len(new)
+        if self._stop + len(new) > len(self._rows):
+            capacity = max(64, 2 * needed)
+            grown = np.empty((capacity, COMPLETION_WIDTH), dtype=_DTYPE)
+            grown[: len(self)] = self.rows
+            self._rows, self._start, self._stop = grown, 0, len(self)
+        self._rows[self._stop : self._stop + len(new)] = new
+        self._stop += len(new)
+
+    def since(self, end: int) -> list[FinishedJob]:
+        """The completions that ended at or after `end`."""
+        ends = self._rows[self._start : self._stop, END]
+        first = self._start + int(np.searchsorted(ends, end, side="left"))
+        return completions_from(self._rows[first : self._stop])
+
+    def evict(self, before_end: int, keep_at_most: int) -> int:
+        """Drop completions that ended before `before_end`, and the oldest beyond `keep_at_most`; return how many."""
+        ends = self._rows[self._start : self._stop, END]
+        first = self._start + max(int(np.searchsorted(ends, before_end, side="left")), len(self) - keep_at_most)
+        dropped = first - self._start
+        if dropped > 0:
+            self._start = first
+            if self._start > len(self._rows) // 2:  # give the memory back once half the rows are dropped
+                self._rows = self._rows[self._start : self._stop].copy()
+                self._start, self._stop = 0, len(self._rows)
+        return max(dropped, 0)
+
+    def __iter__(self) -> Iterator[FinishedJob]:
+        for first in range(self._start, self._stop, _CHUNK):
+            yield from completions_from(self._rows[first : min(first + _CHUNK, self._stop)])

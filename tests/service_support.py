@@ -1,0 +1,95 @@
+"""What the service's tests share: jobs to send, refusals to read, test certificates and token files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from predictor.jobs import FinishedJob, JobRequest
+from predictor.service.client import PredictorError
+
+DAY = 86_400
+
+
+def history(count: int = 60, users: int = 3, start: int = 0) -> list[FinishedJob]:
+    """Finished jobs of a few users, with varied runtimes, in end order."""
+    jobs = []
+    for index in range(count):
+        submit = start + index * 600
+        runtime = 300 + (index * 37) % 900
+        request = JobRequest(index + 1, submit, user=index % users, group=7, t_req=3600, procs=4)
+        jobs.append(FinishedJob(request, submit + 60 + runtime, runtime))
+    return sorted(jobs, key=lambda job: job.end)
+
+
+def submissions(at: int, count: int = 6, users: int = 3, first_id: int = 10_000) -> list[JobRequest]:
+    return [
+        JobRequest(first_id + index, at, user=index % users, group=7, t_req=3600, procs=4) for index in range(count)
+    ]
+
+
+def status_of(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
+    """The status code and message of a call that must be refused."""
+    try:
+        call()
+    except PredictorError as error:
+        return error.code, error.details
+    except grpc.RpcError as error:
+        return error.code(), error.details() or ""
+    raise AssertionError("the call was accepted")
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """A test CA, a server certificate for localhost and 127.0.0.1, and a client certificate, as PEM files."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path
+
+
+def make_certificates(folder: Path) -> Certificates:
+    """Made with the openssl command at test time: no private key is ever committed."""
+    openssl = shutil.which("openssl")
+    assert openssl is not None
+
+    def run(*arguments: str) -> None:
+        subprocess.run([openssl, *arguments], cwd=folder, check=True, capture_output=True)
+
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for ca in ("ca", "other-ca"):
+        run(
+            "req", "-x509", *key, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2", "-subj", f"/CN=tsched {ca}"
+        )
+    (folder / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name, extension in (("server", ["-extfile", "server.ext"]), ("client", [])):
+        run("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN=tsched {name}")
+        run(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2", *extension,
+        )  # fmt: skip
+    for private in folder.glob("*.key"):
+        private.chmod(0o600)
+    return Certificates(
+        folder / "ca.pem",
+        folder / "server.pem",
+        folder / "server.key",
+        folder / "client.pem",
+        folder / "client.key",
+        folder / "other-ca.pem",
+    )
+
+
+def write_secret(path: Path, text: str) -> Path:
+    """A file only its owner can read, as token files should be."""
+    path.touch(mode=0o600)
+    path.write_text(text)
+    return path
