@@ -234,12 +234,13 @@ class CompletionStore:
         if not existed and wal.exists() and wal.stat().st_size:
             raise StateError(f"{wal} holds writes but {self.path} is missing or empty: restore {self.path.name}")
         commits = check_wal(wal) if existed else 0
+        wal_present = wal.exists()  # before SQLite opens the database, which creates an empty log
         try:
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as error:
             raise StateError(f"{self.path}: cannot open as the state database: {error}") from None
         try:
-            self._check(db, wal, existed)
+            self._check(db, wal, existed, wal_present)
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise StateError(f"{self.path}: SQLite refused WAL journaling (mode is {mode!r})")
@@ -265,7 +266,7 @@ class CompletionStore:
             log.info("%s: replaying %d transaction(s) from %s", self.path, commits, wal.name)
         return db
 
-    def _check(self, db: sqlite3.Connection, wal: Path, existed: bool) -> None:
+    def _check(self, db: sqlite3.Connection, wal: Path, existed: bool, wal_present: bool) -> None:
         """Integrity, program, schema version, and a log lost since an unclean stop; migrate version 1."""
         problems = [row[0] for row in db.execute("PRAGMA quick_check")]
         if problems != ["ok"]:
@@ -290,7 +291,7 @@ class CompletionStore:
                 f"{SCHEMA_VERSION} (a newer tsched wrote it?)"
             )
         running = db.execute("SELECT value FROM meta WHERE key = 'running_pid'").fetchone()
-        if running is not None and running[0] is not None and not wal.exists():
+        if running is not None and running[0] is not None and not wal_present:
             raise StateError(
                 f"{wal} is missing: the server that last used {self.path} (pid {running[0]}) stopped without "
                 f"closing it, and its last writes are in that log. Put {wal.name} back beside {self.path.name}; "

@@ -1,0 +1,335 @@
+"""The state file: one server per file, nothing acknowledged lost, nothing lost quietly, restarts that answer alike."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from service_support import history, status_of, submissions
+
+from predictor.frames import finished_from_frame, jobs_to_requests
+from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.registry import make_estimator
+from predictor.service import records
+from predictor.service.client import PredictorClient
+from predictor.service.core import PredictorCore
+from predictor.service.launcher import ServerProcess
+from predictor.service.limits import Limits
+from predictor.service.state import APPLICATION_ID, SCHEMA_VERSION, CompletionStore, StateError, check_wal
+from predictor.session import LocalSession
+from simulator.cli import main
+from simulator.traces.workload import generate_workload
+
+PERCENTILE = "percentile"
+#: Retrains every 2 days of trace time: in the service on its training threads, in-process inline.
+SMALL_LGBM = "lgbm-quantile:window=5d,retrain=2d,calibration=3d,min_train=200,trees=5"
+
+
+def instants(count: int = 900) -> list[tuple[list[FinishedJob], list[JobRequest]]]:
+    """A scheduler's life as (completions since the last instant, jobs submitted now), for a generated workload."""
+    jobs = generate_workload(jobs=count, procs=128, load=0.8, seed=11).jobs
+    finished = finished_from_frame(jobs)
+    steps: list[tuple[list[FinishedJob], list[JobRequest]]] = []
+    done = 0
+    for request in jobs_to_requests(jobs):
+        if steps and steps[-1][1][0].submit == request.submit:
+            steps[-1][1].append(request)
+            continue
+        ended = []
+        while done < len(finished) and finished[done].end <= request.submit:
+            ended.append(finished[done])
+            done += 1
+        steps.append((ended, [request]))
+    return steps
+
+
+def in_process(spec: str, steps: list[tuple[list[FinishedJob], list[JobRequest]]]) -> list[list[Prediction]]:
+    session = LocalSession(make_estimator(spec))
+    return [session.sync(finished, submitted) for finished, submitted in steps]
+
+
+# --- one server per file ------------------------------------------------------------------------
+
+
+def test_a_second_server_on_the_same_file_refuses_naming_the_first(tmp_path: Path) -> None:
+    state = tmp_path / "state.sqlite"
+    first = ServerProcess(state=str(state))
+    try:
+        with pytest.raises(StateError, match=rf"in use by another tsched server \(pid {first.pid}\)"):
+            CompletionStore(state)
+        with pytest.raises(RuntimeError, match=f"pid {first.pid}"):
+            ServerProcess(state=str(state))
+        with PredictorClient(first.address) as client:
+            assert client.observe(history(10), namespace="kept") == 10
+    finally:
+        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+    second = ServerProcess(state=str(state))  # the kernel dropped the dead server's lock
+    with PredictorClient(second.address) as client:
+        assert client.list_estimators("kept")["completions"] == 10
+    assert second.stop() == 0
+
+
+# --- restarts answer alike ----------------------------------------------------------------------------
+
+
+def test_after_kill_9_the_clock_and_every_answer_are_as_before(tmp_path: Path) -> None:
+    state = str(tmp_path / "state.sqlite")
+    finished = history(40)
+    first = ServerProcess(state=state, default_estimators=["last2"])
+    try:
+        with PredictorClient(first.address) as client:
+            client.sync(finished, submissions(finished[-1].end + 3600, count=2), namespace="cluster")
+            clock = client.list_estimators("cluster")["clock"]
+            before = client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster")
+    finally:
+        first.stop(signal.SIGKILL)
+    assert clock == finished[-1].end + 3600  # the submissions moved it
+    second = ServerProcess(state=state, default_estimators=["last2"])
+    try:
+        with PredictorClient(second.address) as client:
+            assert client.list_estimators("cluster")["clock"] == clock
+            assert client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster") == before
+    finally:
+        second.stop()
+
+
+def test_an_lgbm_namespace_restarted_by_kill_9_answers_as_an_in_process_replay(tmp_path: Path) -> None:
+    state = str(tmp_path / "state.sqlite")
+    steps = instants()
+    expected = in_process(SMALL_LGBM, steps)
+    assert sum(not p.fallback for answers in expected for p in answers) > 200  # models were trained and used
+    limits = Limits(snapshot_every=400)  # snapshots mid-way, and events after the last one at the kill
+    served: list[list[Prediction]] = []
+    half = len(steps) // 2
+    for part in (steps[:half], steps[half:]):
+        server = ServerProcess(state=state, limits=limits)
+        try:
+            with PredictorClient(server.address, timeout=60) as client:
+                served += [client.sync(f, s, namespace="replay", estimator=SMALL_LGBM) for f, s in part]
+        finally:
+            assert server.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert part is steps[half:] or any("saved" in line for line in server.log)
+    assert any("restored" in line for line in server.log)
+    assert served == expected
+
+
+def test_a_restart_replays_from_the_latest_snapshot(tmp_path: Path) -> None:
+    state = tmp_path / "state.sqlite"
+    limits = Limits(snapshot_every=100, max_history=150)
+    core = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=limits)
+    finished = history(500)
+    for start in range(0, 500, 50):
+        core.observe("bounded", finished[start : start + 50], lambda: None)
+    answer = core.predict("bounded", "", submissions(finished[-1].end), None).predictions
+    core.close()
+    with sqlite3.connect(state) as db:
+        events = db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        snapshots = db.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0]
+    assert snapshots == 1 and events < 100 / 50 + 1  # the file holds the snapshot and the events after it only
+    restored = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=limits)
+    assert restored.describe("bounded")["completions"] == 150  # the oldest were dropped, on disk too
+    assert restored.predict("bounded", "", submissions(finished[-1].end), None).predictions == answer
+    restored.close()
+
+
+# --- nothing lost quietly ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def crashed(tmp_path: Path) -> Path:
+    """A state file whose server was killed: its last writes are only in the write-ahead log."""
+    state = tmp_path / "state.sqlite"
+    server = ServerProcess(state=str(state))
+    with PredictorClient(server.address) as client:
+        client.observe(history(50), namespace="cluster")
+    server.stop(signal.SIGKILL)
+    assert check_wal(Path(f"{state}-wal")) >= 1
+    return state
+
+
+def test_a_write_ahead_log_lost_after_a_crash_is_refused_naming_it(
+    crashed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Path(f"{crashed}-wal").unlink()
+    Path(f"{crashed}-shm").unlink(missing_ok=True)
+    with pytest.raises(StateError, match=r"state\.sqlite-wal is missing"):
+        CompletionStore(crashed)
+    assert main(["serve", "--state", str(crashed)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "-wal is missing" in error and "Traceback" not in error
+
+
+def test_a_damaged_write_ahead_log_is_refused(crashed: Path) -> None:
+    wal = Path(f"{crashed}-wal")
+    intact = wal.read_bytes()
+    wal.write_bytes(intact[:24] + bytes(8) + intact[32:])  # its header's checksum
+    with pytest.raises(StateError, match="header fails its checksum"):
+        CompletionStore(crashed)
+    damaged = bytearray(intact)
+    damaged[32 + 24 + 100] ^= 0xFF  # inside the first frame's page: the commits after it would be dropped
+    wal.write_bytes(bytes(damaged))
+    with pytest.raises(StateError, match="would be lost"):
+        CompletionStore(crashed)
+    wal.write_bytes(intact)
+    store = CompletionStore(crashed)
+    assert len(store.load()["cluster"].events) == 1
+    store.close()
+
+
+def test_a_damaged_database_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state.sqlite"
+    store = CompletionStore(state)
+    for index in range(20):
+        store.record(f"ns-{index}", 1, history(200))
+    store.close()
+    data = bytearray(state.read_bytes())
+    data[4096 * 3 : 4096 * 3 + 64] = b"\xee" * 64  # a page in the middle
+    state.write_bytes(bytes(data))
+    with pytest.raises(StateError, match=r"state\.sqlite"):
+        CompletionStore(state)
+    assert main(["serve", "--state", str(state)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "state.sqlite" in error
+
+
+def test_files_of_other_versions_and_programs(tmp_path: Path) -> None:
+    newer = tmp_path / "newer.sqlite"
+    with sqlite3.connect(newer) as db:
+        db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        db.execute("CREATE TABLE namespaces (id INTEGER PRIMARY KEY)")
+    with pytest.raises(StateError, match=f"schema version {SCHEMA_VERSION + 1}"):
+        CompletionStore(newer)
+    foreign = tmp_path / "foreign.sqlite"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY)")
+    with pytest.raises(StateError, match="not a tsched state file"):
+        CompletionStore(foreign)
+    text = tmp_path / "notes.txt"
+    text.write_text("this is not SQLite\n" * 100)
+    with pytest.raises(StateError, match=r"notes\.txt"):
+        CompletionStore(text)
+
+
+#: Version 1's tables, as tsched wrote them before events and snapshots.
+_VERSION_1 = """
+CREATE TABLE namespaces (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, clock INTEGER NOT NULL);
+CREATE TABLE completions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, namespace_id INTEGER NOT NULL REFERENCES namespaces(id),
+    job_id INTEGER NOT NULL, submit INTEGER NOT NULL, user INTEGER NOT NULL, grp INTEGER NOT NULL,
+    t_req INTEGER NOT NULL, procs INTEGER NOT NULL, queue INTEGER NOT NULL, executable INTEGER NOT NULL,
+    end_time INTEGER NOT NULL, runtime INTEGER NOT NULL
+);
+PRAGMA user_version=1;
+"""
+
+
+def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
+    state = tmp_path / "state.sqlite"
+    finished = history(120)
+    with sqlite3.connect(state) as db:
+        db.executescript(_VERSION_1)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("INSERT INTO namespaces VALUES (1, 'cluster', ?)", (finished[-1].end,))
+        db.executemany(
+            "INSERT INTO completions (namespace_id, job_id, submit, user, grp, t_req, procs, queue, executable, "
+            "end_time, runtime) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(*job.request, job.end, job.runtime) for job in finished],
+        )
+    core = PredictorCore([PERCENTILE], store=CompletionStore(state))
+    assert core.describe("cluster")["completions"] == 120
+    expected = LocalSession(make_estimator(PERCENTILE)).sync(finished, submissions(finished[-1].end))
+    assert core.predict("cluster", "", submissions(finished[-1].end), None).predictions == expected
+    core.close()
+    assert (tmp_path / "state.sqlite.v1-backup").is_file()
+    with sqlite3.connect(state) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_snapshot_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state.sqlite"
+    core = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=Limits(snapshot_every=10))
+    core.observe("cluster", history(20), lambda: None)
+    core.close()
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (f"touch {marker}",))
+
+    with sqlite3.connect(state) as db:
+        db.execute("UPDATE snapshots SET image = ?", (pickle.dumps(Payload()),))
+    with pytest.raises(StateError, match="may not load"):
+        PredictorCore([PERCENTILE], store=CompletionStore(state))
+    assert not marker.exists()
+
+
+def test_records_round_trip() -> None:
+    finished = history(10)
+    rows = records.completion_rows(finished)
+    assert records.completions_from(records.unpack(records.pack(rows), records.COMPLETION_WIDTH)) == finished
+    kept = records.History()
+    for start in range(0, 10, 3):
+        kept.extend(finished[start : start + 3])
+    assert list(kept) == finished and kept.latest_end == finished[-1].end
+    assert kept.evict(before_end=finished[4].end, keep_at_most=10) == 4
+    assert list(kept) == finished[4:] and kept.since(finished[8].end) == finished[8:]
+    assert kept.evict(before_end=0, keep_at_most=2) == 4 and len(kept) == 2
+    with pytest.raises(ValueError, match="whole number"):
+        records.unpack(b"\0" * 12, records.COMPLETION_WIDTH)
+    assert np.array_equal(kept.rows, rows[8:])
+
+
+# --- a full disk ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MB file system of its own (tmpfs; needs root, as CI and this project's machine have)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(folder)]
+    if os.geteuid() != 0 or subprocess.run(mount, check=False, capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def test_a_full_disk_is_not_serving_and_writes_answer_unavailable(small_disk: Path) -> None:
+    server = ServerProcess(state=str(small_disk / "state.sqlite"))
+    filler = small_disk / "filler"
+    try:
+        with PredictorClient(server.address, timeout=10) as client:
+            kept = client.observe(history(100), namespace="cluster")
+            free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+            filler.write_bytes(b"\0" * (free - 32 * 1024))
+            codes = set()
+            for start in range(20):
+                batch = history(2000, start=10**6 * (start + 1))
+                codes.add(status_of(lambda b=batch: client.observe(b, namespace="cluster"))[0])
+                if grpc.StatusCode.UNAVAILABLE in codes:
+                    break
+            assert codes == {grpc.StatusCode.UNAVAILABLE}
+            assert client.health() == "NOT_SERVING"
+            assert client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster").prediction.t_sched > 0
+            assert client.list_estimators("cluster")["completions"] == kept  # nothing half-learned
+            filler.unlink()
+            deadline = time.monotonic() + 10
+            while client.health() != "SERVING" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert client.health() == "SERVING"
+            assert client.observe(history(10, start=10**5), namespace="cluster") == 10
+    finally:
+        assert server.stop() == 0
+    assert any("write failed" in line for line in server.log)
