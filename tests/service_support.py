@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from predictor.jobs import FinishedJob, JobRequest
+from predictor.proto import rpc
 from predictor.service.client import PredictorError
+from predictor.service.codec import sync_request
 
 DAY = 86_400
+#: Flow-control windows of a client that has stopped reading: it takes what fits in 64 KiB, then nothing.
+NOT_READING = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)]
 
 
 def history(count: int = 60, users: int = 3, start: int = 0) -> list[FinishedJob]:
@@ -42,6 +47,14 @@ def status_of(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
     except grpc.RpcError as error:
         return error.code(), error.details() or ""
     raise AssertionError("the call was accepted")
+
+
+def flood_stream(address: str) -> tuple[grpc.Channel, Iterator[object]]:
+    """A SyncStream that sends requests with large answers for ever and reads none (close the channel to end it)."""
+    channel = grpc.insecure_channel(address, options=NOT_READING)
+    jobs = [JobRequest(i, 100, i % 50, 1, 3600, 1) for i in range(5000)]
+    request = sync_request([], jobs, "flood", "request", None)
+    return channel, rpc.PredictorStub(channel).SyncStream(itertools.repeat(request))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -12,23 +11,19 @@ from pathlib import Path
 
 import grpc
 import pytest
-from service_support import DAY, history, status_of, submissions
+from service_support import DAY, flood_stream, history, status_of, submissions
 
 from predictor.errors import InvalidRequest, ResourceExhausted
 from predictor.estimators.base import declarations
 from predictor.estimators.baselines import RequestEstimator
 from predictor.jobs import JobRequest, Prediction
-from predictor.proto import pb, rpc
+from predictor.proto import pb
 from predictor.registry import available
 from predictor.service.client import PredictorClient, PredictorError, RemoteSession
-from predictor.service.codec import sync_request
 from predictor.service.core import PredictorCore
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits, Watch
 from predictor.service.server import PredictorServer, start_server
-
-#: Flow-control windows of a client that has stopped reading: it takes what fits in 64 KiB, then nothing.
-NOT_READING = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)]
 
 
 def serving(limits: Limits, **arguments: object) -> tuple[PredictorServer, str]:
@@ -48,13 +43,6 @@ def wait_for(condition: object, seconds: float = 20) -> None:
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert condition(), "the condition did not come true in time"
-
-
-def flood_stream(address: str) -> tuple[grpc.Channel, object]:
-    """A SyncStream that sends requests with large answers for ever and reads none."""
-    channel = grpc.insecure_channel(address, options=NOT_READING)
-    request = sync_request([], [JobRequest(i, 100, i % 50, 1, 3600, 1) for i in range(5000)], "flood", "request", None)
-    return channel, rpc.PredictorStub(channel).SyncStream(itertools.repeat(request))
 
 
 # --- clients that stop reading or sending ------------------------------------------------------------

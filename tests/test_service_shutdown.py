@@ -1,0 +1,116 @@
+"""Stopping a server always ends: SIGTERM drains for the grace period and exits, a second signal exits at once."""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from service_support import flood_stream, history, status_of, submissions
+
+from predictor.frames import finished_from_frame
+from predictor.proto import pb
+from predictor.service.client import PredictorClient
+from predictor.service.launcher import ServerProcess
+from predictor.service.limits import Limits
+from simulator.traces.workload import generate_workload
+
+#: What SIGTERM may take beyond the grace period.
+MARGIN_SECONDS = 2.0
+#: An lgbm estimator whose training takes about ten seconds on this machine.
+HEAVY_LGBM = "lgbm-quantile:trees=200,leaves=63,window=3650d,retrain=1d,min_train=100,max_train=200000"
+
+
+def stop_timed(server: ServerProcess, signum: int = signal.SIGTERM) -> tuple[int, float]:
+    started = time.monotonic()
+    code = server.stop(signum, timeout=60)
+    return code, time.monotonic() - started
+
+
+def test_sigterm_exits_in_time_while_a_model_trains_and_a_client_does_not_read(tmp_path: Path) -> None:
+    grace = 1.0
+    server = ServerProcess(
+        state=str(tmp_path / "state.sqlite"),
+        default_estimators=[HEAVY_LGBM],
+        limits=Limits(shutdown_grace=grace),
+    )
+    finished = finished_from_frame(generate_workload(jobs=6000, procs=128, load=0.8, seed=3).jobs)
+    with PredictorClient(server.address, timeout=60) as client:
+        client.observe(finished, namespace="training")
+        client.sync([], submissions(finished[-1].end, count=1), namespace="training")  # starts a ~10 s training
+    channel, _ = flood_stream(server.address)
+    try:
+        time.sleep(0.5)
+        code, seconds = stop_timed(server)
+    finally:
+        channel.close()
+    assert code == 0 and seconds < grace + MARGIN_SECONDS, seconds
+    assert any("stopping" in line for line in server.log)
+
+
+def test_sigterm_after_a_stream_whose_only_frame_is_undecodable() -> None:
+    server = ServerProcess(limits=Limits(shutdown_grace=1.0))
+    with grpc.insecure_channel(server.address) as channel:
+        stream = channel.stream_stream("/tsched.v1.Predictor/SyncStream")
+        assert (
+            status_of(lambda: list(stream(iter([b"\xff\xff\xff"]), timeout=10)))[0] == grpc.StatusCode.INVALID_ARGUMENT
+        )
+    code, seconds = stop_timed(server)
+    assert code == 0 and seconds < 1.0 + MARGIN_SECONDS
+
+
+def test_a_second_signal_exits_at_once() -> None:
+    server = ServerProcess(limits=Limits(shutdown_grace=60, send_timeout=120))
+    channel, _ = flood_stream(server.address)  # held open: the first signal would wait the whole minute
+    try:
+        time.sleep(1.0)
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert server.process.poll() is None  # draining
+        code, seconds = stop_timed(server, signal.SIGINT)
+    finally:
+        channel.close()
+    assert code == 128 + signal.SIGINT and seconds < 1.0
+    assert any("again: exiting now" in line for line in server.log)
+
+
+def traffic(address: str, stop: threading.Event, seed: int) -> None:
+    """Calls of every kind, good and bad, until `stop` (or the server goes)."""
+    rng = random.Random(seed)
+    finished = history(200, users=5)
+    with grpc.insecure_channel(address) as channel, PredictorClient(address, timeout=5) as client:
+        garbage = channel.unary_unary("/tsched.v1.Predictor/Sync")
+        while not stop.is_set():
+            action = rng.randrange(4)
+            try:
+                if action == 0:
+                    garbage(rng.randbytes(rng.randrange(1, 300)), timeout=5)
+                elif action == 1:
+                    client.observe(finished, namespace=f"traffic-{seed}")
+                elif action == 2:
+                    client.sync([], submissions(finished[-1].end), namespace=f"traffic-{seed}")
+                else:
+                    client.sync_stream().exchange(pb.SyncRequest(namespace=f"traffic-{seed}"), timeout=5)
+            except Exception:  # refusals, and the server going away: this is traffic, not a test of answers
+                time.sleep(0.01)
+
+
+def test_sigterm_during_traffic_of_every_kind_exits_in_time(tmp_path: Path) -> None:
+    grace = 1.0
+    for attempt in range(3):
+        server = ServerProcess(state=str(tmp_path / "state.sqlite"), limits=Limits(shutdown_grace=grace))
+        stop = threading.Event()
+        workers = [threading.Thread(target=traffic, args=(server.address, stop, attempt * 10 + n)) for n in range(3)]
+        for worker in workers:
+            worker.start()
+        time.sleep(random.uniform(0.2, 1.0))
+        try:
+            code, seconds = stop_timed(server)
+        finally:
+            stop.set()
+            for worker in workers:
+                worker.join(10)
+        assert code == 0 and seconds < grace + MARGIN_SECONDS, (attempt, seconds)
