@@ -52,6 +52,8 @@ PROBE_SECONDS = 2.0
 #: Event kinds.
 COMPLETIONS = 1
 SUBMISSIONS = 2
+#: The log is cut back to this size after each checkpoint (SQLite checkpoints every 1000 pages, about 4 MB).
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
 #: Version 1 rows are migrated this many at a time.
 _MIGRATION_CHUNK = 50_000
 
@@ -142,24 +144,42 @@ _WAL_MAGIC = (0x377F0682, 0x377F0683)
 _WAL_VERSION = 3007000
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
+#: Frames whose checksums are computed together (bounds the memory the check takes).
+_FRAMES_AT_ONCE = 1024
 
 
-def _wal_checksum(data: bytes, s0: int, s1: int, big_endian: bool) -> tuple[int, int]:
-    """SQLite's WAL checksum (https://www.sqlite.org/fileformat2.html#walformat), continued from (s0, s1)."""
-    words = struct.unpack(f"{'>' if big_endian else '<'}{len(data) // 4}I", data)
+def _wal_checksum(words: Sequence[int], s0: int, s1: int) -> tuple[int, int]:
+    """SQLite's WAL checksum (https://www.sqlite.org/fileformat2.html#walformat) of 32-bit words, from (s0, s1)."""
     for index in range(0, len(words), 2):
         s0 = (s0 + words[index] + s1) & 0xFFFFFFFF
         s1 = (s1 + words[index + 1] + s0) & 0xFFFFFFFF
     return s0, s1
 
 
+def _checksum_steps(pairs: int) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """The checksum as a linear map, for frames of `pairs` word pairs.
+
+    One step is v' = M v + w with v = (s0, s1), M = [[1, 1], [1, 2]] and
+    w = (a, a + b) for the words (a, b); over a frame, v' = M^pairs v + C with
+    C = sum_t M^(pairs-1-t) w_t. Returns the powers M^(pairs-1-t) for each t
+    (to compute C for many frames at once) and M^pairs, all modulo 2^32.
+    """
+    powers = np.empty((pairs + 1, 2, 2), dtype=np.uint64)
+    powers[0] = np.eye(2, dtype=np.uint64)
+    step = np.array([[1, 1], [1, 2]], dtype=np.uint64)
+    for exponent in range(1, pairs + 1):
+        powers[exponent] = (step @ powers[exponent - 1]) & 0xFFFFFFFF
+    whole = powers[pairs]
+    return powers[pairs - 1 :: -1], (int(whole[0, 0]), int(whole[0, 1]), int(whole[1, 0]), int(whole[1, 1]))
+
+
 def check_wal(wal: Path) -> int:
     """The number of committed transactions in `wal`; StateError when SQLite would drop some of them.
 
-    SQLite reads a log up to its first frame that fails the checksum and
-    ignores a log whose header fails it: both would silently lose
-    acknowledged writes. A torn last transaction (a crash during its write,
-    never acknowledged) is fine.
+    SQLite reads a log up to its first frame that fails the checksum or is of
+    an earlier generation of the log, and ignores a log whose header fails it:
+    either would silently lose acknowledged writes. A torn last transaction (a
+    crash during its write, never acknowledged) is fine.
     """
     try:
         data = wal.read_bytes()
@@ -170,35 +190,42 @@ def check_wal(wal: Path) -> int:
     if len(data) < _WAL_HEADER:
         raise StateError(f"{wal}: damaged write-ahead log ({len(data)} bytes, shorter than its header)")
     magic, version, page_size, _, salt1, salt2, check1, check2 = struct.unpack(">8I", data[:_WAL_HEADER])
-    big_endian = magic == _WAL_MAGIC[1]
+    order = ">" if magic == _WAL_MAGIC[1] else "<"
     if magic not in _WAL_MAGIC or version != _WAL_VERSION:
         raise StateError(f"{wal}: damaged write-ahead log (not SQLite's header)")
-    if (check1, check2) != _wal_checksum(data[:24], 0, 0, big_endian):
+    if (check1, check2) != _wal_checksum(struct.unpack(f"{order}6I", data[:24]), 0, 0):
         raise StateError(f"{wal}: damaged write-ahead log (its header fails its checksum)")
     page_size = 65536 if page_size == 1 else page_size
-    frame = _FRAME_HEADER + page_size
+    frame_size = _FRAME_HEADER + page_size
+    count = (len(data) - _WAL_HEADER) // frame_size
+    frames = np.frombuffer(data, np.uint8, count * frame_size, _WAL_HEADER).reshape(count, frame_size)
+    headers = frames[:, :_FRAME_HEADER].copy().view(">u4").astype(np.int64)  # page, commit, salts, checksum
+    current = (headers[:, 2] == salt1) & (headers[:, 3] == salt2)
+    leading = count if current.all() else int(np.argmin(current))  # SQLite stops at an earlier generation's frame
+    powers, (m00, m01, m10, m11) = _checksum_steps((8 + page_size) // 8)
     s0, s1 = check1, check2
-    commits = 0
-    broken_at: int | None = None
-    for offset in range(_WAL_HEADER, len(data) - frame + 1, frame):
-        _, commit, frame_salt1, frame_salt2, frame_check1, frame_check2 = struct.unpack(
-            ">6I", data[offset : offset + _FRAME_HEADER]
+    valid = 0
+    for first in range(0, leading, _FRAMES_AT_ONCE):
+        chunk = frames[first : min(leading, first + _FRAMES_AT_ONCE)]
+        signed = np.concatenate([chunk[:, :8], chunk[:, _FRAME_HEADER:]], axis=1)  # what each checksum covers
+        words = signed.view(f"{order}u4").astype(np.uint64).reshape(len(chunk), -1, 2)
+        inputs = np.stack([words[:, :, 0], (words[:, :, 0] + words[:, :, 1]) & 0xFFFFFFFF], axis=2)
+        added = np.einsum("tij,ntj->ni", powers, inputs) & 0xFFFFFFFF  # wraps modulo 2^64: exact modulo 2^32
+        for c0, c1 in added.tolist():
+            s0, s1 = (m00 * s0 + m01 * s1 + c0) & 0xFFFFFFFF, (m10 * s0 + m11 * s1 + c1) & 0xFFFFFFFF
+            if (s0, s1) != (headers[valid, 4], headers[valid, 5]):
+                break
+            valid += 1
+        if valid < first + len(chunk):
+            break
+    lost = np.flatnonzero(current[valid:] & (headers[valid:, 1] != 0))
+    if lost.size:
+        raise StateError(
+            f"{wal}: damaged write-ahead log: transactions committed after the frame at byte "
+            f"{_WAL_HEADER + valid * frame_size} would be lost (SQLite stops reading at a damaged frame); "
+            "restore the file from a backup"
         )
-        if (frame_salt1, frame_salt2) != (salt1, salt2):
-            continue  # a frame of an earlier generation of the log: SQLite ignores it, rightly
-        if broken_at is None:
-            s0, s1 = _wal_checksum(data[offset : offset + 8], s0, s1, big_endian)
-            s0, s1 = _wal_checksum(data[offset + _FRAME_HEADER : offset + frame], s0, s1, big_endian)
-            if (s0, s1) == (frame_check1, frame_check2):
-                commits += commit != 0
-                continue
-            broken_at = offset
-        elif commit:
-            raise StateError(
-                f"{wal}: damaged write-ahead log: transactions committed after the frame at byte {broken_at} "
-                "would be lost (SQLite stops reading at a damaged frame); restore the file from a backup"
-            )
-    return commits
+    return int(np.count_nonzero(headers[:valid, 1]))
 
 
 # --- the store -----------------------------------------------------------------------------------
@@ -245,6 +272,7 @@ class CompletionStore:
             if mode.lower() != "wal":
                 raise StateError(f"{self.path}: SQLite refused WAL journaling (mode is {mode!r})")
             db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             db.executescript(_SCHEMA)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             db.execute(f"PRAGMA application_id={APPLICATION_ID}")
@@ -392,6 +420,11 @@ class CompletionStore:
                 (ns_id, through_seq, image),
             )
             db.execute("DELETE FROM events WHERE namespace_id = ? AND seq <= ?", (ns_id, through_seq))
+        with self._lock:  # move the snapshot out of the log: the log stays small, and so do restarts
+            try:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as error:
+                log.warning("%s: checkpoint after a snapshot failed: %s", self.path, error)
 
     def forget(self, namespace: str) -> None:
         """Drop a namespace, its events and its snapshot."""
