@@ -3,7 +3,9 @@
 Targets on this 2-core machine: Predict p50 < 0.4 ms and p99 < 1 ms with one
 client; >= 5,000 predictions/s with 8 concurrent clients; PredictBatch >=
 100,000 predictions/s; a whole-trace simulation (SDSC-SP2) through the service
-at most 0.5 ms per job slower than in-process, with identical results.
+at most 0.5 ms per job slower than in-process, with identical results; with
+TLS and tokens on, Predict p50 within 1.3x of the server without them, and of
+the server before hardening (`--baseline DIR`: a checkout of that code).
 
 The server runs in its own process (`ServerProcess`), as in a deployment; the
 clients are this process (1 client, PredictBatch, the simulation) or 8 client
@@ -16,19 +18,26 @@ C++. Every response is checked to be the full answer (a refused call carries
 no message). Every number printed is measured here, now.
 
     python benchmarks/bench_service.py [--traces DIR] [--estimator SPEC] [--skip-simulation]
+                                       [--baseline DIR] [--latency-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import re
+import secrets
+import select
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -39,14 +48,16 @@ from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
-from predictor.service.client import PredictorClient, RemoteSession
+from predictor.service.client import Credentials, PredictorClient, RemoteSession
 from predictor.service.codec import job_message
 from predictor.service.launcher import ServerProcess
+from predictor.service.server import Security
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
 from simulator.traces.swf import read_swf
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "traces"
 TRACE = "SDSC-SP2-1998-4.2-cln.swf.gz"
 NAMESPACE = "bench"
 LATENCY_CALLS = 5_000
@@ -55,6 +66,9 @@ CLIENTS = 8
 H2LOAD_CALLS = 40_000
 BATCH_SIZE = 10_000
 BATCHES = 10
+#: Predict latency with and without security is measured in alternating rounds, so that both see the same machine.
+SECURITY_ROUNDS = 10
+SECURITY_CALLS_PER_ROUND = 500
 
 
 def _queries(jobs: pd.DataFrame, at: int, count: int) -> list[JobRequest]:
@@ -244,11 +258,88 @@ def bench_simulation(address: str, jobs: pd.DataFrame, procs: int, spec: str) ->
     )
 
 
+def _baseline_server(source: Path, spec: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The server of another checkout (the code before hardening), started with its own launcher's handshake."""
+    ready_read, ready_write = os.pipe()
+    arguments = {"listen": "127.0.0.1:0", "state": None, "default_estimators": [spec], "allow_oracle": False}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "predictor.service.launcher", json.dumps(arguments), str(ready_write)],
+        env={**os.environ, "PYTHONPATH": str(source)},
+        cwd=source,
+        pass_fds=(ready_write,),
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(ready_write)
+    if not select.select([ready_read], [], [], 60)[0]:
+        raise SystemExit(f"the server in {source} did not start")
+    port = os.read(ready_read, 64).decode().strip()
+    os.close(ready_read)
+    return process, f"127.0.0.1:{port}"
+
+
+@contextmanager
+def _secured_server(spec: str) -> Iterator[tuple[ServerProcess, Credentials]]:
+    """A server with TLS (a test CA made with openssl) and a token file, and the credentials that reach it."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from service_support import make_certificates, write_secret
+
+    with tempfile.TemporaryDirectory() as folder:
+        certificates = make_certificates(Path(folder))
+        token = secrets.token_hex(32)
+        tokens = write_secret(Path(folder) / "tokens", f"{token} *\n")
+        security = Security(
+            tls_cert=str(certificates.server_cert), tls_key=str(certificates.server_key), tokens=str(tokens)
+        )
+        server = ServerProcess(default_estimators=[spec], security=security)
+        try:
+            yield server, Credentials(token=token, tls=True, tls_ca=certificates.ca.read_bytes())
+        finally:
+            server.stop()
+
+
+def bench_security(servers: dict[str, tuple[str, Credentials | None]], queries: list[JobRequest], spec: str) -> None:
+    """Predict latency of each server, one client, in alternating rounds; p50 ratios against the first."""
+    latencies: dict[str, list[float]] = {name: [] for name in servers}
+    clients = {
+        name: PredictorClient(address, credentials=credentials) for name, (address, credentials) in servers.items()
+    }
+    try:
+        for client in clients.values():
+            for query in queries[:300]:  # warm-up: connections, TLS sessions, estimators
+                client.predict_job(query, namespace=NAMESPACE, estimator=spec)
+        for round_ in range(SECURITY_ROUNDS):
+            for name, client in clients.items():
+                for query in queries[round_ * SECURITY_CALLS_PER_ROUND : (round_ + 1) * SECURITY_CALLS_PER_ROUND]:
+                    began = time.perf_counter()
+                    client.predict_job(query, namespace=NAMESPACE, estimator=spec)
+                    latencies[name].append(time.perf_counter() - began)
+    finally:
+        for client in clients.values():
+            client.close()
+    reference = None
+    for name, measured in latencies.items():
+        measured.sort()
+        p50, p99 = measured[len(measured) // 2] * 1e3, measured[int(len(measured) * 0.99)] * 1e3
+        reference = reference or p50
+        print(
+            f"Predict, {name}, {len(measured)} calls in {SECURITY_ROUNDS} alternating rounds: "
+            f"p50 {p50:.3f} ms ({p50 / reference:.2f}x the first), p99 {p99:.3f} ms"
+        )
+
+
+def _fill(address: str, learned: list[FinishedJob], credentials: Credentials | None = None) -> None:
+    with PredictorClient(address, timeout=60, credentials=credentials) as client:
+        for start in range(0, len(learned), 20_000):
+            client.observe(learned[start : start + 20_000], namespace=NAMESPACE)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--estimator", default="percentile", help="SPEC served (default: %(default)s)")
     parser.add_argument("--skip-simulation", action="store_true", help="only the RPC measurements")
+    parser.add_argument("--latency-only", action="store_true", help="only Predict latency with and without security")
+    parser.add_argument("--baseline", type=Path, metavar="DIR", help="a checkout of the code before hardening")
     args = parser.parse_args()
     path = args.traces / TRACE
     if not path.exists():
@@ -261,16 +352,33 @@ def main() -> None:
 
     server = ServerProcess(default_estimators=[args.estimator])
     try:
-        with PredictorClient(server.address, timeout=60) as client:
-            for start in range(0, len(learned), 20_000):
-                client.observe(learned[start : start + 20_000], namespace=NAMESPACE)
+        _fill(server.address, learned)
         print(f"server {server.address}: namespace {NAMESPACE!r} holds {len(learned):,} completions of {TRACE}")
-        bench_predict(server.address, server.pid, _queries(jobs, half, LATENCY_CALLS), args.estimator)
-        bench_concurrent(server.address, _queries(jobs, half, THROUGHPUT_CALLS_PER_CLIENT), args.estimator)
-        bench_h2load(server.address, _queries(jobs, half, 1)[0], args.estimator)
-        bench_batch(server.address, _queries(jobs, half, BATCH_SIZE), args.estimator, learned)
-        if not args.skip_simulation:
-            bench_simulation(server.address, jobs, trace.machine_procs(), args.estimator)
+        if not args.latency_only:
+            bench_predict(server.address, server.pid, _queries(jobs, half, LATENCY_CALLS), args.estimator)
+            bench_concurrent(server.address, _queries(jobs, half, THROUGHPUT_CALLS_PER_CLIENT), args.estimator)
+            bench_h2load(server.address, _queries(jobs, half, 1)[0], args.estimator)
+            bench_batch(server.address, _queries(jobs, half, BATCH_SIZE), args.estimator, learned)
+            if not args.skip_simulation:
+                bench_simulation(server.address, jobs, trace.machine_procs(), args.estimator)
+        with _secured_server(args.estimator) as (secured, credentials):
+            _fill(secured.address.replace("127.0.0.1", "localhost"), learned, credentials)
+            servers: dict[str, tuple[str, Credentials | None]] = {}
+            baseline = None
+            if args.baseline is not None:
+                baseline, baseline_address = _baseline_server(args.baseline, args.estimator)
+                _fill(baseline_address, learned)
+                servers["before hardening (no TLS, no tokens)"] = (baseline_address, None)
+            servers["no TLS, no tokens"] = (server.address, None)
+            servers["TLS and tokens"] = (secured.address.replace("127.0.0.1", "localhost"), credentials)
+            try:
+                bench_security(
+                    servers, _queries(jobs, half, SECURITY_ROUNDS * SECURITY_CALLS_PER_ROUND), args.estimator
+                )
+            finally:
+                if baseline is not None:
+                    baseline.terminate()
+                    baseline.wait(30)
     finally:
         server.stop()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
