@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import random
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
+from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest
-from predictor.proto import rpc
-from predictor.service.client import PredictorError
+from predictor.proto import pb, rpc
+from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import sync_request
+from simulator.traces.workload import generate_workload
 
 DAY = 86_400
 #: Flow-control windows of a client that has stopped reading: it takes what fits in 64 KiB, then nothing.
@@ -38,6 +43,24 @@ def submissions(at: int, count: int = 6, users: int = 3, first_id: int = 10_000)
     ]
 
 
+def instants(count: int = 900) -> list[tuple[list[FinishedJob], list[JobRequest]]]:
+    """A scheduler's life as (completions since the last instant, jobs submitted now), for a generated workload."""
+    jobs = generate_workload(jobs=count, procs=128, load=0.8, seed=11).jobs
+    finished = finished_from_frame(jobs)
+    steps: list[tuple[list[FinishedJob], list[JobRequest]]] = []
+    done = 0
+    for request in jobs_to_requests(jobs):
+        if steps and steps[-1][1][0].submit == request.submit:
+            steps[-1][1].append(request)
+            continue
+        ended = []
+        while done < len(finished) and finished[done].end <= request.submit:
+            ended.append(finished[done])
+            done += 1
+        steps.append((ended, [request]))
+    return steps
+
+
 def status_of(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
     """The status code and message of a call that must be refused."""
     try:
@@ -55,6 +78,27 @@ def flood_stream(address: str) -> tuple[grpc.Channel, Iterator[object]]:
     jobs = [JobRequest(i, 100, i % 50, 1, 3600, 1) for i in range(5000)]
     request = sync_request([], jobs, "flood", "request", None)
     return channel, rpc.PredictorStub(channel).SyncStream(itertools.repeat(request))
+
+
+def traffic(address: str, stop: threading.Event, seed: int) -> None:
+    """Calls of every kind, good and bad, until `stop` (or the server goes)."""
+    rng = random.Random(seed)
+    finished = history(200, users=5)
+    with grpc.insecure_channel(address) as channel, PredictorClient(address, timeout=5) as client:
+        garbage = channel.unary_unary("/tsched.v1.Predictor/Sync")
+        while not stop.is_set():
+            action = rng.randrange(4)
+            try:
+                if action == 0:
+                    garbage(rng.randbytes(rng.randrange(1, 300)), timeout=5)
+                elif action == 1:
+                    client.observe(finished, namespace=f"traffic-{seed}")
+                elif action == 2:
+                    client.sync([], submissions(finished[-1].end), namespace=f"traffic-{seed}")
+                else:
+                    client.sync_stream().exchange(pb.SyncRequest(namespace=f"traffic-{seed}"), timeout=5)
+            except Exception:  # refusals, and the server going away: this is traffic, not a test of answers
+                time.sleep(0.01)
 
 
 @dataclass(frozen=True)

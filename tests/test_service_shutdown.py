@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import grpc
-from service_support import flood_stream, history, status_of, submissions
+import pytest
+from service_support import flood_stream, status_of, submissions, traffic
 
 from predictor.frames import finished_from_frame
-from predictor.proto import pb
 from predictor.service.client import PredictorClient
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
@@ -77,27 +79,6 @@ def test_a_second_signal_exits_at_once() -> None:
     assert any("again: exiting now" in line for line in server.log)
 
 
-def traffic(address: str, stop: threading.Event, seed: int) -> None:
-    """Calls of every kind, good and bad, until `stop` (or the server goes)."""
-    rng = random.Random(seed)
-    finished = history(200, users=5)
-    with grpc.insecure_channel(address) as channel, PredictorClient(address, timeout=5) as client:
-        garbage = channel.unary_unary("/tsched.v1.Predictor/Sync")
-        while not stop.is_set():
-            action = rng.randrange(4)
-            try:
-                if action == 0:
-                    garbage(rng.randbytes(rng.randrange(1, 300)), timeout=5)
-                elif action == 1:
-                    client.observe(finished, namespace=f"traffic-{seed}")
-                elif action == 2:
-                    client.sync([], submissions(finished[-1].end), namespace=f"traffic-{seed}")
-                else:
-                    client.sync_stream().exchange(pb.SyncRequest(namespace=f"traffic-{seed}"), timeout=5)
-            except Exception:  # refusals, and the server going away: this is traffic, not a test of answers
-                time.sleep(0.01)
-
-
 def test_sigterm_during_traffic_of_every_kind_exits_in_time(tmp_path: Path) -> None:
     grace = 1.0
     for attempt in range(3):
@@ -114,3 +95,13 @@ def test_sigterm_during_traffic_of_every_kind_exits_in_time(tmp_path: Path) -> N
             for worker in workers:
                 worker.join(10)
         assert code == 0 and seconds < grace + MARGIN_SECONDS, (attempt, seconds)
+
+
+@pytest.mark.slow
+def test_the_chaos_benchmark_passes_a_short_run() -> None:
+    """benchmarks/chaos_service.py (30 kill -9 and 50 SIGTERM by default), three of each."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos_service.py"
+    command = [sys.executable, str(script), "--kills", "3", "--terms", "3"]
+    run = subprocess.run(command, check=False, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "missing after a restart: 0" in run.stdout and "late: 0" in run.stdout

@@ -14,9 +14,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from service_support import history, status_of, submissions
+from service_support import history, instants, status_of, submissions
 
-from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
 from predictor.service import records
@@ -27,29 +26,10 @@ from predictor.service.limits import Limits
 from predictor.service.state import APPLICATION_ID, SCHEMA_VERSION, CompletionStore, StateError, check_wal
 from predictor.session import LocalSession
 from simulator.cli import main
-from simulator.traces.workload import generate_workload
 
 PERCENTILE = "percentile"
 #: Retrains every 2 days of trace time: in the service on its training threads, in-process inline.
 SMALL_LGBM = "lgbm-quantile:window=5d,retrain=2d,calibration=3d,min_train=200,trees=5"
-
-
-def instants(count: int = 900) -> list[tuple[list[FinishedJob], list[JobRequest]]]:
-    """A scheduler's life as (completions since the last instant, jobs submitted now), for a generated workload."""
-    jobs = generate_workload(jobs=count, procs=128, load=0.8, seed=11).jobs
-    finished = finished_from_frame(jobs)
-    steps: list[tuple[list[FinishedJob], list[JobRequest]]] = []
-    done = 0
-    for request in jobs_to_requests(jobs):
-        if steps and steps[-1][1][0].submit == request.submit:
-            steps[-1][1].append(request)
-            continue
-        ended = []
-        while done < len(finished) and finished[done].end <= request.submit:
-            ended.append(finished[done])
-            done += 1
-        steps.append((ended, [request]))
-    return steps
 
 
 def in_process(spec: str, steps: list[tuple[list[FinishedJob], list[JobRequest]]]) -> list[list[Prediction]]:

@@ -18,6 +18,7 @@ import socket
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ MIN_CLIENT_PING_SECONDS = 10
 #: Beyond what the gate admits, calls queue for a thread up to this many times the thread count, then grpcio refuses.
 QUEUED_CALLS_PER_THREAD = 4
 #: Once the grace period is over, how long closing the state file may take before the process exits anyway.
-CLOSE_SECONDS = 1.5
+CLOSE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -323,14 +324,14 @@ def serve(
     server, port = start_server(
         listen, state, default_estimators, allow_oracle, factory, security=security, limits=limits
     )
-    received: list[int] = []
+    received: list[tuple[int, float]] = []
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         if received:  # the second: no more waiting
             os.write(2, f"received {signal.Signals(signum).name} again: exiting now\n".encode())
             os._exit(128 + signum)
-        received.append(signum)
+        received.append((signum, time.monotonic()))
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -342,9 +343,11 @@ def serve(
         on_ready(port)
     while not stop.wait(0.5):
         pass
+    signum, received_at = received[0]
     grace = limits.shutdown_grace
-    log.info("received %s: stopping (in-flight calls get %.0f s)", signal.Signals(received[0]).name, grace)
-    if not server.stop(grace).wait(grace + CLOSE_SECONDS):
+    log.info("received %s: stopping (in-flight calls get %.0f s)", signal.Signals(signum).name, grace)
+    closed = server.stop(grace)
+    if not closed.wait(max(0.0, received_at + grace + CLOSE_SECONDS - time.monotonic())):
         log.warning("still closing %.1f s after the grace period: exiting anyway", CLOSE_SECONDS)
     _exit(0)
 
