@@ -20,7 +20,7 @@ from predictor.jobs import JobRequest, Prediction
 from predictor.proto import pb
 from predictor.registry import available
 from predictor.service.client import PredictorClient, PredictorError, RemoteSession
-from predictor.service.core import PredictorCore
+from predictor.service.core import QUEUED_TRAININGS, TRAINING_THREADS, PredictorCore, Trainer
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits, Watch
 from predictor.service.server import PredictorServer, start_server
@@ -259,6 +259,24 @@ def test_history_is_bounded_oldest_first(client: PredictorClient) -> None:
     assert client.list_estimators("bounded")["completions"] == 100
 
 
+def test_trainings_waiting_for_a_thread_are_bounded() -> None:
+    trainer = Trainer()
+    release = threading.Event()
+    try:
+        for _ in range(TRAINING_THREADS + QUEUED_TRAININGS):
+            trainer.submit(release.wait)
+        queued = threading.Event()
+        late = threading.Thread(target=lambda: (trainer.submit(release.wait), queued.set()))
+        late.start()
+        assert not queued.wait(0.5)  # waits for room: the training data it would hold is not taken meanwhile
+        release.set()
+        assert queued.wait(5)
+        late.join()
+    finally:
+        release.set()
+        trainer.shutdown()
+
+
 def test_parsed_spec_spellings_are_bounded() -> None:
     core = PredictorCore(["percentile"], limits=Limits(max_specs=8))
     for q in range(50, 100):
@@ -272,7 +290,7 @@ def test_parsed_spec_spellings_are_bounded() -> None:
     [
         ("lgbm-quantile:trees=1000", "trees=1000 is above this server's limit"),
         ("lgbm-quantile:threads=8", "threads=8 is above"),
-        ("lgbm-quantile:max_train=1000000", "max_train=1000000 is above"),
+        ("lgbm-quantile:max_train=200000", "max_train=200000 is above"),
     ],
 )
 def test_a_client_cannot_ask_for_more_training_than_the_server_allows(

@@ -76,6 +76,8 @@ MAX_SPEC_LENGTH = 512
 LATEST_TIME = 10**11
 #: Threads that train models in the background (LightGBM releases the interpreter lock while it trains).
 TRAINING_THREADS = 2
+#: Trainings that may wait for a thread: each holds its training data (up to max_train rows) until it runs.
+QUEUED_TRAININGS = 2
 #: How often (in jobs) a long batch of questions checks whether its caller's deadline has passed.
 DEADLINE_CHECK_EVERY = 4096
 #: After a snapshot had to wait (a model training), the events recorded before it is tried again.
@@ -83,6 +85,28 @@ SNAPSHOT_RETRY_EVENTS = 1000
 #: Effects of `predict` that change later answers: predictions by such an estimator are recorded.
 RECORDED_EFFECTS = frozenset({"submissions", "model"})
 _NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9._:/@+-]{1,128}")
+
+
+class Trainer(futures.ThreadPoolExecutor):
+    """The training threads, with at most QUEUED_TRAININGS trainings waiting: a further one waits to be queued.
+
+    A training carries a snapshot of its training data; with an unbounded
+    queue, many namespaces due for retraining at once would hold all of theirs.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=TRAINING_THREADS, thread_name_prefix="tsched-train")
+        self._slots = threading.BoundedSemaphore(TRAINING_THREADS + QUEUED_TRAININGS)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
+        self._slots.acquire()
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
 
 
 def registry_factory(spec: str) -> tuple[Estimator, str]:
@@ -286,7 +310,7 @@ class PredictorCore:
         self._specs_lock = threading.Lock()
         self._namespaces: dict[str, Namespace] = {}
         self._namespaces_lock = threading.Lock()
-        self.trainer = futures.ThreadPoolExecutor(max_workers=TRAINING_THREADS, thread_name_prefix="tsched-train")
+        self.trainer = Trainer()
         if not default_specs:
             raise InvalidRequest("the server needs at least one default estimator SPEC")
         self.defaults = [self._resolve(spec, "default estimator", client=False) for spec in default_specs]

@@ -78,7 +78,7 @@ class Limits:
     )
     shutdown_grace: float = bound(10.0, "seconds in-flight calls get to finish on SIGTERM/SIGINT")
     estimator_limit: tuple[str, ...] = bound(
-        ("lgbm-quantile:trees=200,threads=2,max_train=200000",),
+        ("lgbm-quantile:trees=200,threads=2,max_train=100000",),
         "NAME:param=max,...: the largest values a client's SPEC may ask for (the server's own SPECs are exempt)",
     )
 

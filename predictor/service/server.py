@@ -253,6 +253,8 @@ def start_server(
         # Without so_reuseport=0 a second server could bind the same port and silently take half the calls.
         ("grpc.so_reuseport", 0),
         ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION),
+        # Fixed 64 KiB receive windows: what calls waiting for a thread can have buffered stays bounded.
+        ("grpc.http2.bdp_probe", 0),
         ("grpc.keepalive_time_ms", keepalive_ms),
         ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_SECONDS * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
