@@ -98,7 +98,7 @@ def add_limit_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("bounds (every one has a default that suits a site's server)")
     for item in dataclasses.fields(Limits):
         option = "--" + item.name.replace("_", "-")
-        doc: str = item.metadata["doc"]
+        doc: str = item.metadata["doc"].replace("%", "%%")  # argparse formats help with %
         if isinstance(item.default, tuple):
             shown = " ".join(item.default)
             group.add_argument(
@@ -271,7 +271,7 @@ def add_commands(
         type=lambda text: int(text, 8),
         default=DEFAULT_SOCKET_MODE,
         metavar="OCTAL",
-        help="permissions of a unix: socket (who may connect)",
+        help="permissions of a unix: socket: who may connect (default: %(default)o)",
     )
     add_limit_options(serve)
     serve.set_defaults(handler=cmd_serve)

@@ -192,3 +192,31 @@ def test_the_watchdog_cuts_a_call_waiting_on_its_client_and_spares_one_working()
         assert watchdog.cut == 1
     finally:
         watchdog.stop()
+
+
+def test_every_bound_is_documented_for_operators_with_its_default() -> None:
+    import dataclasses
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "service-operations.md").read_text()
+    for item in dataclasses.fields(Limits):
+        default = (
+            " ".join(item.default)
+            if isinstance(item.default, tuple)
+            else f"{item.default:g}"
+            if isinstance(item.default, float)
+            else str(item.default)
+        )
+        assert f"| `--{item.name.replace('_', '-')}` | {default} |" in page, item.name
+
+
+def test_serve_help_lists_every_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    from simulator.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--help"])
+    assert exited.value.code == 0
+    shown = capsys.readouterr().out
+    assert all(f"--{item.name.replace('_', '-')}" in shown for item in dataclasses.fields(Limits))
+    assert "80% of it" in shown and "--tokens FILE" in shown and "--tls-client-ca" in shown

@@ -75,14 +75,16 @@ class PredictorServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Predict(self, request, context):
-        """Predict one job at its submission.
+        """Predict one job at its submission time. A question: it moves no clock and
+        creates no namespace (an estimator whose predictions change its later
+        answers, such as lgbm-quantile, records it as a submission).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PredictBatch(self, request, context):
-        """Predict several jobs against the same history (nothing is learned in between).
+        """Predict several jobs against the same history (nothing is learned in between); a question, as Predict.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -96,8 +98,9 @@ class PredictorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Sync(self, request, context):
-        """Learn the completions since the last call, then predict the new submissions,
-        in one round trip: a simulator stays causal with one call per scheduling instant.
+        """Learn the completions since the last call, then record and predict the new
+        submissions (the clock moves to them), in one round trip: a simulator stays
+        causal with one call per scheduling instant.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
