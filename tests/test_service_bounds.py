@@ -366,12 +366,12 @@ def test_an_oversized_message_is_refused_and_not_retried() -> None:
 
 @pytest.mark.slow
 def test_memory_stays_under_its_ceiling_whatever_is_sent(tmp_path: Path) -> None:
-    limits = Limits(memory_limit_mb=220, max_batch=5000)
+    limits = Limits(memory_limit_mb=180, max_batch=5000)
     server = ServerProcess(limits=limits)
     refused: list[PredictorError] = []
     try:
         with PredictorClient(server.address, timeout=30) as client:
-            for index in range(400):  # 2,000,000 completions: far beyond 220 MB without the ceiling
+            for index in range(400):  # 2,000,000 completions: far beyond 180 MB without the ceiling
                 try:
                     client.observe(history(5000, users=500), namespace=f"ns-{index}")
                 except PredictorError as error:

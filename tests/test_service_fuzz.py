@@ -182,7 +182,7 @@ def test_every_rpc_answers_whatever_it_is_sent(channel: grpc.Channel, method: st
     check(lambda: raw(payload, timeout=10))
 
 
-@FUZZ
+@settings(FUZZ, max_examples=60)
 @given(data=st.data())
 def test_sync_stream_answers_whatever_it_is_sent(channel: grpc.Channel, data: st.DataObject) -> None:
     stream = channel.stream_stream("/tsched.v1.Predictor/SyncStream")

@@ -219,9 +219,10 @@ def test_commands_connect_with_a_token_file_and_tls(
     assert json.loads(capsys.readouterr().out)["t_sched"] == 3600
     assert main(["predict", "--address", address, *job, "--tls-ca", str(certificates.ca)]) == 2
     assert "UNAUTHENTICATED" in capsys.readouterr().err
-    summary = tmp_path / "run.json"
-    simulate = ["simulate", "--predictor-address", address, "--predictor-namespace", "sim-cli-run", "--estimator"]
-    assert main([*simulate, "last2", *connection, "--json", str(summary)]) == 0
+    summary, trace = tmp_path / "run.json", tmp_path / "small.swf"
+    assert main(["trace", "generate", "--jobs", "600", "--procs", "64", "--out", str(trace)]) == 0
+    simulate = ["simulate", "--trace", str(trace), "--predictor-address", address, "--predictor-namespace", "sim-run"]
+    assert main([*simulate, "--estimator", "last2", *connection, "--json", str(summary)]) == 0
     assert json.loads(summary.read_text())["predictor_fallbacks"] == 0
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from predictor.errors import TschedError
+from predictor.errors import TschedError, UsageError
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
 from predictor.service.codec import add_completions, add_jobs, job_message, prediction_from, sync_request
@@ -91,7 +91,7 @@ class Credentials:
     ) -> Credentials:
         """Read the files the command line names; any TLS file means TLS."""
         if (tls_cert is None) != (tls_key is None):
-            raise TschedError("--tls-cert and --tls-key go together")
+            raise UsageError("--tls-cert and --tls-key go together")
 
         def read(path: str | None) -> bytes | None:
             return None if path is None else Path(path).read_bytes()

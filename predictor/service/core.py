@@ -115,6 +115,11 @@ def registry_factory(spec: str) -> tuple[Estimator, str]:
     return estimator, estimator.spec
 
 
+def at_clock(jobs: Sequence[JobRequest], clock: int) -> list[JobRequest]:
+    """`jobs` with an unset submit time set to `clock`."""
+    return [job._replace(submit=clock) if job.submit == UNSET_SUBMIT else job for job in jobs]
+
+
 def no_deadline() -> None:
     """A deadline check for work that must not stop half-way (recorded predictions) or is too short to check."""
 
@@ -125,7 +130,6 @@ class ResolvedSpec:
 
     written: str
     canonical: str
-    name: str
     evaluation_only: bool
     #: Its predictions change its later answers, so they are recorded as submissions.
     records: bool
@@ -267,10 +271,6 @@ class Namespace:
                 raise FailedPrecondition(str(error)) from None
         return predictions
 
-    def at_clock(self, jobs: Sequence[JobRequest], clock: int) -> list[JobRequest]:
-        """`jobs` with an unset submit time set to `clock`."""
-        return [job._replace(submit=clock) if job.submit == UNSET_SUBMIT else job for job in jobs]
-
 
 @dataclass(frozen=True)
 class Answer:
@@ -353,7 +353,7 @@ class PredictorCore:
         check_deadline()
         with held:
             clock = held.clock
-            asked = held.at_clock(jobs, clock)
+            asked = at_clock(jobs, clock)
             held.check_submits(asked, where, clock, indexed)
             estimator = held.estimator(resolved)
             if resolved.records:
@@ -458,7 +458,7 @@ class PredictorCore:
         held.check_ends(batch, "completions")
         fresh = held.fresh(batch, "completions")
         clock = max(held.clock, fresh[-1].end) if fresh else held.clock
-        submitted = held.at_clock(jobs, clock)
+        submitted = at_clock(jobs, clock)
         if moves_clock:
             held.check_submits(submitted, "submitted", clock)
             clock = max(clock, max((job.submit for job in submitted), default=clock))
@@ -564,9 +564,7 @@ class PredictorCore:
         if client:
             self._check_caps(written, probe, where)
         effects = probe.predict_effects
-        return ResolvedSpec(
-            written, canonical, probe.name, probe.evaluation_only, bool(effects & RECORDED_EFFECTS), bool(effects)
-        )
+        return ResolvedSpec(written, canonical, probe.evaluation_only, bool(effects & RECORDED_EFFECTS), bool(effects))
 
     def _check_caps(self, written: str, probe: Estimator, where: str) -> None:
         caps = self._caps.get(probe.name)

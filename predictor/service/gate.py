@@ -37,13 +37,13 @@ HEALTH_PREFIX = "/grpc.health.v1.Health/"
 _PREDICTOR_PREFIX = f"/{SERVICE_NAME}/"
 
 
-def abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
-    """End the call with `code`; the message is clipped, the refusal logged (at a bounded rate)."""
+def abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str, grant: Grant | None = None) -> NoReturn:
+    """End the call with `code`; the message is clipped, the refusal logged (at a bounded rate) with the
+    caller's address and, when known, its token's line in the token file."""
     details = clip(details)
-    level = (
-        logging.INFO if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE) else logging.WARNING
-    )
-    refusals.log(level, "%s refused: %s: %s", context.peer(), code.name, details)
+    quiet = code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+    caller = context.peer() if grant is None else f"{context.peer()} (token {grant.holder})"
+    refusals.log(logging.INFO if quiet else logging.WARNING, "%s refused: %s: %s", caller, code.name, details)
     context.abort(code, details)
 
 
@@ -149,7 +149,7 @@ class Gate(_Interceptor):
                         try:
                             grant.check(request.namespace, access)
                         except PermissionDenied as error:
-                            abort(context, grpc.StatusCode.PERMISSION_DENIED, str(error))
+                            abort(context, grpc.StatusCode.PERMISSION_DENIED, str(error), grant)
                     return behaviour(request, context)
                 finally:
                     admission.release(reserved)
