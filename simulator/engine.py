@@ -35,7 +35,7 @@ class SimulationConfig:
     policy: str = "fcfs"
     backfill: str = "easy"
     mode: str = "none"  # none | regular | selective
-    correction: str = "request"  # request | tsafrir (regular mode only)
+    correction: str = "request"  # request | tsafrir | cobalt | double (regular mode only)
 
 
 @dataclass

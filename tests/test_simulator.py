@@ -44,6 +44,7 @@ Spec = tuple[int, int, int, int]
 COMBINATIONS = [
     (policy, backfill) for policy in ("fcfs", "wfp", "sjf") for backfill in ("none", "easy", "conservative")
 ]
+CORRECTIONS = ["request", "tsafrir", "cobalt", "double"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,30 +308,84 @@ def test_mode_none_plans_with_requests_but_reports_predictions(policy, backfill)
 
 
 # Regular mode. J1 (6 procs) asks 10000 s, is predicted 100 and runs 5000. When J2 (8) arrives at 200,
-# J1 has passed its prediction: `request` moves its expected end to 10000; `tsafrir` steps it by 60 s
-# (160, still past) then 300 s: 460. J3 (4 procs) arrives at 201 and may start only if it ends by J2's
-# shadow (EASY) or before J2's reservation (conservative), i.e. by 10000 or by 460: predicted 259 s it
-# ends at 460 (allowed under both), predicted 260 s at 461 (refused under tsafrir). Refused, under
-# EASY it waits for J2, which starts when J1 ends at 5000 and is expected to run 100 s: 5100.
-# Conservative reserved J2 at 460 and wakes up then: J1, still running, steps to 460 + 900 = 1360,
-# J2 can no longer start at 460, and J3 (4 procs, next to J1's 6) starts at 460.
+# J1 has passed its prediction and its expected end is corrected:
+# - `request`: start + t_req = 10000;
+# - `tsafrir`: +60 s (160, still past), then +300 s: 460;
+# - `cobalt`: now + 300 = 500;
+# - `double`: 2 x 100 = 200, which is `now` and so still past, then 2 x 200 = 400.
+# J3 (4 procs) arrives at 201 and may start only if it ends by J2's shadow (EASY) or before J2's
+# reservation (conservative): 4 > the 2 extra processors. So a prediction p is allowed when
+# 201 + p <= that end: p = 259 / 299 / 199 passes under tsafrir / cobalt / double, one second more
+# does not. Refused, under EASY J3 waits for J2, which starts when J1 ends at 5000 and is expected to
+# run 100 s: 5100. Conservative reserved J2 at J1's corrected end and wakes up then: J1, still
+# running, is corrected again (tsafrir: 460 + 900 = 1360; cobalt: 500 + 300 = 800; double: 800),
+# J2's reservation is no longer feasible, the plan is rebuilt, J2 goes to J1's new end, and J3
+# (4 procs next to J1's 6, ending by J1's new end) starts at the wake-up time: 460, 500, 400.
 @pytest.mark.parametrize(
     ("backfill", "correction", "prediction", "third"),
     [
         ("easy", "request", 260, 201),
         ("easy", "tsafrir", 259, 201),
         ("easy", "tsafrir", 260, 5100),
+        ("easy", "cobalt", 299, 201),
+        ("easy", "cobalt", 300, 5100),
+        ("easy", "double", 199, 201),
+        ("easy", "double", 200, 5100),
         ("conservative", "request", 260, 201),
         ("conservative", "tsafrir", 259, 201),
         ("conservative", "tsafrir", 260, 460),
+        ("conservative", "cobalt", 299, 201),
+        ("conservative", "cobalt", 300, 500),
+        ("conservative", "double", 199, 201),
+        ("conservative", "double", 200, 400),
     ],
 )
-def test_overrun_correction_request_versus_tsafrir(backfill, correction, prediction, third):
+def test_overrun_corrections(backfill, correction, prediction, third):
     jobs = [(0, 6, 10000, 5000), (200, 8, 100, 100), (201, 4, 1000, 400)]
     started = starts(
         jobs, backfill=backfill, mode="regular", correction=correction, predictions={1: 100, 2: 100, 3: prediction}
     )
     assert started == [0, 5000, third]
+
+
+# A job started at 0, asking 10000 s, predicted 100 s, still running when the machine corrects
+# overruns at 100, 160, 1000, 5000 and 9999; its expected end after each call (an end at `now` is past,
+# an end after `now` is left alone, and every correction stops at start + t_req = 10000):
+# - request: 10000 at once;
+# - tsafrir: 100 + 60 = 160; 160 + 300 = 460; 460 + 900 = 1360; 1360 + 1800 = 3160, still past,
+#   + 3600 = 6760; 6760 + 7200, capped: 10000;
+# - cobalt: now + 300: 400; 400 (not past at 160); 1300; 5300; 9999 + 300, capped: 10000;
+# - double: 200; 200; 400, 800, 1600; 3200, 6400; 12800, capped: 10000.
+CORRECTION_STEPS = {
+    "request": [10000, 10000, 10000, 10000, 10000],
+    "tsafrir": [160, 460, 1360, 6760, 10000],
+    "cobalt": [400, 400, 1300, 5300, 10000],
+    "double": [200, 200, 1600, 6400, 10000],
+}
+
+
+@pytest.mark.parametrize("correction", CORRECTIONS)
+def test_each_correction_step_by_step(correction):
+    machine = Machine(10, "regular", correction)
+    machine.start(WaitingJob(0, 1, 0, 4, 10000, 100), 0)
+    ends = []
+    for now in (100, 160, 1000, 5000, 9999):
+        machine.correct_overruns(now)
+        ends.append(machine.running[0].expected_end)
+    assert ends == CORRECTION_STEPS[correction]
+
+
+@pytest.mark.parametrize("mode", ["none", "selective"])
+def test_corrections_only_apply_in_regular_mode(mode):
+    machine = Machine(10, mode, "cobalt")
+    machine.start(WaitingJob(0, 1, 0, 4, 10000, 100), 0)
+    machine.correct_overruns(5000)
+    assert machine.running[0].expected_end == 10000  # planned with t_req: never passed
+
+
+def test_an_unknown_correction_is_refused():
+    with pytest.raises(ValueError, match="correction"):
+        Machine(10, "regular", "triple")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,7 +589,7 @@ EXACT_OR_OVER = [("oracle", "regular"), ("request", "none")]
     workload=workloads(),
     estimator=st.sampled_from(["request", "oracle", "guess"]),
     mode=st.sampled_from(["none", "regular", "selective"]),
-    correction=st.sampled_from(["request", "tsafrir"]),
+    correction=st.sampled_from(CORRECTIONS),
 )
 def test_schedule_invariants_on_random_workloads(policy, backfill, workload, estimator, mode, correction):
     procs, specs, guesses = workload
