@@ -228,7 +228,8 @@ class ConservativeBackfill(Backfill):
     its earliest feasible slot. Only when the scheduler learns that a running
     job will use more time than its slot held (an overrun in regular mode, or
     a job seen with t_req once it runs in selective mode) and that makes some
-    reservation infeasible is the plan rebuilt from the machine's state.
+    reservation infeasible is the plan rebuilt from the machine's state, in
+    priority order.
     """
 
     name = "conservative"
@@ -252,7 +253,7 @@ class ConservativeBackfill(Backfill):
         compress = self._learn_from_machine(now, machine)
         self._profile.advance(now)
         if self._replan:
-            self._rebuild(now, queue, machine)
+            self._rebuild(now, machine)
         elif compress:
             self._compress(now, queue)
         profile, reserved = self._profile, self._reserved
@@ -316,21 +317,18 @@ class ConservativeBackfill(Backfill):
             if start != old:
                 room = profile.prefix_room()
 
-    def _rebuild(self, now: int, queue: list[WaitingJob], machine: Machine) -> None:
-        """Plan again from the running jobs: keep feasible reservations, compress, re-place the rest."""
+    def _rebuild(self, now: int, machine: Machine) -> None:
+        """Plan again from the running jobs alone; `select` then places every waiting job anew.
+
+        Placed in the policy's order, each job takes the earliest slot that
+        delays no job before it. Keeping the reservations that still fit would
+        leave later jobs ahead of a displaced earlier one, and a wide job could
+        be displaced at every replan and starve.
+        """
         self._replan = False
-        releases = machine.expected_releases()
-        profile = self._profile = Profile(now, machine.free, releases)
+        self._profile = Profile(now, machine.free, machine.expected_releases())
         self._running = {index: (r.expected_end, r.size) for index, r in machine.running.items()}
-        reserved = self._reserved
-        for job in sorted((j for j in queue if j.index in reserved), key=lambda j: reserved[j.index]):
-            start = max(reserved[job.index], now)
-            if profile.earliest(start, job.size, job.t_est) == start:
-                profile.reserve(start, job.t_est, job.size)
-                reserved[job.index] = start
-            else:
-                del reserved[job.index]  # displaced: placed anew below, in priority order
-        self._compress(now, queue)
+        self._reserved.clear()
 
 
 def make_backfill(name: str) -> Backfill:
