@@ -78,13 +78,21 @@ class WFP(FCFS):
         return [jobs[i] for i in order.tolist()]
 
 
+def shortest_first(job: WaitingJob) -> tuple[int, int, int]:
+    """SJF's sort key, fixed at submission: t_est, then submit time, then job id.
+
+    Shared by the SJF policy and by backfilling's shortest-first candidate order.
+    """
+    return job.t_est, job.submit, job.job_id
+
+
 class SJF(QueuePolicy):
     """Shortest (estimated) job first."""
 
     name = "sjf"
 
     def __init__(self) -> None:
-        self._jobs: SortedKeyList = SortedKeyList(key=lambda j: (j.t_est, j.submit, j.job_id))
+        self._jobs: SortedKeyList = SortedKeyList(key=shortest_first)
 
     def add(self, job: WaitingJob) -> None:
         self._jobs.add(job)

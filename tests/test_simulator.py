@@ -32,7 +32,7 @@ from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator import engine
-from simulator.backfill import Backfill, ConservativeBackfill, EasyBackfill
+from simulator.backfill import Backfill, ConservativeBackfill, EasyBackfill, make_backfill
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.experiment import run_simulation
 from simulator.jobs import RunningJob, WaitingJob
@@ -44,6 +44,10 @@ Spec = tuple[int, int, int, int]
 
 COMBINATIONS = [
     (policy, backfill) for policy in ("fcfs", "wfp", "sjf") for backfill in ("none", "easy", "conservative")
+]
+#: Every (backfilling, backfill order) that exists: without backfilling there is nothing to order.
+BACKFILL_ORDERS = [("none", "queue")] + [
+    (backfill, order) for backfill in ("easy", "conservative") for order in ("queue", "sjf")
 ]
 CORRECTIONS = ["request", "tsafrir", "cobalt", "double"]
 
@@ -113,12 +117,13 @@ def run(
     backfill: str = "easy",
     mode: str = "none",
     correction: str = "request",
+    backfill_order: str = "queue",
     predictions: dict[int, int] | None = None,
     job_ids: Sequence[int] | None = None,
 ) -> pd.DataFrame:
     """Simulate `specs` and return the per-job table indexed by job id."""
     estimator = make_estimator("request") if predictions is None else FixedEstimator(predictions)
-    config = SimulationConfig(procs, policy, backfill, mode, correction)
+    config = SimulationConfig(procs, policy, backfill, mode, correction, backfill_order)
     return simulate(job_table(specs, job_ids), config, LocalSession(estimator)).jobs.set_index("job_id")
 
 
@@ -384,9 +389,50 @@ def test_corrections_only_apply_in_regular_mode(mode):
     assert machine.running[0].expected_end == 10000  # planned with t_req: never passed
 
 
-def test_an_unknown_correction_is_refused():
+def test_unknown_correction_mode_and_order_are_refused():
     with pytest.raises(ValueError, match="correction"):
         Machine(10, "regular", "triple")
+    with pytest.raises(ValueError, match="backfill order"):
+        make_backfill("easy", "longest")
+    with pytest.raises(ValueError, match="needs backfilling"):
+        make_backfill("none", "sjf")
+
+
+# ---------------------------------------------------------------------------------------------
+# Backfill order
+
+# J1 (6 procs) runs [0, 100). J2 (8) is the head: shadow 100, 2 extra processors, 4 free. J3 (4 procs,
+# 95 s) and J4 (4 procs, 50 s) arrive together at 2; each fits the 4 free processors and ends by the
+# shadow (97, 52), but only one fits. In queue order (FCFS: submit, then job id) J3 goes first; in
+# `sjf` order J4 (shorter) does. The other can then only start after J2 (8 procs, [100, 200)): 200,
+# except under WFP with J3 backfilled: at 97 J4 scores (95/50)^3 x 4 = 27.4 > J2's (96/100)^3 x 8 =
+# 7.1, so J4 heads the queue and starts in order at 97, and J2 waits for it to end: 147.
+# Under SJF the queue order already is shortest first: J4 starts at 2 in order, J3 at 52 (in order,
+# ahead of J2), and J2 at J3's end, 147, whatever the backfill order.
+SJBF_JOBS = [(0, 6, 100, 100), (1, 8, 100, 100), (2, 4, 95, 95), (2, 4, 50, 50)]
+SJBF_STARTS = {
+    ("fcfs", "queue"): [0, 100, 2, 200],
+    ("fcfs", "sjf"): [0, 100, 200, 2],
+    ("wfp", "queue"): [0, 147, 2, 97],
+    ("wfp", "sjf"): [0, 100, 200, 2],
+    ("sjf", "queue"): [0, 147, 52, 2],
+    ("sjf", "sjf"): [0, 147, 52, 2],
+}
+
+
+@pytest.mark.parametrize(("policy", "order"), list(SJBF_STARTS))
+def test_easy_sjbf_tries_the_shortest_candidate_first_whatever_picks_the_head(policy, order):
+    assert starts(SJBF_JOBS, policy=policy, backfill="easy", backfill_order=order) == SJBF_STARTS[policy, order]
+
+
+# J1 (whole machine) asks 100 s and ends at 10. J2 (whole machine, 100 s) was reserved at 100, J3
+# (6 procs, 20 s) after it at 200. J1's early end frees [10, 100) and compression hands it out:
+# in queue order J2 moves first, to 10, and J3 to J2's end, 110; in `sjf` order J3 (shorter) moves
+# first, to 10 (ending at 30, it delays no one: J2 was due at 100), and J2 then to 30.
+@pytest.mark.parametrize(("order", "expected"), [("queue", [0, 10, 110]), ("sjf", [0, 30, 10])])
+def test_conservative_compresses_in_the_backfill_order(order, expected):
+    jobs = [(0, 10, 100, 10), (1, 10, 100, 100), (2, 6, 20, 20)]
+    assert starts(jobs, backfill="conservative", backfill_order=order) == expected
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,7 +538,8 @@ class ShadowRecordingEasy(EasyBackfill):
     of the jobs this pass starts in order), independently of the implementation's own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, order: str = "queue") -> None:
+        super().__init__(order)
         self.passes: list[tuple[int, int, int | None, int | None, set[int]]] = []
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
@@ -544,8 +591,8 @@ def heads_started_by_their_shadow(passes: list[tuple[int, int, int | None, int |
 class ReservationRecordingConservative(ConservativeBackfill):
     """Conservative backfilling that records each job's first reservation and any move to a later time."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, order: str = "queue") -> None:
+        super().__init__(order)
         self.first_reservation: dict[int, int] = {}
         self.latest: dict[int, int] = {}
         self.moved_later: list[tuple[int, int, int, int]] = []  # (now, trace index, from, to)
@@ -625,7 +672,8 @@ def workloads(draw) -> tuple[int, list[Spec], list[int]]:
 EXACT_OR_OVER = [("oracle", "regular"), ("request", "none")]
 
 
-@pytest.mark.parametrize(("policy", "backfill"), COMBINATIONS)
+@pytest.mark.parametrize(("backfill", "order"), BACKFILL_ORDERS)
+@pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(
     workload=workloads(),
@@ -633,38 +681,40 @@ EXACT_OR_OVER = [("oracle", "regular"), ("request", "none")]
     mode=st.sampled_from(["none", "regular", "selective"]),
     correction=st.sampled_from(CORRECTIONS),
 )
-def test_schedule_invariants_on_random_workloads(policy, backfill, workload, estimator, mode, correction):
+def test_schedule_invariants_on_random_workloads(policy, backfill, order, workload, estimator, mode, correction):
     procs, specs, guesses = workload
     table = job_table(specs)
     session = session_for(estimator, table, guesses)
-    config = SimulationConfig(procs, policy, backfill, mode, correction)
+    config = SimulationConfig(procs, policy, backfill, mode, correction, order)
     assert_schedule_invariants(table, simulate(table, config, session), session, config)
 
 
 @pytest.mark.parametrize(("estimator", "mode"), EXACT_OR_OVER)
+@pytest.mark.parametrize("order", ["queue", "sjf"])
 @pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(workload=workloads())
-def test_easy_head_never_starts_after_its_shadow(policy, estimator, mode, workload):
+def test_easy_head_never_starts_after_its_shadow(policy, order, estimator, mode, workload):
     procs, specs, _ = workload
     table = job_table(specs)
     session = session_for(estimator, table)
-    config = SimulationConfig(procs, policy, "easy", mode)
-    easy = ShadowRecordingEasy()
+    config = SimulationConfig(procs, policy, "easy", mode, backfill_order=order)
+    easy = ShadowRecordingEasy(order)
     assert_schedule_invariants(table, simulate_with(easy, table, config, session), session, config)
     heads_started_by_their_shadow(easy.passes)
 
 
 @pytest.mark.parametrize(("estimator", "mode"), EXACT_OR_OVER)
+@pytest.mark.parametrize("order", ["queue", "sjf"])
 @pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(workload=workloads())
-def test_conservative_never_starts_a_job_after_its_first_reservation(policy, estimator, mode, workload):
+def test_conservative_never_starts_a_job_after_its_first_reservation(policy, order, estimator, mode, workload):
     procs, specs, _ = workload
     table = job_table(specs)
     session = session_for(estimator, table)
-    config = SimulationConfig(procs, policy, "conservative", mode)
-    conservative = ReservationRecordingConservative()
+    config = SimulationConfig(procs, policy, "conservative", mode, backfill_order=order)
+    conservative = ReservationRecordingConservative(order)
     result = simulate_with(conservative, table, config, session)
     assert_schedule_invariants(table, result, session, config)
     assert not conservative.moved_later
