@@ -284,10 +284,10 @@ class ConservativeBackfill(Backfill):
 
     def __init__(self, order: str = "queue") -> None:
         super().__init__(order)
-        self._profile: Profile | None = None
+        self._profile: Profile | None = None  # made at the first pass, from the machine then
         self._reserved: dict[int, int] = {}  # trace index -> reserved start
         self._running: dict[int, tuple[int, int]] = {}  # trace index -> (expected end, size) in the profile
-        self._replan = False
+        self._held_longer = False  # a running job's hold grew since the plan was last checked
 
     def forget(self, job: WaitingJob) -> None:
         super().forget(job)
@@ -297,15 +297,19 @@ class ConservativeBackfill(Backfill):
         return min(self._reserved.values(), default=None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
-        if self._profile is None:
-            self._profile = Profile(now, machine.free, machine.expected_releases())
-        compress = self._learn_from_machine(now, machine)
-        self._profile.advance(now)
-        if self._replan:
-            self._rebuild(now, machine)
+        profile = self._profile
+        if profile is None:
+            profile = self._profile = Profile(now, machine.free, machine.expected_releases())
+        compress = self._learn_from_machine(profile, now, machine)
+        profile.advance(now)
+        # A grown hold may have made a reservation infeasible; if the job has ended since, it did not.
+        replan = self._held_longer and profile.overbooked()
+        self._held_longer = False
+        if replan:
+            profile = self._rebuild(now, machine)
         elif compress:
-            self._compress(now, queue if self._shortest is None else self._shortest)
-        profile, reserved = self._profile, self._reserved
+            self._compress(profile, now, queue if self._shortest is None else self._shortest)
+        reserved = self._reserved
         for job in queue:
             if job.index not in reserved:
                 start = profile.earliest(now, job.size, job.t_est)
@@ -314,20 +318,18 @@ class ConservativeBackfill(Backfill):
         started = [job for job in queue if reserved[job.index] == now]
         for job in started:
             planned_end = now + machine.planned_runtime(job)
-            self._hold(now + job.t_est, planned_end, job.size)
+            self._hold(profile, now + job.t_est, planned_end, job.size)
             self._running[job.index] = (planned_end, job.size)
         return started
 
-    def _hold(self, old_end: int, new_end: int, size: int) -> None:
+    def _hold(self, profile: Profile, old_end: int, new_end: int, size: int) -> None:
         """A running job will hold its processors until `new_end`, not `old_end`."""
         if new_end > old_end:
-            self._profile.reserve(old_end, new_end - old_end, size)
-            if self._profile.overbooked():
-                self._replan = True
+            profile.reserve(old_end, new_end - old_end, size)
+            self._held_longer = True
 
-    def _learn_from_machine(self, now: int, machine: Machine) -> bool:
+    def _learn_from_machine(self, profile: Profile, now: int, machine: Machine) -> bool:
         """Apply completions and expected-end corrections; true if time was given back."""
-        profile = self._profile
         gave_back = False
         for index in self._running.keys() - machine.running.keys():
             expected_end, size = self._running.pop(index)
@@ -338,11 +340,11 @@ class ConservativeBackfill(Backfill):
             for index, (expected_end, size) in self._running.items():
                 corrected = machine.running[index].expected_end
                 if corrected != expected_end:
-                    self._hold(expected_end, corrected, size)
+                    self._hold(profile, expected_end, corrected, size)
                     self._running[index] = (corrected, size)
         return gave_back
 
-    def _compress(self, now: int, jobs: Iterable[WaitingJob]) -> None:
+    def _compress(self, profile: Profile, now: int, jobs: Iterable[WaitingJob]) -> None:
         """In the order of `jobs`, move each reservation to its earliest feasible start.
 
         A job's own old slot stays feasible, so no job moves later. A job is
@@ -350,7 +352,7 @@ class ConservativeBackfill(Backfill):
         a prefix maximum of free processors answers that in O(log n), and is
         refreshed only after a job actually moves.
         """
-        profile, reserved = self._profile, self._reserved
+        reserved = self._reserved
         room = profile.prefix_room()
         for job in jobs:
             old = reserved.get(job.index)
@@ -366,7 +368,7 @@ class ConservativeBackfill(Backfill):
             if start != old:
                 room = profile.prefix_room()
 
-    def _rebuild(self, now: int, machine: Machine) -> None:
+    def _rebuild(self, now: int, machine: Machine) -> Profile:
         """Plan again from the running jobs alone; `select` then places every waiting job anew.
 
         Placed in the policy's order, each job takes the earliest slot that
@@ -374,10 +376,10 @@ class ConservativeBackfill(Backfill):
         leave later jobs ahead of a displaced earlier one, and a wide job could
         be displaced at every replan and starve.
         """
-        self._replan = False
-        self._profile = Profile(now, machine.free, machine.expected_releases())
+        profile = self._profile = Profile(now, machine.free, machine.expected_releases())
         self._running = {index: (r.expected_end, r.size) for index, r in machine.running.items()}
         self._reserved.clear()
+        return profile
 
 
 def make_backfill(name: str, order: str = "queue") -> Backfill:
