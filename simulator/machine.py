@@ -86,6 +86,8 @@ class Machine:
         - `double`: double the expected duration until the end lies in the future.
         """
         limit = job.start + job.t_req
+        if limit <= now:  # the engine ends such a job before any pass; correcting it could never finish
+            raise AssertionError(f"job at trace index {job.index} is still running at {now}, past its request")
         end = job.expected_end
         if self.correction == "request":
             return limit

@@ -389,6 +389,16 @@ def test_corrections_only_apply_in_regular_mode(mode):
     assert machine.running[0].expected_end == 10000  # planned with t_req: never passed
 
 
+@pytest.mark.parametrize("correction", CORRECTIONS)
+def test_correcting_a_job_past_its_request_is_an_error_not_an_endless_loop(correction):
+    # The engine ends every job by start + t_req before it corrects anything; a caller that does not
+    # would have every correction land at or before `now` again.
+    machine = Machine(10, "regular", correction)
+    machine.start(WaitingJob(0, 1, 0, 4, 1000, 100), 0)
+    with pytest.raises(AssertionError, match="past its request"):
+        machine.correct_overruns(1000)
+
+
 def test_unknown_correction_mode_and_order_are_refused():
     with pytest.raises(ValueError, match="correction"):
         Machine(10, "regular", "triple")
