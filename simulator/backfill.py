@@ -42,7 +42,6 @@ class Backfill(ABC):
     def __init__(self, order: str = "queue") -> None:
         if order not in BACKFILL_ORDERS:
             raise ValueError(f"unknown backfill order {order!r}; choose one of {', '.join(BACKFILL_ORDERS)}")
-        self.order = order
         # Under `sjf`, the waiting jobs shortest estimate first, kept sorted as jobs come and go
         # (the key is fixed at submission), so that a pass never sorts the queue.
         self._shortest: SortedKeyList | None = SortedKeyList(key=shortest_first) if order == "sjf" else None

@@ -117,4 +117,5 @@ def make_policy(name: str) -> QueuePolicy:
 
 def wfp_score(wait: np.ndarray, t_est: np.ndarray, size: np.ndarray) -> np.ndarray:
     """The WFP score, shared by the policy and the weighted-wait metric."""
-    return (np.asarray(wait, dtype=np.float64) / np.asarray(t_est, dtype=np.float64)) ** 3 * size
+    score: np.ndarray = (np.asarray(wait, dtype=np.float64) / np.asarray(t_est, dtype=np.float64)) ** 3 * size
+    return score

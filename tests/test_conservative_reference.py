@@ -28,12 +28,13 @@ from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import accumulate
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_simulator import FixedEstimator, job_table, workloads
+from test_simulator import FixedEstimator, Spec, job_table, workloads
 
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
@@ -228,7 +229,9 @@ def engine_starts(table: pd.DataFrame, predictions: dict[int, int], config: Simu
     mode=st.sampled_from(["none", "regular", "selective"]),
     correction=st.sampled_from(["request", "tsafrir", "cobalt", "double"]),
 )
-def test_same_starts_as_the_reference_on_random_workloads(policy, order, workload, mode, correction):
+def test_same_starts_as_the_reference_on_random_workloads(
+    policy: str, order: str, workload: tuple[int, list[Spec], list[int]], mode: str, correction: str
+) -> None:
     procs, specs, guesses = workload
     table = job_table(specs)
     # Each guess capped at t_req, as every estimator's are.
@@ -239,7 +242,7 @@ def test_same_starts_as_the_reference_on_random_workloads(policy, order, workloa
 
 
 @pytest.mark.parametrize(("mode", "order"), [("selective", "queue"), ("regular", "queue"), ("regular", "sjf")])
-def test_same_starts_as_the_reference_on_the_synthetic_workload(mode, order):
+def test_same_starts_as_the_reference_on_the_synthetic_workload(mode: str, order: str) -> None:
     trace = generate_workload(jobs=600, procs=64, load=0.9, seed=11)
     table = trace.jobs
     # Predictions above and below the runtime: half, and one and a half times, the actual runtime.
@@ -254,7 +257,9 @@ def test_same_starts_as_the_reference_on_the_synthetic_workload(mode, order):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "order"), [("regular", "queue"), ("selective", "queue"), ("regular", "sjf")])
-def test_same_starts_as_the_reference_on_a_month_of_sdsc_sp2_with_predictions(traces_dir, mode, order):
+def test_same_starts_as_the_reference_on_a_month_of_sdsc_sp2_with_predictions(
+    traces_dir: Path, mode: str, order: str
+) -> None:
     # March 1999: 2913 jobs, an average wait of about four hours, and dozens of replans.
     trace = read_swf(traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz")
     config = SimulationConfig(trace.machine_procs(), "fcfs", "conservative", mode, backfill_order=order)

@@ -63,13 +63,13 @@ def test_scheduling_metrics_of_three_jobs():
         ("wfp", WFP_WEIGHTED_WAIT),
     ],
 )
-def test_weighted_wait_uses_the_priority_score_of_the_policy_used(policy, weighted_wait):
+def test_weighted_wait_uses_the_priority_score_of_the_policy_used(policy: str, weighted_wait: float) -> None:
     metrics = scheduling_metrics(three_jobs(), procs=4, policy=policy)
     assert metrics["weighted_wait"] == pytest.approx(weighted_wait)
     assert metrics["weighted_wait_wfp"] == pytest.approx(WFP_WEIGHTED_WAIT)
 
 
-def test_weighted_wait_needs_a_known_policy():
+def test_weighted_wait_needs_a_known_policy() -> None:
     with pytest.raises(ValueError, match="policy 'ljf'"):
         scheduling_metrics(three_jobs(), procs=4, policy="ljf")
 
@@ -80,7 +80,7 @@ def test_bounded_slowdown_is_never_below_one():
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "wfp"])
-def test_weighted_wait_is_zero_when_no_job_waited(policy):
+def test_weighted_wait_is_zero_when_no_job_waited(policy: str) -> None:
     metrics = scheduling_metrics(three_jobs().iloc[[0]], procs=4, policy=policy)
     assert metrics["weighted_wait"] == metrics["weighted_wait_wfp"] == 0.0
 

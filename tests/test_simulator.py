@@ -14,6 +14,7 @@ import ast
 import dataclasses
 import inspect
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from unittest import mock
 
@@ -346,7 +347,7 @@ def test_mode_none_plans_with_requests_but_reports_predictions(policy, backfill)
         ("conservative", "double", 200, 400),
     ],
 )
-def test_overrun_corrections(backfill, correction, prediction, third):
+def test_overrun_corrections(backfill: str, correction: str, prediction: int, third: int) -> None:
     jobs = [(0, 6, 10000, 5000), (200, 8, 100, 100), (201, 4, 1000, 400)]
     started = starts(
         jobs, backfill=backfill, mode="regular", correction=correction, predictions={1: 100, 2: 100, 3: prediction}
@@ -371,7 +372,7 @@ CORRECTION_STEPS = {
 
 
 @pytest.mark.parametrize("correction", CORRECTIONS)
-def test_each_correction_step_by_step(correction):
+def test_each_correction_step_by_step(correction: str) -> None:
     machine = Machine(10, "regular", correction)
     machine.start(WaitingJob(0, 1, 0, 4, 10000, 100), 0)
     ends = []
@@ -382,7 +383,7 @@ def test_each_correction_step_by_step(correction):
 
 
 @pytest.mark.parametrize("mode", ["none", "selective"])
-def test_corrections_only_apply_in_regular_mode(mode):
+def test_corrections_only_apply_in_regular_mode(mode: str) -> None:
     machine = Machine(10, mode, "cobalt")
     machine.start(WaitingJob(0, 1, 0, 4, 10000, 100), 0)
     machine.correct_overruns(5000)
@@ -390,7 +391,7 @@ def test_corrections_only_apply_in_regular_mode(mode):
 
 
 @pytest.mark.parametrize("correction", CORRECTIONS)
-def test_correcting_a_job_past_its_request_is_an_error_not_an_endless_loop(correction):
+def test_correcting_a_job_past_its_request_is_an_error_not_an_endless_loop(correction: str) -> None:
     # The engine ends every job by start + t_req before it corrects anything; a caller that does not
     # would have every correction land at or before `now` again.
     machine = Machine(10, "regular", correction)
@@ -399,7 +400,7 @@ def test_correcting_a_job_past_its_request_is_an_error_not_an_endless_loop(corre
         machine.correct_overruns(1000)
 
 
-def test_unknown_correction_mode_and_order_are_refused():
+def test_unknown_correction_mode_and_order_are_refused() -> None:
     with pytest.raises(ValueError, match="correction"):
         Machine(10, "regular", "triple")
     with pytest.raises(ValueError, match="backfill order"):
@@ -431,7 +432,7 @@ SJBF_STARTS = {
 
 
 @pytest.mark.parametrize(("policy", "order"), list(SJBF_STARTS))
-def test_easy_sjbf_tries_the_shortest_candidate_first_whatever_picks_the_head(policy, order):
+def test_easy_sjbf_tries_the_shortest_candidate_first_whatever_picks_the_head(policy: str, order: str) -> None:
     assert starts(SJBF_JOBS, policy=policy, backfill="easy", backfill_order=order) == SJBF_STARTS[policy, order]
 
 
@@ -440,7 +441,7 @@ def test_easy_sjbf_tries_the_shortest_candidate_first_whatever_picks_the_head(po
 # in queue order J2 moves first, to 10, and J3 to J2's end, 110; in `sjf` order J3 (shorter) moves
 # first, to 10 (ending at 30, it delays no one: J2 was due at 100), and J2 then to 30.
 @pytest.mark.parametrize(("order", "expected"), [("queue", [0, 10, 110]), ("sjf", [0, 30, 10])])
-def test_conservative_compresses_in_the_backfill_order(order, expected):
+def test_conservative_compresses_in_the_backfill_order(order: str, expected: list[int]) -> None:
     jobs = [(0, 10, 100, 10), (1, 10, 100, 100), (2, 6, 20, 20)]
     assert starts(jobs, backfill="conservative", backfill_order=order) == expected
 
@@ -457,7 +458,7 @@ def test_conservative_compresses_in_the_backfill_order(order, expected):
 # the earliest slot for 10 processors, 1200 (J3's end), and J5 the first slot that does not delay W2:
 # 1300. Keeping the reservations that still fit (J5's) and re-placing the displaced ones after them
 # would let J5 start at 250 and push W2 to 1250: a later job ahead of an earlier one.
-def test_conservative_replan_places_jobs_in_priority_order():
+def test_conservative_replan_places_jobs_in_priority_order() -> None:
     jobs = [
         (0, 10, 100, 100),
         (1, 10, 100, 100),
@@ -472,13 +473,13 @@ def test_conservative_replan_places_jobs_in_priority_order():
 
 
 @pytest.mark.slow
-def test_conservative_replan_does_not_starve_a_wide_job_on_ctc(traces_dir):
+def test_conservative_replan_does_not_starve_a_wide_job_on_ctc(traces_dir: Path) -> None:
     # CTC-SP2, March 1997, FCFS, percentile:q=85 in selective mode: every job that starts below its
     # request is then seen until t_req, overbooks the plan and forces a replan. Re-placing displaced
     # jobs after every kept reservation displaced job 62609 (336 of the 338 processors) 19 times: it
     # waited 1,750,495 s, seven times the longest wait of the same month planned with requests.
     trace = read_swf(traces_dir / "CTC-SP2-1996-3.1-cln.swf.gz")
-    longest = {}
+    longest: dict[str, int] = {}
     for mode in ("none", "selective"):
         config = SimulationConfig(trace.machine_procs(), "fcfs", "conservative", mode)
         _, result = run_simulation(trace, config, "percentile:q=85", month="1997-03")
@@ -691,7 +692,15 @@ EXACT_OR_OVER = [("oracle", "regular"), ("request", "none")]
     mode=st.sampled_from(["none", "regular", "selective"]),
     correction=st.sampled_from(CORRECTIONS),
 )
-def test_schedule_invariants_on_random_workloads(policy, backfill, order, workload, estimator, mode, correction):
+def test_schedule_invariants_on_random_workloads(
+    policy: str,
+    backfill: str,
+    order: str,
+    workload: tuple[int, list[Spec], list[int]],
+    estimator: str,
+    mode: str,
+    correction: str,
+) -> None:
     procs, specs, guesses = workload
     table = job_table(specs)
     session = session_for(estimator, table, guesses)
@@ -704,7 +713,9 @@ def test_schedule_invariants_on_random_workloads(policy, backfill, order, worklo
 @pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(workload=workloads())
-def test_easy_head_never_starts_after_its_shadow(policy, order, estimator, mode, workload):
+def test_easy_head_never_starts_after_its_shadow(
+    policy: str, order: str, estimator: str, mode: str, workload: tuple[int, list[Spec], list[int]]
+) -> None:
     procs, specs, _ = workload
     table = job_table(specs)
     session = session_for(estimator, table)
@@ -719,7 +730,9 @@ def test_easy_head_never_starts_after_its_shadow(policy, order, estimator, mode,
 @pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(workload=workloads())
-def test_conservative_never_starts_a_job_after_its_first_reservation(policy, order, estimator, mode, workload):
+def test_conservative_never_starts_a_job_after_its_first_reservation(
+    policy: str, order: str, estimator: str, mode: str, workload: tuple[int, list[Spec], list[int]]
+) -> None:
     procs, specs, _ = workload
     table = job_table(specs)
     session = session_for(estimator, table)
