@@ -77,7 +77,7 @@ def run_simulation(
         **asdict(config),
         "jobs": len(result.jobs),
         "skipped": {**trace.skipped, **result.skipped},
-        **scheduling_metrics(result.jobs, config.procs),
+        **scheduling_metrics(result.jobs, config.procs, config.policy),
         "predictor_fallbacks": result.predictor_fallbacks,
         "prediction": prediction_metrics(result.jobs),
     }
