@@ -133,7 +133,7 @@ TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 #: Free-text fields: when one is the last field, a '|' in it is kept as '¦' instead of breaking the line.
 FREE_TEXT_FIELDS = frozenset({"JobName", "Comment", "AdminComment", "SystemComment", "WorkDir"})
 #: Rows parsed at a time: bounds the memory of the text columns.
-CHUNK_ROWS = 200_000
+CHUNK_ROWS = 100_000
 _NAME_FIELDS = ("User", "Group", "Account", "Partition", "QOS", "JobName")
 _MEMORY_UNITS = {"": 1 / 1024, "K": 1, "M": 1024, "G": 1024**2, "T": 1024**3, "P": 1024**4}
 
@@ -159,14 +159,21 @@ def read_sacct(path: str | Path, *, lenient: bool = False, options: SiteLogOptio
     roles = _field_roles(source, header + 1, fields, options)
 
     body = filled[filled > header]
-    pipes = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("|"))
-    counts = np.searchsorted(pipes, ends[body]) - np.searchsorted(pipes, starts[body]) + 1
+    # bytes.count per line: no array the size of the file (a position per '|' would be 8 bytes each)
+    counts = np.fromiter(
+        (
+            data.count(b"|", start, end) + 1
+            for start, end in zip(starts[body].tolist(), ends[body].tolist(), strict=True)
+        ),
+        dtype=np.int64,
+        count=len(body),
+    )
     fold = (counts > len(fields)) & (fields[-1] in FREE_TEXT_FIELDS)
     checks = RowChecks(source, body + 1, malformed)
     _check_field_counts(checks, fields, counts, fold)
     good = checks.keep()
-    text = _good_lines(data, starts[body][good], ends[body][good], fold[good], len(fields))
-    table, steps = _parse(text, fields, roles, body[good] + 1, source, malformed, options)
+    text, skip = _good_lines(data, starts[body][good], ends[body][good], fold[good], len(fields))
+    table, steps = _parse(text, skip, fields, roles, body[good] + 1, source, malformed, options)
     return site_trace(source, "Slurm (sacct)", _site_jobs(table, roles, steps, options), options, malformed)
 
 
@@ -222,15 +229,25 @@ def _check_field_counts(checks: RowChecks, fields: list[str], counts: np.ndarray
     )
 
 
-def _good_lines(data: bytes, starts: np.ndarray, ends: np.ndarray, fold: np.ndarray, expected: int) -> bytes:
-    """The lines to parse, one per row; extra '|' of a free-text last field become '¦'."""
-    if not fold.any() and len(starts) and _contiguous(starts, ends, data):
-        return data[starts[0] : ends[-1]]
+def _good_lines(
+    data: bytes, starts: np.ndarray, ends: np.ndarray, fold: np.ndarray, expected: int
+) -> tuple[bytes, int]:
+    """The text to parse, one row per kept line, and how many lines to skip at its top.
+
+    When the kept lines are the whole rest of the file (the usual case), that
+    is the file itself past its header: no copy of a large file is made.
+    Otherwise they are joined anew; extra '|' of a free-text last field become '¦'.
+    """
+    if not len(starts):
+        return b"", 0
+    tail = data[ends[-1] :]
+    if not fold.any() and tail in (b"", b"\n", b"\r\n") and _contiguous(starts, ends, data):
+        return data, data.count(b"\n", 0, starts[0])
     lines = [data[start:end] for start, end in zip(starts.tolist(), ends.tolist(), strict=True)]
     for index in np.flatnonzero(fold).tolist():
         head = lines[index].split(b"|", expected - 1)
         lines[index] = b"|".join([*head[:-1], head[-1].replace(b"|", "¦".encode())])
-    return b"\n".join(lines)
+    return b"\n".join(lines), 0
 
 
 def _contiguous(starts: np.ndarray, ends: np.ndarray, data: bytes) -> bool:
@@ -244,6 +261,7 @@ def _contiguous(starts: np.ndarray, ends: np.ndarray, data: bytes) -> bool:
 
 def _parse(
     text: bytes,
+    skip: int,
     fields: list[str],
     roles: dict[str, str],
     lines: np.ndarray,
@@ -253,12 +271,13 @@ def _parse(
 ) -> tuple[pd.DataFrame, int]:
     """Typed allocations (steps dropped, counted) from the good lines, `CHUNK_ROWS` at a time."""
     columns = sorted(set(roles.values()), key=fields.index)
-    if not text:
+    if not len(lines):
         return _typed(
             pd.DataFrame({name: pd.Series(dtype=object) for name in columns}), lines, source, malformed, options, roles
         )
     reader = pd.read_csv(
         io.BytesIO(text),
+        skiprows=skip,
         sep="|",
         header=None,
         names=fields,
