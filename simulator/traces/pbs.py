@@ -13,10 +13,11 @@ How an E record becomes an SWF record:
 - submit <- etime (eligible) when at or after qtime, else qtime; wait =
   start - submit; run = end - start; req_time <- Resource_List.walltime
   (none: `--default-request`, else unknown and skipped as "no request");
-- size in cores: Resource_List.ncpus, else total_execution_slots, else the
-  sum over Resource_List.select chunks (N:ncpus=C) or Resource_List.nodes
-  (N:ppn=P), else the exec_host slots; in nodes: Resource_List.nodect, else
-  unique_node_count, else the chunk counts;
+- size in cores: what was allocated (Resource_List.ncpus, else
+  total_execution_slots, else the exec_host slots), else what was asked for
+  (the sum over Resource_List.select chunks N:ncpus=C, or over
+  Resource_List.nodes N:ppn=P); in nodes: Resource_List.nodect, else
+  unique_node_count, else exec_host's hosts, else the chunk counts;
 - status: Exit_status 0 -> 1, a D record for a job that ran -> 5, else 0;
   a job without a start (deleted while queued) is left out and counted,
   as is an array's summary record (`123[]`) and an earlier E record of the
@@ -296,14 +297,14 @@ def _site_jobs(table: pd.DataFrame, deleted_ids: set[str], options: SiteLogOptio
         size = _first_known(
             *(
                 kept[c].to_numpy()
-                for c in ("Resource_List.ncpus", "total_execution_slots", "select_cpus", "nodes_cpus", "host_cpus")
+                for c in ("Resource_List.ncpus", "total_execution_slots", "host_cpus", "select_cpus", "nodes_cpus")
             )
         )
     else:
         size = _first_known(
             *(
                 kept[c].to_numpy()
-                for c in ("Resource_List.nodect", "unique_node_count", "select_nodes", "nodes_nodes", "host_nodes")
+                for c in ("Resource_List.nodect", "unique_node_count", "host_nodes", "select_nodes", "nodes_nodes")
             )
         )
     exit_status = kept["exit"].to_numpy()
