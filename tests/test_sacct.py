@@ -93,6 +93,21 @@ def test_what_was_left_out_is_counted_by_reason():
     assert trace.malformed == {}
 
 
+def test_a_job_cancelled_while_pending_with_a_start_time_never_started(tmp_path):
+    """Slurm 22.05 also logs such a job with Start = End (seen in the live test): no AllocTRES tells."""
+    lines = SACCT.read_text().splitlines()
+    header = lines[0].split("|")
+    pending = next(number for number, row in enumerate(rows(), start=2) if row["Start"] == "None")
+    values = dict(zip(header, lines[pending - 1].split("|"), strict=True))
+    values["Start"] = values["End"]
+    lines[pending - 1] = "|".join(values[name] for name in header)
+    path = tmp_path / "variant.sacct"
+    path.write_text("\n".join(lines) + "\n")
+    trace = read_sacct(path)
+    assert trace.skipped == read_sacct(SACCT).skipped
+    pdt.assert_frame_equal(trace.records, read_sacct(SACCT).records)
+
+
 def test_job_steps_are_left_out_and_counted():
     steps = [row for row in rows(SACCT_WITH_STEPS) if "." in row["JobIDRaw"]]
     with_steps = read_sacct(SACCT_WITH_STEPS)

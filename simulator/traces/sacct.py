@@ -23,7 +23,9 @@ How a line becomes an SWF record (docs/site-logs.md says why):
   or nodes (NNodes; requested: ReqTRES node=); req_mem <- ReqTRES mem= per
   core (node), in KB;
 - status: COMPLETED 1, CANCELLED 5, other final states 0; jobs still pending
-  or running, and jobs that never started, are left out and counted;
+  or running, and jobs that never started (no Start, or no AllocTRES: Slurm
+  22.05 gives some jobs cancelled while pending Start = End), are left out
+  and counted;
 - user <- UID (named by User), else User names numbered; group ("project"
   in Tang et al.) <- Account, else GID / Group; executable <- JobName;
   queue <- Partition; partition <- QOS;
@@ -194,7 +196,7 @@ def _field_roles(source: str, line: int, fields: list[str], options: SiteLogOpti
             f"{source} line {line}: no {', '.join(missing)} field in the header ({'|'.join(fields)[:200]}): "
             f"is this `sacct --parsable2` output? Run: {SACCT_COMMAND}"
         )
-    optional = ("Eligible", "ElapsedRaw", "ReqCPUS", "ReqTRES", "UID", "GID", *_NAME_FIELDS)
+    optional = ("Eligible", "ElapsedRaw", "ReqCPUS", "ReqTRES", "AllocTRES", "UID", "GID", *_NAME_FIELDS)
     wanted.update({name: name for name in optional if name in present})
     return wanted
 
@@ -416,6 +418,8 @@ def _typed(
         if "req" not in out:
             out["req"] = _tres(chunk["ReqTRES"], "cpu" if options.size == "cores" else "node")
         out["req_mem_kb"] = _tres_memory_kb(chunk["ReqTRES"])
+    if "AllocTRES" in roles:
+        out["allocated"] = (chunk["AllocTRES"] != "").to_numpy(dtype=bool)
     table = pd.DataFrame(out)
     for name in _NAME_FIELDS:
         if name in roles:
@@ -440,6 +444,8 @@ def _site_jobs(table: pd.DataFrame, roles: dict[str, str], steps: int, options: 
     start = table["Start"].to_numpy()
     unfinished = ~earlier & np.isin(state, list(UNFINISHED_STATES))
     never = ~earlier & ~unfinished & (start < 0)
+    if "allocated" in table:  # a job cancelled while pending may show Start = End, but it got no allocation
+        never |= ~earlier & ~unfinished & ~table["allocated"].to_numpy(dtype=bool)
     cancelled = state == "CANCELLED"
     count_left_out(left_out, "earlier attempt of a requeued job", earlier)
     count_left_out(left_out, "not finished when sacct ran", unfinished)

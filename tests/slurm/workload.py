@@ -50,6 +50,16 @@ class Submitted:
     limit_minutes: int | None  # None: UNLIMITED
     partition: str
     kind: str  # normal, failing, array, cancel-running, cancel-pending, timeout, unlimited, requeue
+    options: tuple[str, ...]  # sbatch's options as given
+
+    @property
+    def array_tasks(self) -> int:
+        """How many tasks `--array=FIRST-LAST[%LIMIT]` asked for (0: not an array)."""
+        spec = next((option for option in self.options if option.startswith("--array=")), None)
+        if spec is None:
+            return 0
+        first, last = spec.removeprefix("--array=").split("%")[0].split("-")
+        return int(last) - int(first) + 1
 
 
 class Cluster:
@@ -63,7 +73,9 @@ class Cluster:
             "TSCHED_SLURM_NODES": str(NODES),
             "TSCHED_SLURM_CPUS": str(CPUS),
             "SLURM_CONF": str(scratch / "etc" / "slurm.conf"),
+            "TZ": "UTC",  # the daemons' local time (jobcomp's times); sacct's is chosen per call
         }
+        self.created_users: list[str] = []
 
     def script(self, action: str) -> None:
         subprocess.run(["bash", str(CLUSTER_SCRIPT), action], env=self.env, check=True, timeout=300)
@@ -87,10 +99,21 @@ class Cluster:
         for user in USERS:
             if subprocess.run(["id", user], check=False, capture_output=True).returncode:
                 subprocess.run(["useradd", "--no-create-home", user], check=True)
+                self.created_users.append(user)
         self.run("sacctmgr", "-i", "add", "account", "physics,chem")
         for user, account in USERS.items():
             self.run("sacctmgr", "-i", "add", "user", user, f"account={account}")
         self.run("sacctmgr", "-i", "add", "user", "tsched-bob", "account=chem")
+
+    def remove_users(self) -> None:
+        """Delete the local users `add_users` created (not those that were there before)."""
+        for user in self.created_users:
+            subprocess.run(["userdel", user], check=False, capture_output=True)
+        self.created_users.clear()
+
+    def daemon_pids(self) -> list[int]:
+        """The pids in the cluster's pid files (to check that `stop` ended them)."""
+        return [int(path.read_text()) for path in sorted((self.scratch / "run").glob("*.pid"))]
 
     def sbatch(self, user: str, *options: str, command: str = "sleep 1") -> int:
         out = self.run(
@@ -140,6 +163,7 @@ def running_cluster(scratch: Path) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.script("stop")
+        cluster.remove_users()
 
 
 def submit_workload(cluster: Cluster, seed: int = 14) -> list[Submitted]:
@@ -161,7 +185,8 @@ def submit_workload(cluster: Cluster, seed: int = 14) -> list[Submitted]:
             f"--time={'UNLIMITED' if limit is None else limit}",
             *extra,
         ]
-        job = Submitted([cluster.sbatch(user, *options, command=command)], user, cores, nodes, limit, partition, kind)
+        job_id = cluster.sbatch(user, *options, command=command)
+        job = Submitted([job_id], user, cores, nodes, limit, partition, kind, tuple(options))
         jobs.append(job)
         return job
 
