@@ -338,3 +338,18 @@ def test_cli_reads_sacct_everywhere(tmp_path, capsys):
 def test_the_documented_command_names_the_documented_fields():
     assert SACCT_COMMAND.endswith("--format=" + ",".join(SACCT_FIELDS))
     assert list(rows()[0]) == list(SACCT_FIELDS)  # the fixture was captured with exactly that command
+
+
+def test_a_log_without_jobs(tmp_path):
+    header_only = tmp_path / "quiet.sacct"
+    header_only.write_text(SACCT.read_text().splitlines()[0] + "\n")
+    assert read_sacct(header_only).records.empty
+    only_steps = tmp_path / "steps.sacct"
+    steps = [line for line in SACCT_WITH_STEPS.read_text().splitlines() if ".batch|" in line]
+    only_steps.write_text("\n".join([SACCT.read_text().splitlines()[0], *steps]) + "\n")
+    trace = read_sacct(only_steps)
+    assert trace.records.empty and trace.skipped == {"job step (not an allocation)": len(steps)}
+    empty = tmp_path / "empty.sacct"
+    empty.write_text("\n\n")
+    with pytest.raises(TraceError, match="empty file"):
+        read_sacct(empty)

@@ -67,12 +67,10 @@ def site_log_options(
     timezone: str | None = None, size: SizeUnit | None = None, default_request: int | None = None
 ) -> SiteLogOptions | None:
     """The options for a site log, or None when none was given (they mean nothing to an SWF trace)."""
-    given = {
-        name: value
-        for name, value in (("timezone", timezone), ("size", size), ("default_request", default_request))
-        if value is not None
-    }
-    return SiteLogOptions(**given) if given else None
+    if timezone is None and size is None and default_request is None:
+        return None
+    defaults = SiteLogOptions()
+    return SiteLogOptions(timezone or defaults.timezone, size or defaults.size, default_request)
 
 
 def read_trace(

@@ -31,7 +31,7 @@ How an E record becomes an SWF record:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -56,15 +56,6 @@ _RECORD = re.compile(r"\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}")
 _JOB_ID = r"(\d+)(\[\d*\])?(?:\.|$)"
 #: The message keys read, and the SWF meaning they feed (see the module docstring).
 TIME_KEYS = ("qtime", "etime", "start", "end")
-SIZE_KEYS = (
-    "Resource_List.ncpus",
-    "total_execution_slots",
-    "Resource_List.select",
-    "Resource_List.nodes",
-    "exec_host",
-    "Resource_List.nodect",
-    "unique_node_count",
-)
 NAME_KEYS = ("user", "group", "account", "project", "jobname", "queue")
 DEFAULT_PROJECT = "_pbs_project_default"
 
@@ -200,9 +191,11 @@ def _exec_host(spec: str) -> tuple[int, int]:
     return slots, len(hosts)
 
 
-def _spec_sizes(values: pd.Series, parse: object) -> tuple[np.ndarray, np.ndarray]:
+def _spec_sizes(values: pd.Series, parse: Callable[[str], tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(processors, nodes) of each value, parsed once per distinct spec."""
+
     def convert(uniques: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-        pairs = np.array([parse(value) for value in uniques], dtype=np.int64).reshape(-1, 2)  # type: ignore[operator]
+        pairs = np.array([parse(value) for value in uniques], dtype=np.int64).reshape(-1, 2)
         return pairs[:, 0], pairs[:, 1]
 
     processors, nodes = per_value(values, convert)
@@ -212,29 +205,23 @@ def _spec_sizes(values: pd.Series, parse: object) -> tuple[np.ndarray, np.ndarra
 def _typed_exits(
     source: str, ids: pd.Series, messages: pd.Series, lines: np.ndarray, malformed: dict[str, int] | None
 ) -> pd.DataFrame:
+    """E records checked and typed; the bad ones raise (strict) or go (lenient)."""
     checks = RowChecks(source, lines, malformed)
     found = ids.str.extract(_JOB_ID)
     checks.check(found[0].notna().to_numpy(), "job id", "bad job id", ids, "is not a PBS job id (NUMBER[.server])")
     out: dict[str, np.ndarray] = {"line": lines, "pbs_id": ids.to_numpy(dtype=object)}
     out["array_parent"] = (found[1] == "[]").to_numpy(dtype=bool)
-    for key in TIME_KEYS:
-        values = _key(messages, key)
+    times = {key: _key(messages, key) for key in TIME_KEYS}
+    for key, values in times.items():
         out[key], ok = _integers(values)
         checks.check(ok, key, "bad timestamp", values, "is not a Unix time")
     for key in ("qtime", "end"):
-        values = _key(messages, key)
-        checks.check(out[key] >= 0, key, "missing field", values, "is missing: an E record has it")
-    checks.check(
-        (out["start"] <= 0) | (out["end"] >= out["start"]),
-        "end",
-        "ends before it starts",
-        _key(messages, "end"),
-        "is before the job's start",
-    )
-    for key, name in (("Resource_List.walltime", "walltime"),):
-        values = _key(messages, key)
-        out[name], ok = _durations(values)
-        checks.check(ok, key, "bad duration", values, "is not a duration ([[HH:]MM:]SS)")
+        checks.check(out[key] >= 0, key, "missing field", times[key], "is missing: an E record has it")
+    ends_first = (out["start"] > 0) & (out["end"] < out["start"])
+    checks.check(~ends_first, "end", "ends before it starts", times["end"], "is before the job's start")
+    values = _key(messages, "Resource_List.walltime")
+    out["walltime"], ok = _durations(values)
+    checks.check(ok, "Resource_List.walltime", "bad duration", values, "is not a duration ([[HH:]MM:]SS)")
     values = _key(messages, "Exit_status")
     out["exit"], ok = _integers(values, signed=True)
     checks.check(ok, "Exit_status", "bad exit status", values, "is not an integer")

@@ -274,9 +274,8 @@ def _parse(
     """Typed allocations (steps dropped, counted) from the good lines, `CHUNK_ROWS` at a time."""
     columns = sorted(set(roles.values()), key=fields.index)
     if not len(lines):
-        return _typed(
-            pd.DataFrame({name: pd.Series(dtype=object) for name in columns}), lines, source, malformed, options, roles
-        )
+        empty = pd.DataFrame({name: pd.Series(dtype=object) for name in columns})
+        return _typed(empty, lines, source, malformed, options, roles), 0
     reader = pd.read_csv(
         io.BytesIO(text),
         skiprows=skip,

@@ -203,7 +203,7 @@ def submit_workload(cluster: Cluster, seed: int = 14) -> list[Submitted]:
         failing = rng.random() < 0.08
         application = rng.choice(list(APPLICATIONS))
         seconds = rng.choice(APPLICATIONS[application])
-        extra = (f"--job-name={application}",)
+        extra: tuple[str, ...] = (f"--job-name={application}",)
         extra += ("--account=chem",) if user == "tsched-bob" and number % 4 == 0 else ()
         submit(
             user,
