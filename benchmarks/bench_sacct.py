@@ -122,13 +122,27 @@ def generate(path: Path, lines: int, seed: int = 1) -> int:
     return jobs
 
 
+def _peak_resident_mb() -> float:
+    """This process's peak resident memory (MiB).
+
+    VmHWM where Linux has it: a spawned child's ru_maxrss starts from its
+    parent's peak (the generator's), which is not the reader's.
+    """
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _read(path: str, answer: multiprocessing.queues.Queue) -> None:  # type: ignore[name-defined]
     from simulator.traces.sacct import read_sacct
 
     began = time.perf_counter()
     trace = read_sacct(path)
     seconds = time.perf_counter() - began
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = _peak_resident_mb()
     answer.put((seconds, peak_mb, len(trace.records), len(trace.jobs), dict(trace.skipped)))
 
 
