@@ -34,11 +34,20 @@ _DEFAULTS = SimulationConfig(procs=1)
 
 
 def load_trace(args: argparse.Namespace) -> Trace:
-    """The trace `--trace` names (read with `--lenient` if given), or the built-in synthetic workload."""
-    from simulator.traces.swf import read_swf
+    """The trace `--trace` names (in `--format`, with `--lenient` and the site-log options), or the built-in one."""
+    from simulator.traces.formats import read_trace
     from simulator.traces.workload import default_workload
 
-    return default_workload() if args.trace is None else read_swf(args.trace, lenient=args.lenient)
+    if args.trace is None:
+        return default_workload()
+    return read_trace(
+        args.trace,
+        args.format,
+        lenient=args.lenient,
+        timezone=args.timezone,
+        size=args.size,
+        default_request=args.default_request,
+    )
 
 
 def _format_summary(summary: dict[str, Any]) -> str:
@@ -101,6 +110,18 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace_convert(args: argparse.Namespace) -> int:
+    from simulator.traces.formats import convert_trace
+
+    trace = load_trace(args)
+    names = convert_trace(trace, args.out, args.procs)
+    skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(trace.skipped.items())) or "none"
+    print(f"wrote {args.out}: {len(trace.records)} records ({len(trace.jobs)} replayable; skipped: {skipped})")
+    if names is not None:
+        print(f"wrote {names}: the names behind the user, group, queue, ... ids")
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from simulator.evaluation import plan as ev
     from simulator.evaluation.execution import run_evaluation
@@ -114,7 +135,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         procs=args.procs,
     )
     plan.check()  # a bad SPEC or choice fails before any trace is read
-    traces = [ev.load_trace_input(path) for path in args.trace] if args.trace else [ev.builtin_trace_input()]
+    traces = (
+        [
+            ev.load_trace_input(
+                path,
+                args.format,
+                lenient=args.lenient,
+                timezone=args.timezone,
+                size=args.size,
+                default_request=args.default_request,
+            )
+            for path in args.trace
+        ]
+        if args.trace
+        else [ev.builtin_trace_input()]
+    )
     backend = ev.Backend(args.workers, args.dask_scheduler, args.in_process)
     try:
         print(run_evaluation(traces, plan, Path(args.out), backend).summary())
@@ -124,12 +159,46 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def trace_options(parser: argparse.ArgumentParser) -> None:
-    """`--trace` and `--lenient`, as every command that reads one trace takes them."""
-    parser.add_argument("--trace", help="SWF trace (.swf or .swf.gz); default: the built-in synthetic workload")
+def request_seconds(text: str) -> int:
+    """An argparse type: a time limit as seconds or [D-]HH:MM:SS."""
+    from simulator.traces.sitelog import parse_duration
+
+    seconds = parse_duration(text)
+    if seconds is None or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive time limit (seconds or [D-]HH:MM:SS)")
+    return seconds
+
+
+def format_options(parser: argparse.ArgumentParser) -> None:
+    """How to read a trace file: its format, and what a site's own log (sacct, PBS) leaves open."""
+    from simulator.traces.formats import TRACE_FORMATS
+    from simulator.traces.sitelog import SIZE_UNITS
+
+    parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (default: detected from the content)")
     parser.add_argument(
         "--lenient", action="store_true", help="skip malformed lines (counted by reason) instead of failing"
     )
+    parser.add_argument(
+        "--timezone", metavar="ZONE", help="sacct: the time zone of its local times, e.g. Europe/Berlin (default UTC)"
+    )
+    parser.add_argument("--size", choices=SIZE_UNITS, help="sacct, PBS: job size in cores (default) or nodes")
+    parser.add_argument(
+        "--default-request",
+        type=request_seconds,
+        metavar="LIMIT",
+        help="sacct, PBS: t_req of jobs without a time limit (UNLIMITED, the partition's); default: skip them",
+    )
+
+
+def trace_options(parser: argparse.ArgumentParser) -> None:
+    """`--trace` and how to read it, as every command that reads one trace takes them."""
+    parser.add_argument(
+        "--trace",
+        metavar="PATH",
+        help="SWF trace (.swf, .swf.gz), sacct --parsable2 output, or PBS accounting logs (a file or folder); "
+        "default: the built-in synthetic workload",
+    )
+    format_options(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,15 +231,27 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--predictor-namespace", metavar="NS", help="service namespace (default: a fresh one)")
     sim.set_defaults(handler=cmd_simulate)
 
-    trace = commands.add_parser("trace", help="inspect or generate SWF traces")
+    trace = commands.add_parser("trace", help="inspect, convert or generate traces")
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
     info = trace_commands.add_parser(
         "info", help="size, span, users, skipped jobs and request accuracy", formatter_class=formatter
     )
-    info.add_argument("trace", nargs="?", metavar="PATH", help="SWF trace; default: the built-in synthetic workload")
-    info.add_argument("--lenient", action="store_true", help="skip malformed lines (counted by reason)")
+    info.add_argument(
+        "trace", nargs="?", metavar="PATH", help="trace (any format); default: the built-in synthetic workload"
+    )
+    format_options(info)
     info.add_argument("--json", metavar="OUT", help="write the summary as JSON")
     info.set_defaults(handler=cmd_trace_info)
+    convert = trace_commands.add_parser(
+        "convert",
+        help="write a trace (sacct output, PBS logs, SWF) as SWF, with its names beside it",
+        formatter_class=formatter,
+    )
+    convert.add_argument("trace", metavar="IN", help="the trace to convert: a file, or a folder of PBS logs")
+    format_options(convert)
+    convert.add_argument("--out", required=True, metavar="OUT.swf", help="where to write (.gz: compressed)")
+    convert.add_argument("--procs", type=int, help="MaxProcs to write (default: the trace's, e.g. its peak use)")
+    convert.set_defaults(handler=cmd_trace_convert)
     gen = trace_commands.add_parser("generate", help="write a synthetic workload as SWF", formatter_class=formatter)
     gen.add_argument("--jobs", type=int, default=workload.DEFAULT_JOBS, help="number of jobs")
     gen.add_argument("--procs", type=int, default=workload.DEFAULT_PROCS, help="machine size")
@@ -188,8 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace",
         action="append",
         metavar="PATH",
-        help="SWF trace; repeat for several (default: the built-in synthetic workload)",
+        help="trace (SWF, sacct output, PBS logs); repeat for several (default: the built-in synthetic workload)",
     )
+    format_options(evl)
     evl.add_argument("--procs", type=int, help="machine size (default: each trace header's MaxProcs)")
     evl.add_argument(
         "--estimators",

@@ -129,8 +129,10 @@ def test_replay_rules(tmp_path):
         "queue",
         "partition",
         "status",
+        "censored",
     ]
-    assert all(dtype == np.int64 for dtype in trace.jobs.dtypes)
+    assert all(trace.jobs[name].dtype == np.int64 for name in trace.jobs.columns if name != "censored")
+    assert trace.jobs.set_index("job_id")["censored"].to_dict() == {2: False, 3: True, 8: False, 1: False}
 
 
 def test_record_types(tmp_path):

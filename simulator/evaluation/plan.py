@@ -6,7 +6,6 @@ definitions, and nothing here imports either of them.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,9 @@ from predictor.registry import make_estimator
 from simulator.backfill import BACKFILLS
 from simulator.machine import MODES
 from simulator.policies import POLICIES
-from simulator.traces.swf import Trace, read_swf
+from simulator.traces.formats import read_trace, trace_digest
+from simulator.traces.sitelog import SizeUnit
+from simulator.traces.swf import Trace
 from simulator.traces.workload import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
 
 #: The baseline every run is compared with: the users' requests, used as they are.
@@ -136,12 +137,19 @@ class TraceInput:
     path: str | None = None  # the --trace argument; None for a workload made in memory
 
 
-def load_trace_input(path: str) -> TraceInput:
-    """A trace file, named by its file name and identified by its SHA-256."""
-    trace = read_swf(path)
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def load_trace_input(
+    path: str,
+    format: str | None = None,
+    *,
+    lenient: bool = False,
+    timezone: str | None = None,
+    size: SizeUnit | None = None,
+    default_request: int | None = None,
+) -> TraceInput:
+    """A trace in any format (`read_trace`'s arguments), named by its file name and identified by its SHA-256."""
+    trace = read_trace(path, format, lenient=lenient, timezone=timezone, size=size, default_request=default_request)
     label = Path(path).name.removesuffix(".gz").removesuffix(".swf")
-    return TraceInput(label, trace, f"{path} (sha256 {digest})", path)
+    return TraceInput(label, trace, f"{path} (sha256 {trace_digest(path)})", path)
 
 
 def builtin_trace_input() -> TraceInput:

@@ -86,6 +86,7 @@ JOB_COLUMNS = (
     "queue",
     "partition",
     "status",
+    "censored",
 )
 GENERATED_PATH = "<generated>"
 
@@ -146,13 +147,22 @@ class SWFHeader:
                         f"{source} line {number}, header field {match.group(1)}: {value!r} is not a number"
                     )
                 else:
-                    _count(malformed, "bad header value")
+                    count_reason(malformed, "bad header value")
         return header
 
 
 @dataclass
 class Trace:
-    """A workload: every well-formed SWF record, and the jobs that can be replayed."""
+    """A workload: every well-formed SWF record, and the jobs that can be replayed.
+
+    `records` has the 18 SWF fields (`RECORD_COLUMNS`, -1 = unknown); `jobs`
+    the replayable ones under the replay rules (`JOB_COLUMNS`, see
+    `replayable_jobs`). `skipped` counts the jobs left out, by reason (a site
+    log's reader adds what it left out of `records`: job steps, jobs that never
+    started, ...); `malformed` the lines dropped in lenient mode. `names`
+    gives, per SWF field a site log filled from names (user, group, queue,
+    ...), the name behind each integer id.
+    """
 
     path: str
     header: SWFHeader
@@ -160,15 +170,28 @@ class Trace:
     jobs: pd.DataFrame
     skipped: dict[str, int]
     malformed: dict[str, int]
+    names: dict[str, dict[int, str]] = field(default_factory=dict)
 
     @classmethod
     def from_records(
-        cls, path: str, header: SWFHeader, records: pd.DataFrame, malformed: dict[str, int] | None = None
+        cls,
+        path: str,
+        header: SWFHeader,
+        records: pd.DataFrame,
+        malformed: dict[str, int] | None = None,
+        *,
+        left_out: dict[str, int] | None = None,
+        names: dict[str, dict[int, str]] | None = None,
     ) -> Trace:
-        """Apply the replay rules to `records` (the reader, month selection and generator share this)."""
+        """Apply the replay rules to `records` (the readers, month selection and generator share this).
+
+        `left_out` counts jobs a reader did not put in `records`, by reason; they join `skipped`.
+        """
         records = records.reset_index(drop=True)
         jobs, skipped = replayable_jobs(records)
-        return cls(path, header, records, jobs, skipped, dict(malformed or {}))
+        for reason, count in (left_out or {}).items():
+            skipped[reason] = skipped.get(reason, 0) + count
+        return cls(path, header, records, jobs, skipped, dict(malformed or {}), dict(names or {}))
 
     def machine_procs(self, override: int | None = None) -> int:
         """Machine size: `override` (--procs), else MaxProcs, else MaxNodes, else the largest job."""
@@ -212,7 +235,7 @@ class Trace:
             extent = f"the trace covers {covered[0][0]} to {covered[-1][0]}" if covered else "the trace has no jobs"
             raise TraceError(f"{self.path}: no jobs submitted in {month} ({extent})")
         in_month = (self.records["submit"] >= start) & (self.records["submit"] < end)
-        return Trace.from_records(self.path, self.header, self.records.loc[in_month], self.malformed)
+        return Trace.from_records(self.path, self.header, self.records.loc[in_month], self.malformed, names=self.names)
 
     def jobs_before(self, t: int) -> pd.DataFrame:
         """Replayable jobs that ended (by the trace's own times) at or before `t`: warm-up history."""
@@ -224,6 +247,8 @@ def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]
 
     A job failing several rules is counted once, under the first of: unknown
     runtime, no size, no request. An unknown wait (-1) counts as 0 in `end`.
+    `censored` marks the jobs that ran to their request (run >= t_req, as a
+    Slurm TIMEOUT does): their t_act is a lower bound of what they needed.
     """
     run = records["run"].to_numpy(dtype=np.int64)
     alloc = records["alloc_procs"].to_numpy(dtype=np.int64)
@@ -257,6 +282,7 @@ def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]
                 name: kept[name].to_numpy(dtype=np.int64)
                 for name in ("user", "group", "executable", "queue", "partition", "status")
             },
+            "censored": run[keep] >= t_req[keep],
         }
     )
     jobs = jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
@@ -271,7 +297,7 @@ def read_swf(path: str | Path, *, lenient: bool = False) -> Trace:
     `Trace.malformed` by reason.
     """
     source = str(path)
-    data = _read_bytes(Path(path), source)
+    data = read_trace_bytes(Path(path), source)
     malformed: dict[str, int] | None = {} if lenient else None
 
     comments = _comment_lines(data)
@@ -285,7 +311,7 @@ def read_swf(path: str | Path, *, lenient: bool = False) -> Trace:
     return Trace.from_records(source, header, records, malformed)
 
 
-def _read_bytes(path: Path, source: str) -> bytes:
+def read_trace_bytes(path: Path, source: str) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -397,7 +423,7 @@ def _parse_line_by_line(data: bytes, source: str, malformed: dict[str, int] | No
         reason, detail = _diagnose(line.split())
         if malformed is None:
             raise TraceError(f"{source} line {number}, {detail}")
-        _count(malformed, reason)
+        count_reason(malformed, reason)
     records = _parse_records("\n".join(good).encode("latin-1"))
     if records is None:  # the two passes disagree on what a number is: say so rather than guess
         raise TraceError(f"{source}: records could not be parsed as numbers")
@@ -439,7 +465,7 @@ def _diagnose(tokens: list[str]) -> tuple[str, str]:
     return "not a number", "a value is not a number"
 
 
-def _count(counts: dict[str, int], reason: str) -> None:
+def count_reason(counts: dict[str, int], reason: str) -> None:
     counts[reason] = counts.get(reason, 0) + 1
 
 
