@@ -78,12 +78,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace, load_trace: TraceLoader) -> int:
-    from predictor.estimators.lgbm.store import file_sha256, parse_until, train
+    from predictor.digests import sha256_of
+    from predictor.estimators.lgbm.store import parse_until, train
 
     trace = load_trace(args)
     epoch = trace.header.unix_start_time or 0
     until = None if args.until is None else parse_until(args.until, epoch)
-    manifest = train(trace, args.out, args.estimator, until, epoch, file_sha256(args.trace) if args.trace else None)
+    manifest = train(trace, args.out, args.estimator, until, epoch, sha256_of(args.trace) if args.trace else None)
     training = manifest["training"]
     print(
         f"trained {manifest['estimator']} on {training['jobs']} jobs that finished "

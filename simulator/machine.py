@@ -1,7 +1,7 @@
 """The machine as the scheduler sees it: free processors and running jobs with expected ends.
 
 In regular mode a running job can pass its predicted end; `correct_overruns`
-pushes such expected ends back by one of the `CORRECTIONS` (paper-decisions.md).
+pushes such expected ends back by one of the `CORRECTIONS` (docs/definitions.md).
 A heap of expected ends (stale entries skipped) finds overruns in O(log n) per pass.
 """
 

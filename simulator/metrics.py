@@ -1,4 +1,4 @@
-"""Scheduling metrics (paper-decisions.md), computed from a simulation's per-job table."""
+"""Scheduling metrics (docs/definitions.md), computed from a simulation's per-job table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scheduling metrics and estimate scoring, against values worked out by hand (paper-decisions.md)."""
+"""Scheduling metrics and estimate scoring, against values worked out by hand (docs/definitions.md)."""
 
 from __future__ import annotations
 

@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from predictor.digests import sha256_of
 from predictor.errors import SpecError, UsageError
 from predictor.registry import make_estimator
 from simulator.backfill import BACKFILLS
 from simulator.machine import MODES
 from simulator.policies import POLICIES
-from simulator.traces.formats import read_trace, trace_digest
+from simulator.traces.formats import read_trace
 from simulator.traces.sitelog import SizeUnit
 from simulator.traces.swf import Trace
 from simulator.traces.workload import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
@@ -149,7 +150,7 @@ def load_trace_input(
     """A trace in any format (`read_trace`'s arguments), named by its file name and identified by its SHA-256."""
     trace = read_trace(path, format, lenient=lenient, timezone=timezone, size=size, default_request=default_request)
     label = Path(path).name.removesuffix(".gz").removesuffix(".swf")
-    return TraceInput(label, trace, f"{path} (sha256 {trace_digest(path)})", path)
+    return TraceInput(label, trace, f"{path} (sha256 {sha256_of(path)})", path)
 
 
 def builtin_trace_input() -> TraceInput:

@@ -9,7 +9,6 @@ of them as SWF, with the names behind the integer ids beside it.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -111,21 +110,6 @@ def read_trace(
     from simulator.traces.pbs import read_pbs
 
     return read_pbs(path, lenient=lenient, options=options)
-
-
-def trace_digest(path: TracePath) -> str:
-    """SHA-256 of a trace's bytes (of a folder's or list's files, in name order), to identify it in reports."""
-    digest = hashlib.sha256()
-    for file in _files(path):
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
-
-
-def _files(path: TracePath) -> list[Path]:
-    if isinstance(path, str | Path):
-        target = Path(path)
-        return sorted(item for item in target.iterdir() if item.is_file()) if target.is_dir() else [target]
-    return [Path(item) for item in path]
 
 
 def names_path(out: str | Path) -> Path:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from predictor.digests import files_of
 from predictor.errors import TraceError
 from simulator.traces.sitelog import (
     STATUS_CANCELLED,
@@ -85,17 +86,11 @@ def read_pbs(
 
 
 def _log_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
-    if isinstance(path, str | Path):
-        target = Path(path)
-        if target.is_dir():
-            files = sorted(item for item in target.iterdir() if item.is_file() and not item.name.startswith("."))
-            if not files:
-                raise TraceError(f"{path}: a folder without accounting log files")
-            return files
-        return [target]
-    if not path:
-        raise TraceError("no PBS accounting log files given")
-    return [Path(item) for item in path]
+    files = files_of(path)
+    if not files:
+        where = f"{path}: a folder without" if isinstance(path, str | Path) else "no"
+        raise TraceError(f"{where} PBS accounting log files given")
+    return files
 
 
 def _key(messages: pd.Series, key: str) -> pd.Series:

@@ -6,7 +6,7 @@ parse shows something wrong does a slower line-by-line pass run, to name the
 exact line and field (strict mode) or to drop the bad lines and count them by
 reason (lenient mode).
 
-The replay rules follow paper-decisions.md: job size is field 5 when > 0, else
+The replay rules follow docs/definitions.md: job size is field 5 when > 0, else
 field 8; t_req is field 9; t_act is field 4 capped at t_req; jobs with unknown
 runtime, size or request are skipped and counted by reason.
 """
@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -243,7 +244,7 @@ class Trace:
 
 
 def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The replay rules of paper-decisions.md, vectorised.
+    """The replay rules of docs/definitions.md, vectorised.
 
     A job failing several rules is counted once, under the first of: unknown
     runtime, no size, no request. An unknown wait (-1) counts as 0 in `end`.
@@ -362,7 +363,8 @@ def _decode(text: bytes) -> str:
 def _line_numbers(data: bytes, offsets: list[int]) -> list[int]:
     """1-based line numbers of byte offsets (comments are few, so counting newlines per offset is cheap)."""
     newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
-    return (np.searchsorted(newlines, offsets) + 1).tolist()
+    numbers: list[int] = (np.searchsorted(newlines, offsets) + 1).tolist()
+    return numbers
 
 
 def _parse_records(data: bytes) -> pd.DataFrame | None:
@@ -503,14 +505,14 @@ def _fraction_text(values: np.ndarray) -> list[str]:
     return [str(int(v)) if v.is_integer() else repr(v) for v in values.tolist()]
 
 
-def trace_info(trace: Trace) -> dict:
+def trace_info(trace: Trace) -> dict[str, Any]:
     """What `tsched trace info` reports: size, span, users, skips, and how good the users' own requests are."""
     jobs = trace.jobs
     try:
         procs: int | None = trace.machine_procs()
     except TraceError:  # no header size and no jobs: nothing to size the machine by
         procs = None
-    info: dict = {
+    info: dict[str, Any] = {
         "path": trace.path,
         "records": len(trace.records),
         "jobs": len(jobs),
@@ -529,7 +531,11 @@ def trace_info(trace: Trace) -> dict:
         return info
     first_submit = int(jobs["submit"].min())
     last_end = int(jobs["end"].max())
-    span = {"first_submit": first_submit, "last_end": last_end, "days": (last_end - first_submit) / 86400}
+    span: dict[str, Any] = {
+        "first_submit": first_submit,
+        "last_end": last_end,
+        "days": (last_end - first_submit) / 86400,
+    }
     if trace.header.unix_start_time is not None:
         span["start_utc"] = _utc(trace.header.unix_start_time + first_submit).isoformat()
         span["end_utc"] = _utc(trace.header.unix_start_time + last_end).isoformat()
@@ -543,7 +549,7 @@ def trace_info(trace: Trace) -> dict:
     return info
 
 
-def format_trace_info(info: dict) -> str:
+def format_trace_info(info: dict[str, Any]) -> str:
     """`trace_info` as readable lines."""
     out = [
         f"trace      {info['path']}",
