@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -119,14 +120,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def positive_seconds(text: str) -> float:
-    """An argparse type: a positive number of seconds."""
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number above 0 (seconds, a factor)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
     return value
 
 
@@ -201,7 +202,7 @@ def add_commands(
     predict.add_argument("--procs", type=int, required=True, help="job size in processors")
     predict.add_argument("--submit", type=int, help="submit time (default: the namespace's clock)")
     predict.add_argument(
-        "--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the answer"
+        "--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the answer"
     )
     predict.add_argument("--json", action="store_true", help="print the answer as JSON")
     predict.set_defaults(handler=cmd_predict)

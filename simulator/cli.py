@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from predictor import cli as predictor_cli
-from predictor.cli import write_json
+from predictor.cli import positive_number, write_json
 from predictor.errors import TschedError
-from simulator.backfill import BACKFILLS
+from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 from simulator.engine import SimulationConfig
 from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
@@ -55,8 +55,10 @@ def _format_summary(summary: dict[str, Any]) -> str:
     skipped = ", ".join(f"{k} {v}" for k, v in summary["skipped"].items())
     lines = [
         f"trace      {summary['trace']}" + (f"  month {summary['month']}" if summary["month"] else ""),
-        f"scheduler  {summary['policy']} + {summary['backfill']} backfilling, {summary['procs']} processors, "
-        f"mode {summary['mode']} (correction {summary['correction']}), estimator {summary['estimator']}",
+        f"scheduler  {summary['policy']} + {summary['backfill']} backfilling ({summary['backfill_order']} order), "
+        f"{summary['procs']} processors, mode {summary['mode']} (correction {summary['correction']}), "
+        f"estimator {summary['estimator']}"
+        + (f", load x{summary['load_factor']:g}" if summary["load_factor"] != 1 else ""),
         f"jobs       {summary['jobs']}" + (f"  (skipped: {skipped})" if skipped else ""),
         f"wait       {summary['avg_wait']:.0f} s average   weighted wait {summary['weighted_wait']:.0f} s",
         f"response   {summary['avg_response']:.0f} s average",
@@ -78,9 +80,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.experiment import run_simulation
 
     trace = load_trace(args)
-    config = SimulationConfig(trace.machine_procs(args.procs), args.policy, args.backfill, args.mode, args.correction)
+    procs = trace.machine_procs(args.procs)
+    config = SimulationConfig(procs, args.policy, args.backfill, args.mode, args.correction, args.backfill_order)
     summary, result = run_simulation(
-        trace, config, args.estimator, args.month, args.predictor_address, args.predictor_namespace
+        trace,
+        config,
+        args.estimator,
+        args.month,
+        args.predictor_address,
+        args.predictor_namespace,
+        load_factor=args.load_factor,
     )
     print(_format_summary(summary))
     write_json(args.json, summary)
@@ -223,6 +232,19 @@ def build_parser() -> argparse.ArgumentParser:
         choices=CORRECTIONS,
         default=_DEFAULTS.correction,
         help="regular mode: what a running job past its prediction is expected to run",
+    )
+    sim.add_argument(
+        "--backfill-order",
+        choices=BACKFILL_ORDERS,
+        default=_DEFAULTS.backfill_order,
+        help="the order backfill candidates are tried in: the queue's, or shortest estimate first (EASY-SJBF)",
+    )
+    sim.add_argument(
+        "--load-factor",
+        type=positive_number,
+        default=1.0,
+        metavar="F",
+        help="multiply the offered load by F (inter-arrival times divided by F; runtimes, sizes, users unchanged)",
     )
     sim.add_argument("--month", metavar="YYYY-MM", help="simulate one calendar month, warmed up with earlier jobs")
     sim.add_argument("--json", metavar="OUT", help="write the summary as JSON")
