@@ -49,7 +49,7 @@ def test_simulate_prints_metrics_and_writes_json_and_jobs(
     arguments = ["simulate", "--trace", str(trace_file), "--policy", "wfp", "--estimator", "percentile"]
     assert main([*arguments, "--mode", "selective", "--json", str(summary), "--jobs-csv", str(jobs)]) == 0
     printed = capsys.readouterr().out
-    assert "wfp + easy backfilling, 64 processors, mode selective" in printed
+    assert "wfp + easy backfilling (queue order), 64 processors, mode selective" in printed
     result = json.loads(summary.read_text())
     assert result["jobs"] == 3000 and result["mode"] == "selective" and result["avg_wait"] >= 0
     assert len(jobs.read_text().splitlines()) == 3001
