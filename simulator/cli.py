@@ -142,6 +142,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         modes=ev.split_choices(args.modes, ev.PREDICTION_MODES, "--modes"),
         monthly=args.monthly,
         procs=args.procs,
+        backfill_orders=ev.split_choices(args.backfill_order, BACKFILL_ORDERS, "--backfill-order"),
+        corrections=ev.split_choices(args.corrections, CORRECTIONS, "--corrections"),
+        load_factors=ev.split_numbers(args.load_factor, "--load-factor"),
     )
     plan.check()  # a bad SPEC or choice fails before any trace is read
     traces = (
@@ -312,6 +315,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(ev.DEFAULT_MODES),
         metavar="M,...",
         help="from regular, selective (the baseline, request in mode none, always runs)",
+    )
+    evl.add_argument(
+        "--backfill-order",
+        default=",".join(ev.DEFAULT_BACKFILL_ORDERS),
+        metavar="O,...",
+        help=f"from {', '.join(BACKFILL_ORDERS)} (sjf: EASY-SJBF; with predictions in regular mode, EASY++)",
+    )
+    evl.add_argument(
+        "--corrections",
+        default=",".join(ev.DEFAULT_CORRECTIONS),
+        metavar="C,...",
+        help=f"regular mode, a running job past its prediction: from {', '.join(CORRECTIONS)}",
+    )
+    evl.add_argument(
+        "--load-factor",
+        default=",".join(f"{factor:g}" for factor in ev.DEFAULT_LOAD_FACTORS),
+        metavar="F,...",
+        help="offered load multiplied by each F (inter-arrival times divided by F)",
     )
     evl.add_argument("--monthly", action="store_true", help="Tang et al.'s protocol: each calendar month on its own")
     evl.add_argument("--out", default=ev.DEFAULT_REPORT_FOLDER, metavar="DIR", help="report folder")

@@ -85,13 +85,20 @@ def prediction_quality(trace: Trace, label: str, spec: str) -> dict[str, Any]:
 
 
 def _simulate(task: SimulationTask, trace: Trace, address: str | None, run_id: str) -> dict[str, Any]:
-    config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode)
+    config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode, task.correction, task.backfill_order)
     if address is None:
-        summary, _ = run_simulation(trace, config, task.estimator, task.month)
+        summary, _ = run_simulation(trace, config, task.estimator, task.month, load_factor=task.load_factor)
     else:
         namespace = f"evaluate-{run_id}-{task.index}"
         summary, _ = run_simulation(
-            trace, config, task.estimator, task.month, address, namespace, timeout=EVALUATION_SERVICE_TIMEOUT
+            trace,
+            config,
+            task.estimator,
+            task.month,
+            address,
+            namespace,
+            timeout=EVALUATION_SERVICE_TIMEOUT,
+            load_factor=task.load_factor,
         )
         _forget_namespace(address, namespace)
     return result_row(task.trace, summary)
@@ -112,7 +119,20 @@ def result_row(label: str, summary: Mapping[str, Any]) -> dict[str, Any]:
     row["month"] = summary["month"] or ""
     row["skipped"] = "; ".join(f"{reason}: {count}" for reason, count in summary["skipped"].items())
     row.update({f"prediction_{key}": value for key, value in summary["prediction"].items()})
-    order = ["trace", "month", "estimator", "policy", "backfill", "mode", "correction", "procs", "jobs", "skipped"]
+    order = [
+        "trace",
+        "month",
+        "load_factor",
+        "estimator",
+        "policy",
+        "backfill",
+        "backfill_order",
+        "mode",
+        "correction",
+        "procs",
+        "jobs",
+        "skipped",
+    ]
     return {key: row[key] for key in order} | {key: value for key, value in row.items() if key not in order}
 
 
@@ -286,6 +306,12 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
         ",".join(plan.backfills),
         "--modes",
         ",".join(plan.modes),
+        "--backfill-order",
+        ",".join(plan.backfill_orders),
+        "--corrections",
+        ",".join(plan.corrections),
+        "--load-factor",
+        ",".join(f"{factor:g}" for factor in plan.load_factors),
     ]
     if plan.monthly:
         words.append("--monthly")
