@@ -34,6 +34,11 @@ _DEFAULTS = SimulationConfig(procs=1)
 
 
 def load_trace(args: argparse.Namespace) -> Trace:
+    """The trace to replay: `read_trace_option`'s, refused with the reasons when no job of it can be replayed."""
+    return read_trace_option(args).require_jobs()
+
+
+def read_trace_option(args: argparse.Namespace) -> Trace:
     """The trace `--trace` names (in `--format`, with `--lenient` and the site-log options), or the built-in one."""
     from simulator.traces.formats import read_trace
     from simulator.traces.workload import default_workload
@@ -101,7 +106,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_trace_info(args: argparse.Namespace) -> int:
     from simulator.traces.swf import format_trace_info, trace_info
 
-    info = trace_info(load_trace(args))
+    info = trace_info(read_trace_option(args))  # also a trace nothing of which can be replayed
     print(format_trace_info(info))
     write_json(args.json, info)
     return 0
@@ -122,7 +127,7 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
 def cmd_trace_convert(args: argparse.Namespace) -> int:
     from simulator.traces.formats import convert_trace
 
-    trace = load_trace(args)
+    trace = read_trace_option(args)  # every record is converted, replayable or not
     names = convert_trace(trace, args.out, args.procs)
     skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(trace.skipped.items())) or "none"
     print(f"wrote {args.out}: {len(trace.records)} records ({len(trace.jobs)} replayable; skipped: {skipped})")

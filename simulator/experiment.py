@@ -65,7 +65,7 @@ def run_simulation(
     evaluation that must not fall back.
     """
     history = None
-    period = trace
+    period = trace.require_jobs()
     if month is not None:
         period = trace.select_month(month)
         month_start = next(start for name, start, _ in trace.month_bounds() if name == month)

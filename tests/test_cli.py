@@ -148,3 +148,13 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "cmd_simulate", broken)
     with pytest.raises(KeyError, match="a bug"):
         main(["simulate"])
+
+
+def test_a_trace_with_no_requested_times_is_an_error_not_nan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "no-requests.swf"
+    path.write_text("".join(f"{job} {job * 10} 0 50 4 -1 -1 4 -1 -1 1 1 1 -1 -1 -1 -1 -1\n" for job in range(1, 6)))
+    for command in (["simulate"], ["predict-eval"], ["evaluate", "--in-process", "--out", str(tmp_path / "r")]):
+        assert main([*command, "--trace", str(path)]) == 2
+        assert "no job can be replayed (skipped: 5 no request)" in capsys.readouterr().err

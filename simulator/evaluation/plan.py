@@ -176,6 +176,7 @@ def load_trace_input(
 ) -> TraceInput:
     """A trace in any format (`read_trace`'s arguments), named by its file name and identified by its SHA-256."""
     trace = read_trace(path, format, lenient=lenient, timezone=timezone, size=size, default_request=default_request)
+    trace.require_jobs()
     label = Path(path).name.removesuffix(".gz").removesuffix(".swf")
     return TraceInput(label, trace, f"{path} (sha256 {sha256_of(path)})", path)
 

@@ -95,9 +95,10 @@ _INTEGER_HEADER_KEYS = {"maxprocs": "max_procs", "maxnodes": "max_nodes", "unixs
 _TEXT_HEADER_KEYS = {"timezonestring": "time_zone_string"}
 _HEADER_LINE = re.compile(r"^\s*;\s*([A-Za-z]+)\s*:\s*(.*?)\s*$")
 _LEADING_INTEGER = re.compile(r"[+-]?\d+")
-_NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-_NUMBER_TOKEN = re.compile(_NUMBER)
-_WELL_FORMED_LINE = re.compile(rf"\s*{_NUMBER}(?:\s+{_NUMBER}){{17}}\s*")
+#: One number, matched token by token: each part can match in one way only, so a check is linear in the
+#: line's length (a whole-line pattern backtracks catastrophically on a line with a field too many).
+_NUMBER_TOKEN = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_SUBMIT = RECORD_COLUMNS.index("submit")
 _MONTH = re.compile(r"(\d{4})-(\d{2})")
 _INT64_LIMIT = 2**63
 
@@ -194,6 +195,17 @@ class Trace:
             skipped[reason] = skipped.get(reason, 0) + count
         return cls(path, header, records, jobs, skipped, dict(malformed or {}), dict(names or {}))
 
+    def require_jobs(self) -> Trace:
+        """This trace, refused with the reasons when no job of it can be replayed (an empty file, no requests)."""
+        if self.jobs.empty:
+            reasons = ", ".join(f"{count:,} {reason}" for reason, count in sorted(self.skipped.items()))
+            raise TraceError(
+                f"{self.path}: no job can be replayed"
+                + (f" (skipped: {reasons})" if reasons else ": the trace holds no jobs")
+                + "; a replay needs each job's runtime, size and requested time"
+            )
+        return self
+
     def machine_procs(self, override: int | None = None) -> int:
         """Machine size: `override` (--procs), else MaxProcs, else MaxNodes, else the largest job."""
         if override is not None:
@@ -203,9 +215,7 @@ class Trace:
         for declared in (self.header.max_procs, self.header.max_nodes):
             if declared is not None and declared > 0:
                 return declared
-        if self.jobs.empty:
-            raise TraceError(f"{self.path}: no MaxProcs/MaxNodes in the header and no jobs to size the machine by")
-        return int(self.jobs["procs"].max())
+        return int(self.require_jobs().jobs["procs"].max())  # sized by the largest job
 
     def _epoch(self) -> int:
         return self.header.unix_start_time or 0
@@ -309,7 +319,26 @@ def read_swf(path: str | Path, *, lenient: bool = False) -> Trace:
     records = _parse_records(_without_lines(data, comments))
     if records is None:
         records = _parse_line_by_line(data, source, malformed)
+    _refuse_absolute_submit_times(records, header, source)
     return Trace.from_records(source, header, records, malformed)
+
+
+def _refuse_absolute_submit_times(records: pd.DataFrame, header: SWFHeader, source: str) -> None:
+    """SWF submit times count from UnixStartTime; Unix times there would put the trace decades ahead.
+
+    Relative times stay within a few years (10^8 s), while a Unix time of the
+    same era as UnixStartTime is at least half of it: a clean threshold.
+    """
+    start = header.unix_start_time
+    if start is None or start <= 0 or records.empty:
+        return
+    first = int(records["submit"].min())
+    if first >= start / 2:
+        raise TraceError(
+            f"{source}: field 2 ({FIELD_LABELS[_SUBMIT]}) holds absolute Unix times (the first is {first}, "
+            f"{_utc(first):%Y-%m-%d}) while the header's UnixStartTime is {start} ({_utc(start):%Y-%m-%d}): SWF "
+            "submit times count seconds from UnixStartTime; subtract it from field 2, or remove the header line"
+        )
 
 
 def read_trace_bytes(path: Path, source: str) -> bytes:
@@ -403,6 +432,8 @@ def _typed_records(table: pd.DataFrame) -> pd.DataFrame | None:
                 return None
             values = values.astype(np.int64)
         columns[name] = values
+    if (columns["submit"] < 0).any():  # a submit time counts from the trace's start: the slow pass names the line
+        return None
     return pd.DataFrame(columns)
 
 
@@ -419,10 +450,11 @@ def _parse_line_by_line(data: bytes, source: str, malformed: dict[str, int] | No
         line = raw.strip()
         if not line or line.startswith(";"):
             continue
-        if _WELL_FORMED_LINE.fullmatch(line) and _integral_where_required(line.split()):
+        problem = _diagnose(line.split())
+        if problem is None:
             good.append(line)
             continue
-        reason, detail = _diagnose(line.split())
+        reason, detail = problem
         if malformed is None:
             raise TraceError(f"{source} line {number}, {detail}")
         count_reason(malformed, reason)
@@ -432,19 +464,13 @@ def _parse_line_by_line(data: bytes, source: str, malformed: dict[str, int] | No
     return records
 
 
-def _integral_where_required(tokens: list[str]) -> bool:
-    return all(
-        _integral(token) for name, token in zip(RECORD_COLUMNS, tokens, strict=True) if name not in FLOAT_COLUMNS
-    )
-
-
 def _integral(token: str) -> bool:
     value = float(token)
     return value.is_integer() and abs(value) < _INT64_LIMIT
 
 
-def _diagnose(tokens: list[str]) -> tuple[str, str]:
-    """(reason, message tail) for a line the fast path rejected."""
+def _diagnose(tokens: list[str]) -> tuple[str, str] | None:
+    """(reason, message tail) for a malformed line, None for a well-formed one."""
     expected = len(RECORD_COLUMNS)
     if len(tokens) < expected:
         missing = len(tokens)
@@ -464,7 +490,9 @@ def _diagnose(tokens: list[str]) -> tuple[str, str]:
             return "not a number", f"{where}: {token!r} is not a number"
         if name not in FLOAT_COLUMNS and not _integral(token):
             return "not an integer", f"{where}: {token!r} is not an integer (or beyond 64 bits)"
-    return "not a number", "a value is not a number"
+    if float(tokens[_SUBMIT]) < 0:
+        return "negative submit time", f"field 2 ({FIELD_LABELS[_SUBMIT]}): {tokens[_SUBMIT]!r} is negative"
+    return None
 
 
 def count_reason(counts: dict[str, int], reason: str) -> None:
