@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import math
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -131,6 +132,20 @@ def positive_number(text: str) -> float:
     return value
 
 
+def output_file(text: str) -> str:
+    """An argparse type: a file the command may write, checked before any work (its folder exists and is
+    writable; it is not a folder)."""
+    path = Path(text)
+    folder = path.parent
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: the folder {folder} is not writable")
+    return text
+
+
 def add_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     load_trace: TraceLoader,
@@ -157,8 +172,10 @@ def add_commands(
     evaluate.add_argument(
         "--grid", action="store_true", help="sweep Tang's adjuster over keys x windows x percentiles x floor"
     )
-    evaluate.add_argument("--json", metavar="OUT", help="write the report as JSON")
-    evaluate.add_argument("--csv", metavar="OUT", help="write one row per estimator (or grid point) as CSV")
+    evaluate.add_argument("--json", type=output_file, metavar="OUT", help="write the report as JSON")
+    evaluate.add_argument(
+        "--csv", type=output_file, metavar="OUT", help="write one row per estimator (or grid point) as CSV"
+    )
     evaluate.set_defaults(handler=partial(cmd_predict_eval, load_trace=load_trace))
 
     serve = commands.add_parser("serve", help="run the gRPC predictor service", formatter_class=formatter)

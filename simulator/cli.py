@@ -16,14 +16,16 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from predictor import cli as predictor_cli
-from predictor.cli import positive_number, write_json
+from predictor.cli import output_file, positive_number, write_json
 from predictor.errors import TschedError
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 from simulator.engine import SimulationConfig
+from simulator.evaluation import plan as ev
 from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
 from simulator.traces.swf import Trace
@@ -53,6 +55,12 @@ def read_trace_option(args: argparse.Namespace) -> Trace:
         size=args.size,
         default_request=args.default_request,
     )
+
+
+def default_mode(estimator: str) -> str:
+    """An estimator without --mode is used where the product uses it (waiting jobs: selective); the users'
+    requests need no mode."""
+    return "none" if estimator == ev.BASELINE_ESTIMATOR else "selective"
 
 
 def _format_summary(summary: dict[str, Any]) -> str:
@@ -86,7 +94,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     trace = load_trace(args)
     procs = trace.machine_procs(args.procs)
-    config = SimulationConfig(procs, args.policy, args.backfill, args.mode, args.correction, args.backfill_order)
+    mode = args.mode or default_mode(args.estimator)
+    config = SimulationConfig(procs, args.policy, args.backfill, mode, args.correction, args.backfill_order)
     summary, result = run_simulation(
         trace,
         config,
@@ -137,7 +146,6 @@ def cmd_trace_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from simulator.evaluation import plan as ev
     from simulator.evaluation.execution import run_evaluation
 
     plan = ev.EvaluationPlan(
@@ -169,7 +177,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     backend = ev.Backend(args.workers, args.dask_scheduler, args.in_process)
     try:
-        print(run_evaluation(traces, plan, Path(args.out), backend).summary())
+        print(run_evaluation(traces, plan, Path(args.out), backend, force=args.force).summary())
     except ev.TaskError as error:
         print(f"tsched: error: {error}", file=sys.stderr)
         return EXIT_TASK_FAILED
@@ -219,11 +227,11 @@ def trace_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simulator.evaluation import plan as ev
     from simulator.traces import workload
 
     formatter = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(prog="tsched", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('tsched')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sim = commands.add_parser(
@@ -234,7 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--policy", choices=POLICIES, default=_DEFAULTS.policy, help="queue policy")
     sim.add_argument("--backfill", choices=BACKFILLS, default=_DEFAULTS.backfill, help="backfilling")
     sim.add_argument("--estimator", default=ev.BASELINE_ESTIMATOR, metavar="SPEC", help="NAME or NAME:key=value,...")
-    sim.add_argument("--mode", choices=MODES, default=_DEFAULTS.mode, help="where the scheduler uses t_sched")
+    sim.add_argument(
+        "--mode",
+        choices=MODES,
+        help="where the scheduler uses t_sched: none (t_req everywhere), regular (waiting and running jobs) or "
+        "selective (waiting jobs only) (default: selective with an estimator, none with request)",
+    )
     sim.add_argument(
         "--correction",
         choices=CORRECTIONS,
@@ -255,8 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="multiply the offered load by F (inter-arrival times divided by F; runtimes, sizes, users unchanged)",
     )
     sim.add_argument("--month", metavar="YYYY-MM", help="simulate one calendar month, warmed up with earlier jobs")
-    sim.add_argument("--json", metavar="OUT", help="write the summary as JSON")
-    sim.add_argument("--jobs-csv", metavar="OUT", help="write one row per job as CSV")
+    sim.add_argument("--json", type=output_file, metavar="OUT", help="write the summary as JSON")
+    sim.add_argument("--jobs-csv", type=output_file, metavar="OUT", help="write one row per job as CSV")
     sim.add_argument("--predictor-address", metavar="HOST:PORT", help="get predictions from a tsched service")
     sim.add_argument("--predictor-namespace", metavar="NS", help="service namespace (default: a fresh one)")
     sim.set_defaults(handler=cmd_simulate)
@@ -270,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
         "trace", nargs="?", metavar="PATH", help="trace (any format); default: the built-in synthetic workload"
     )
     format_options(info)
-    info.add_argument("--json", metavar="OUT", help="write the summary as JSON")
+    info.add_argument("--json", type=output_file, metavar="OUT", help="write the summary as JSON")
     info.set_defaults(handler=cmd_trace_info)
     convert = trace_commands.add_parser(
         "convert",
@@ -279,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.add_argument("trace", metavar="IN", help="the trace to convert: a file, or a folder of PBS logs")
     format_options(convert)
-    convert.add_argument("--out", required=True, metavar="OUT.swf", help="where to write (.gz: compressed)")
+    convert.add_argument(
+        "--out", required=True, type=output_file, metavar="OUT.swf", help="where to write (.gz: compressed)"
+    )
     convert.add_argument("--procs", type=int, help="MaxProcs to write (default: the trace's, e.g. its peak use)")
     convert.set_defaults(handler=cmd_trace_convert)
     gen = trace_commands.add_parser("generate", help="write a synthetic workload as SWF", formatter_class=formatter)
@@ -287,7 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--procs", type=int, default=workload.DEFAULT_PROCS, help="machine size")
     gen.add_argument("--load", type=float, default=workload.DEFAULT_LOAD, help="target offered load")
     gen.add_argument("--seed", type=int, default=workload.DEFAULT_SEED, help="random seed")
-    gen.add_argument("--out", required=True, metavar="FILE.swf", help="where to write (.gz: compressed)")
+    gen.add_argument(
+        "--out", required=True, type=output_file, metavar="FILE.swf", help="where to write (.gz: compressed)"
+    )
     gen.set_defaults(handler=cmd_trace_generate)
 
     evl = commands.add_parser(
@@ -340,7 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="offered load multiplied by each F (inter-arrival times divided by F)",
     )
     evl.add_argument("--monthly", action="store_true", help="Tang et al.'s protocol: each calendar month on its own")
-    evl.add_argument("--out", default=ev.DEFAULT_REPORT_FOLDER, metavar="DIR", help="report folder")
+    evl.add_argument("--out", default=ev.DEFAULT_REPORT_FOLDER, metavar="DIR", help="report folder (new or empty)")
+    evl.add_argument(
+        "--force", action="store_true", help="replace the previous report in --out (only its own files are removed)"
+    )
     evl.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="joblib worker processes (default: one per CPU)"
     )

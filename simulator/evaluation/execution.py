@@ -11,6 +11,7 @@ results are the same whatever the backend and however many workers run them.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import ipaddress
 import pickle
 import shlex
@@ -47,6 +48,7 @@ from simulator.evaluation.plan import (
     clock,
     describe,
 )
+from simulator.evaluation.report import ReportInputs, claim_report_folder, write_report
 from simulator.experiment import run_simulation
 from simulator.traces.swf import Trace
 
@@ -330,10 +332,18 @@ def run_evaluation(
     out: Path,
     backend: Backend | None = None,
     show_progress: bool = True,
+    force: bool = False,
 ) -> EvaluationOutcome:
-    """Run the whole evaluation and write the report in `out`; the progress bar goes to stderr."""
+    """Run the whole evaluation and write the report in `out`; the progress bar goes to stderr.
+
+    Everything that can be refused is refused before the first task runs: the
+    plan, the backend, and the report folder (`force` replaces a previous report).
+    """
     backend = backend or Backend()
     plan.check()
+    if backend.dask_scheduler and importlib.util.find_spec("distributed") is None:
+        raise UsageError("--dask-scheduler needs Dask: pip install 'tsched[dask]'")
+    claim_report_folder(out, force)
     labels = [entry.label for entry in traces]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
@@ -365,8 +375,6 @@ def run_evaluation(
         if server is not None:
             _stop_service(server)
     seconds = time.monotonic() - started
-
-    from simulator.evaluation.report import ReportInputs, write_report
 
     inputs = ReportInputs(
         traces=list(traces),

@@ -9,6 +9,7 @@ period, policy and backfilling.
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from predictor.errors import UsageError
 from predictor.registry import make_estimator
 from simulator.engine import SimulationConfig
 from simulator.evaluation.plan import (
@@ -459,9 +461,38 @@ def estimator_colors(plan: EvaluationPlan) -> dict[str, str]:
     return {spec: palette[number % len(palette)] for number, spec in enumerate(plan.quality_estimators)}
 
 
-def write_report(out: Path, inputs: ReportInputs) -> Path:
-    """Write report.md, the CSV files and the plots into `out`; return report.md's path."""
+#: The list of files a report wrote, in its folder: what `--force` may remove, and nothing else.
+REPORT_MANIFEST = ".tsched-report"
+
+
+def claim_report_folder(out: Path, force: bool) -> None:
+    """Make sure `out` can take a report before any work starts.
+
+    A missing or empty folder is fine. A folder holding a previous report is
+    refused unless `force`, and then only that report's files (listed in its
+    manifest) are removed: a user's other files are never touched.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: is a file, not a folder for the report")
+    if out.is_dir() and any(out.iterdir()):
+        manifest = out / REPORT_MANIFEST
+        if not force:
+            what = "a previous report" if manifest.is_file() else "files"
+            raise UsageError(f"--out {out}: the folder holds {what}; choose another, or --force to replace a report")
+        if manifest.is_file():
+            for name in manifest.read_text().splitlines():
+                (out / name).unlink(missing_ok=True)
+            manifest.unlink()
     out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"--out {out}: the folder is not writable")
+
+
+def write_report(out: Path, inputs: ReportInputs) -> Path:
+    """Write report.md, the CSV files and the plots into `out` (claimed by `claim_report_folder`), and the
+    manifest of what was written; return report.md's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    before = set(out.iterdir())
     plan = inputs.plan
     colors = estimator_colors(plan)
     results = results_table(inputs.outcomes)
@@ -521,6 +552,8 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
     ]
     report = out / "report.md"
     report.write_text("\n".join(lines))
+    written = sorted(path.name for path in set(out.iterdir()) - before)
+    (out / REPORT_MANIFEST).write_text("".join(f"{name}\n" for name in written))
     return report
 
 
