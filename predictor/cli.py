@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -151,12 +153,13 @@ def credentials_from(args: argparse.Namespace) -> Credentials:
 
 
 def cmd_train(args: argparse.Namespace, load_trace: TraceLoader) -> int:
-    from predictor.estimators.lgbm.store import file_sha256, parse_until, train
+    from predictor.digests import sha256_of
+    from predictor.estimators.lgbm.store import parse_until, train
 
     trace = load_trace(args)
     epoch = trace.header.unix_start_time or 0
     until = None if args.until is None else parse_until(args.until, epoch)
-    manifest = train(trace, args.out, args.estimator, until, epoch, file_sha256(args.trace) if args.trace else None)
+    manifest = train(trace, args.out, args.estimator, until, epoch, sha256_of(args.trace) if args.trace else None)
     training = manifest["training"]
     print(
         f"trained {manifest['estimator']} on {training['jobs']} jobs that finished "
@@ -192,15 +195,29 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def positive_seconds(text: str) -> float:
-    """An argparse type: a positive number of seconds."""
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number above 0 (seconds, a factor)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
     return value
+
+
+def output_file(text: str) -> str:
+    """An argparse type: a file the command may write, checked before any work (its folder exists and is
+    writable; it is not a folder)."""
+    path = Path(text)
+    folder = path.parent
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: the folder {folder} is not writable")
+    return text
 
 
 def add_commands(
@@ -229,8 +246,10 @@ def add_commands(
     evaluate.add_argument(
         "--grid", action="store_true", help="sweep Tang's adjuster over keys x windows x percentiles x floor"
     )
-    evaluate.add_argument("--json", metavar="OUT", help="write the report as JSON")
-    evaluate.add_argument("--csv", metavar="OUT", help="write one row per estimator (or grid point) as CSV")
+    evaluate.add_argument("--json", type=output_file, metavar="OUT", help="write the report as JSON")
+    evaluate.add_argument(
+        "--csv", type=output_file, metavar="OUT", help="write one row per estimator (or grid point) as CSV"
+    )
     evaluate.set_defaults(handler=partial(cmd_predict_eval, load_trace=load_trace))
 
     serve = commands.add_parser("serve", help="run the gRPC predictor service", formatter_class=formatter)
@@ -301,7 +320,7 @@ def add_commands(
     predict.add_argument("--procs", type=int, required=True, help="job size in processors")
     predict.add_argument("--submit", type=int, help="submit time (default: the namespace's clock)")
     predict.add_argument(
-        "--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the answer"
+        "--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the answer"
     )
     predict.add_argument("--json", action="store_true", help="print the answer as JSON")
     add_connection_options(predict)

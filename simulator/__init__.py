@@ -1,1 +1,84 @@
-"""Trace-driven scheduling simulator: SWF traces, a synthetic workload, queue policies and backfilling."""
+"""Trace-driven scheduling simulator: traces (SWF, Slurm sacct, PBS), a synthetic workload, policies, backfilling.
+
+For notebooks, the main objects are importable from here (docs/python-api.md):
+`read_trace` reads any trace format into a `Trace` (pandas DataFrames
+`records` and `jobs`), `simulate` / `run_simulation` replay it under a
+`SimulationConfig`, `frontier_plot` draws estimators' accuracy against their
+underestimation. They are imported on first use, so `import simulator` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.engine import SimulationConfig, SimulationResult, simulate
+    from simulator.evaluation.plots import frontier_plot
+    from simulator.experiment import run_simulation
+    from simulator.traces.formats import TRACE_FORMATS, convert_trace, detect_format, read_trace
+    from simulator.traces.sacct import SACCT_COMMAND, SACCT_FIELDS
+    from simulator.traces.sitelog import SiteLogOptions
+    from simulator.traces.swf import JOB_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace, read_swf, trace_info, write_swf
+    from simulator.traces.workload import default_workload, generate_workload
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "read_trace": "simulator.traces.formats",
+    "detect_format": "simulator.traces.formats",
+    "convert_trace": "simulator.traces.formats",
+    "TRACE_FORMATS": "simulator.traces.formats",
+    "SiteLogOptions": "simulator.traces.sitelog",
+    "SACCT_COMMAND": "simulator.traces.sacct",
+    "SACCT_FIELDS": "simulator.traces.sacct",
+    "Trace": "simulator.traces.swf",
+    "SWFHeader": "simulator.traces.swf",
+    "RECORD_COLUMNS": "simulator.traces.swf",
+    "JOB_COLUMNS": "simulator.traces.swf",
+    "read_swf": "simulator.traces.swf",
+    "write_swf": "simulator.traces.swf",
+    "trace_info": "simulator.traces.swf",
+    "generate_workload": "simulator.traces.workload",
+    "default_workload": "simulator.traces.workload",
+    "SimulationConfig": "simulator.engine",
+    "SimulationResult": "simulator.engine",
+    "simulate": "simulator.engine",
+    "run_simulation": "simulator.experiment",
+    "frontier_plot": "simulator.evaluation.plots",
+}
+__all__ = [
+    "JOB_COLUMNS",
+    "RECORD_COLUMNS",
+    "SACCT_COMMAND",
+    "SACCT_FIELDS",
+    "TRACE_FORMATS",
+    "SWFHeader",
+    "SimulationConfig",
+    "SimulationResult",
+    "SiteLogOptions",
+    "Trace",
+    "convert_trace",
+    "default_workload",
+    "detect_format",
+    "frontier_plot",
+    "generate_workload",
+    "read_swf",
+    "read_trace",
+    "run_simulation",
+    "simulate",
+    "trace_info",
+    "write_swf",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module when the name is first used."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -8,18 +8,27 @@ returns the jobs to start now. They follow the Mu'alem & Feitelson digest:
 - conservative: every waiting job holds a reservation; a job may start early
   only if it delays no reservation; reservations are compressed (moved earlier,
   never later) whenever the profile frees up.
+
+The backfill order says which waiting jobs are tried first for room that the
+queue order leaves: `queue` (the policy's order) or `sjf` (shortest estimate
+first, EASY-SJBF).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
 from itertools import accumulate
+
+from sortedcontainers import SortedKeyList
 
 from simulator.jobs import WaitingJob
 from simulator.machine import Machine
+from simulator.policies import shortest_first
 
 BACKFILLS = ("none", "easy", "conservative")
+BACKFILL_ORDERS = ("queue", "sjf")
 
 
 class Backfill(ABC):
@@ -30,12 +39,26 @@ class Backfill(ABC):
     #: strategy plans reservations that must be kept up to date.
     idle_when_full: bool = True
 
+    def __init__(self, order: str = "queue") -> None:
+        if order not in BACKFILL_ORDERS:
+            raise ValueError(f"unknown backfill order {order!r}; choose one of {', '.join(BACKFILL_ORDERS)}")
+        # Under `sjf`, the waiting jobs shortest estimate first, kept sorted as jobs come and go
+        # (the key is fixed at submission), so that a pass never sorts the queue.
+        self._shortest: SortedKeyList | None = SortedKeyList(key=shortest_first) if order == "sjf" else None
+
     @abstractmethod
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         """Jobs to start now, in start order. Does not change `machine`."""
 
-    def forget(self, job: WaitingJob) -> None:  # noqa: B027 - an optional hook, a no-op by default
+    def admit(self, job: WaitingJob) -> None:
+        """`job` has joined the queue."""
+        if self._shortest is not None:
+            self._shortest.add(job)
+
+    def forget(self, job: WaitingJob) -> None:
         """`job` has left the queue (started)."""
+        if self._shortest is not None:
+            self._shortest.remove(job)
 
     def wake_time(self) -> int | None:
         """A future time at which a pass must run even if no job arrives or ends.
@@ -52,6 +75,11 @@ class NoBackfill(Backfill):
 
     name = "none"
 
+    def __init__(self, order: str = "queue") -> None:
+        if order != "queue":
+            raise ValueError(f"backfill order {order!r} needs backfilling (easy or conservative), not 'none'")
+        super().__init__(order)
+
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         free = machine.free
         started = []
@@ -64,7 +92,12 @@ class NoBackfill(Backfill):
 
 
 class EasyBackfill(Backfill):
-    """EASY (aggressive) backfilling: only the head job is protected."""
+    """EASY (aggressive) backfilling: only the head job is protected.
+
+    The head is the first job of the queue order that does not fit; the jobs
+    behind it are tried in the backfill order (under `sjf`, whatever the
+    queue policy: EASY-SJBF).
+    """
 
     name = "easy"
 
@@ -79,8 +112,9 @@ class EasyBackfill(Backfill):
         if position >= len(queue) or free == 0:
             return started
         head = queue[position]
-        shadow = extra = None  # computed when the first job small enough to backfill comes up
-        for job in queue[position + 1 :]:
+        shadow: int | None = None  # computed when the first job small enough to backfill comes up
+        extra = 0
+        for job in self._behind(queue, position):
             size = job.size
             if size > free:
                 continue
@@ -97,6 +131,13 @@ class EasyBackfill(Backfill):
                 break
         return started
 
+    def _behind(self, queue: list[WaitingJob], head: int) -> Iterable[WaitingJob]:
+        """The jobs queued behind position `head`, in backfill order."""
+        if self._shortest is None:
+            return queue[head + 1 :]
+        ahead = {job.index for job in queue[: head + 1]}
+        return (job for job in self._shortest if job.index not in ahead)
+
     @staticmethod
     def _shadow(now: int, need: int, free: int, machine: Machine, just_started: list[WaitingJob]) -> tuple[int, int]:
         """When enough processors free up for the head job, and how many spare ones then.
@@ -104,7 +145,7 @@ class EasyBackfill(Backfill):
         Every job expected to end at the shadow time counts towards the extra
         processors, whatever order the ties come in.
         """
-        releases = machine.expected_releases()
+        releases: Iterable[tuple[int, int]] = machine.expected_releases()
         if just_started:
             ends = sorted((now + machine.planned_runtime(job), job.size) for job in just_started)
             releases = _merge_sorted(releases, ends)
@@ -121,18 +162,18 @@ class EasyBackfill(Backfill):
         return shadow, available - need
 
 
-def _merge_sorted(first, second):
+def _merge_sorted(first: Iterable[tuple[int, int]], second: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
     """Merge two iterables of (time, size) already sorted by time."""
-    second = iter(second)
-    pending = next(second, None)
+    rest = iter(second)
+    pending = next(rest, None)
     for item in first:
         while pending is not None and pending[0] < item[0]:
             yield pending
-            pending = next(second, None)
+            pending = next(rest, None)
         yield item
     while pending is not None:
         yield pending
-        pending = next(second, None)
+        pending = next(rest, None)
 
 
 class Profile:
@@ -228,34 +269,46 @@ class ConservativeBackfill(Backfill):
     its earliest feasible slot. Only when the scheduler learns that a running
     job will use more time than its slot held (an overrun in regular mode, or
     a job seen with t_req once it runs in selective mode) and that makes some
-    reservation infeasible is the plan rebuilt from the machine's state.
+    reservation infeasible is the plan rebuilt from the machine's state, in
+    priority order.
+
+    The backfill order is the order of compression, the moment room freed by
+    an early end is handed out: `sjf` offers it to the shortest jobs first.
+    Either way a job only moves to a slot that delays no other reservation.
+    New jobs are placed, and a plan is rebuilt, in the queue policy's order.
     """
 
     name = "conservative"
     idle_when_full = False
 
-    def __init__(self) -> None:
-        self._profile: Profile | None = None
+    def __init__(self, order: str = "queue") -> None:
+        super().__init__(order)
+        self._profile: Profile | None = None  # made at the first pass, from the machine then
         self._reserved: dict[int, int] = {}  # trace index -> reserved start
         self._running: dict[int, tuple[int, int]] = {}  # trace index -> (expected end, size) in the profile
-        self._replan = False
+        self._held_longer = False  # a running job's hold grew since the plan was last checked
 
     def forget(self, job: WaitingJob) -> None:
+        super().forget(job)
         self._reserved.pop(job.index, None)
 
     def wake_time(self) -> int | None:
         return min(self._reserved.values(), default=None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
-        if self._profile is None:
-            self._profile = Profile(now, machine.free, machine.expected_releases())
-        compress = self._learn_from_machine(now, machine)
-        self._profile.advance(now)
-        if self._replan:
-            self._rebuild(now, queue, machine)
+        profile = self._profile
+        if profile is None:
+            profile = self._profile = Profile(now, machine.free, machine.expected_releases())
+        compress = self._learn_from_machine(profile, now, machine)
+        profile.advance(now)
+        # A grown hold may have made a reservation infeasible; if the job has ended since, it did not.
+        replan = self._held_longer and profile.overbooked()
+        self._held_longer = False
+        if replan:
+            profile = self._rebuild(now, machine)
         elif compress:
-            self._compress(now, queue)
-        profile, reserved = self._profile, self._reserved
+            self._compress(profile, now, queue if self._shortest is None else self._shortest)
+        reserved = self._reserved
         for job in queue:
             if job.index not in reserved:
                 start = profile.earliest(now, job.size, job.t_est)
@@ -264,20 +317,18 @@ class ConservativeBackfill(Backfill):
         started = [job for job in queue if reserved[job.index] == now]
         for job in started:
             planned_end = now + machine.planned_runtime(job)
-            self._hold(now + job.t_est, planned_end, job.size)
+            self._hold(profile, now + job.t_est, planned_end, job.size)
             self._running[job.index] = (planned_end, job.size)
         return started
 
-    def _hold(self, old_end: int, new_end: int, size: int) -> None:
+    def _hold(self, profile: Profile, old_end: int, new_end: int, size: int) -> None:
         """A running job will hold its processors until `new_end`, not `old_end`."""
         if new_end > old_end:
-            self._profile.reserve(old_end, new_end - old_end, size)
-            if self._profile.overbooked():
-                self._replan = True
+            profile.reserve(old_end, new_end - old_end, size)
+            self._held_longer = True
 
-    def _learn_from_machine(self, now: int, machine: Machine) -> bool:
+    def _learn_from_machine(self, profile: Profile, now: int, machine: Machine) -> bool:
         """Apply completions and expected-end corrections; true if time was given back."""
-        profile = self._profile
         gave_back = False
         for index in self._running.keys() - machine.running.keys():
             expected_end, size = self._running.pop(index)
@@ -288,21 +339,21 @@ class ConservativeBackfill(Backfill):
             for index, (expected_end, size) in self._running.items():
                 corrected = machine.running[index].expected_end
                 if corrected != expected_end:
-                    self._hold(expected_end, corrected, size)
+                    self._hold(profile, expected_end, corrected, size)
                     self._running[index] = (corrected, size)
         return gave_back
 
-    def _compress(self, now: int, queue: list[WaitingJob]) -> None:
-        """In priority order, move each reservation to its earliest feasible start.
+    def _compress(self, profile: Profile, now: int, jobs: Iterable[WaitingJob]) -> None:
+        """In the order of `jobs`, move each reservation to its earliest feasible start.
 
         A job's own old slot stays feasible, so no job moves later. A job is
         re-placed only when some step before its reservation has room for it:
         a prefix maximum of free processors answers that in O(log n), and is
         refreshed only after a job actually moves.
         """
-        profile, reserved = self._profile, self._reserved
+        reserved = self._reserved
         room = profile.prefix_room()
-        for job in queue:
+        for job in jobs:
             old = reserved.get(job.index)
             if old is None or old == now:
                 continue
@@ -316,26 +367,27 @@ class ConservativeBackfill(Backfill):
             if start != old:
                 room = profile.prefix_room()
 
-    def _rebuild(self, now: int, queue: list[WaitingJob], machine: Machine) -> None:
-        """Plan again from the running jobs: keep feasible reservations, compress, re-place the rest."""
-        self._replan = False
-        releases = machine.expected_releases()
-        profile = self._profile = Profile(now, machine.free, releases)
+    def _rebuild(self, now: int, machine: Machine) -> Profile:
+        """Plan again from the running jobs alone; `select` then places every waiting job anew.
+
+        Placed in the policy's order, each job takes the earliest slot that
+        delays no job before it. Keeping the reservations that still fit would
+        leave later jobs ahead of a displaced earlier one, and a wide job could
+        be displaced at every replan and starve.
+        """
+        profile = self._profile = Profile(now, machine.free, machine.expected_releases())
         self._running = {index: (r.expected_end, r.size) for index, r in machine.running.items()}
-        reserved = self._reserved
-        for job in sorted((j for j in queue if j.index in reserved), key=lambda j: reserved[j.index]):
-            start = max(reserved[job.index], now)
-            if profile.earliest(start, job.size, job.t_est) == start:
-                profile.reserve(start, job.t_est, job.size)
-                reserved[job.index] = start
-            else:
-                del reserved[job.index]  # displaced: placed anew below, in priority order
-        self._compress(now, queue)
+        self._reserved.clear()
+        return profile
 
 
-def make_backfill(name: str) -> Backfill:
-    """The backfilling strategy called `name` (none, easy, conservative)."""
-    classes = {"none": NoBackfill, "easy": EasyBackfill, "conservative": ConservativeBackfill}
+def make_backfill(name: str, order: str = "queue") -> Backfill:
+    """The backfilling strategy called `name` (none, easy, conservative), trying candidates in `order`."""
+    classes: dict[str, type[Backfill]] = {
+        "none": NoBackfill,
+        "easy": EasyBackfill,
+        "conservative": ConservativeBackfill,
+    }
     if name not in classes:
         raise ValueError(f"unknown backfilling {name!r}; choose one of {', '.join(BACKFILLS)}")
-    return classes[name]()
+    return classes[name](order)

@@ -16,14 +16,16 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from predictor import cli as predictor_cli
-from predictor.cli import write_json
+from predictor.cli import output_file, positive_number, write_json
 from predictor.errors import TschedError
-from simulator.backfill import BACKFILLS
+from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 from simulator.engine import SimulationConfig
+from simulator.evaluation import plan as ev
 from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
 from simulator.traces.swf import Trace
@@ -34,11 +36,31 @@ _DEFAULTS = SimulationConfig(procs=1)
 
 
 def load_trace(args: argparse.Namespace) -> Trace:
-    """The trace `--trace` names (read with `--lenient` if given), or the built-in synthetic workload."""
-    from simulator.traces.swf import read_swf
+    """The trace to replay: `read_trace_option`'s, refused with the reasons when no job of it can be replayed."""
+    return read_trace_option(args).require_jobs()
+
+
+def read_trace_option(args: argparse.Namespace) -> Trace:
+    """The trace `--trace` names (in `--format`, with `--lenient` and the site-log options), or the built-in one."""
+    from simulator.traces.formats import read_trace
     from simulator.traces.workload import default_workload
 
-    return default_workload() if args.trace is None else read_swf(args.trace, lenient=args.lenient)
+    if args.trace is None:
+        return default_workload()
+    return read_trace(
+        args.trace,
+        args.format,
+        lenient=args.lenient,
+        timezone=args.timezone,
+        size=args.size,
+        default_request=args.default_request,
+    )
+
+
+def default_mode(estimator: str) -> str:
+    """An estimator without --mode is used where the product uses it (waiting jobs: selective); the users'
+    requests need no mode."""
+    return "none" if estimator == ev.BASELINE_ESTIMATOR else "selective"
 
 
 def _format_summary(summary: dict[str, Any]) -> str:
@@ -46,8 +68,10 @@ def _format_summary(summary: dict[str, Any]) -> str:
     skipped = ", ".join(f"{k} {v}" for k, v in summary["skipped"].items())
     lines = [
         f"trace      {summary['trace']}" + (f"  month {summary['month']}" if summary["month"] else ""),
-        f"scheduler  {summary['policy']} + {summary['backfill']} backfilling, {summary['procs']} processors, "
-        f"mode {summary['mode']} (correction {summary['correction']}), estimator {summary['estimator']}",
+        f"scheduler  {summary['policy']} + {summary['backfill']} backfilling ({summary['backfill_order']} order), "
+        f"{summary['procs']} processors, mode {summary['mode']} (correction {summary['correction']}), "
+        f"estimator {summary['estimator']}"
+        + (f", load x{summary['load_factor']:g}" if summary["load_factor"] != 1 else ""),
         f"jobs       {summary['jobs']}" + (f"  (skipped: {skipped})" if skipped else ""),
         f"wait       {summary['avg_wait']:.0f} s average   weighted wait {summary['weighted_wait']:.0f} s",
         f"response   {summary['avg_response']:.0f} s average",
@@ -69,7 +93,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.experiment import run_simulation
 
     trace = load_trace(args)
-    config = SimulationConfig(trace.machine_procs(args.procs), args.policy, args.backfill, args.mode, args.correction)
+    procs = trace.machine_procs(args.procs)
+    mode = args.mode or default_mode(args.estimator)
+    config = SimulationConfig(procs, args.policy, args.backfill, mode, args.correction, args.backfill_order)
     credentials = predictor_cli.credentials_from(args) if args.predictor_address else None
     summary, result = run_simulation(
         trace,
@@ -79,6 +105,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         args.predictor_address,
         args.predictor_namespace,
         credentials=credentials,
+        load_factor=args.load_factor,
     )
     print(_format_summary(summary))
     write_json(args.json, summary)
@@ -90,7 +117,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_trace_info(args: argparse.Namespace) -> int:
     from simulator.traces.swf import format_trace_info, trace_info
 
-    info = trace_info(load_trace(args))
+    info = trace_info(read_trace_option(args))  # also a trace nothing of which can be replayed
     print(format_trace_info(info))
     write_json(args.json, info)
     return 0
@@ -108,8 +135,19 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace_convert(args: argparse.Namespace) -> int:
+    from simulator.traces.formats import convert_trace
+
+    trace = read_trace_option(args)  # every record is converted, replayable or not
+    names = convert_trace(trace, args.out, args.procs)
+    skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(trace.skipped.items())) or "none"
+    print(f"wrote {args.out}: {len(trace.records)} records ({len(trace.jobs)} replayable; skipped: {skipped})")
+    if names is not None:
+        print(f"wrote {names}: the names behind the user, group, queue, ... ids")
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from simulator.evaluation import plan as ev
     from simulator.evaluation.execution import run_evaluation
 
     plan = ev.EvaluationPlan(
@@ -119,32 +157,83 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         modes=ev.split_choices(args.modes, ev.PREDICTION_MODES, "--modes"),
         monthly=args.monthly,
         procs=args.procs,
+        backfill_orders=ev.split_choices(args.backfill_order, BACKFILL_ORDERS, "--backfill-order"),
+        corrections=ev.split_choices(args.corrections, CORRECTIONS, "--corrections"),
+        load_factors=ev.split_numbers(args.load_factor, "--load-factor"),
     )
     plan.check()  # a bad SPEC or choice fails before any trace is read
-    traces = [ev.load_trace_input(path) for path in args.trace] if args.trace else [ev.builtin_trace_input()]
+    traces = (
+        [
+            ev.load_trace_input(
+                path,
+                args.format,
+                lenient=args.lenient,
+                timezone=args.timezone,
+                size=args.size,
+                default_request=args.default_request,
+            )
+            for path in args.trace
+        ]
+        if args.trace
+        else [ev.builtin_trace_input()]
+    )
     backend = ev.Backend(args.workers, args.dask_scheduler, args.in_process)
     try:
-        print(run_evaluation(traces, plan, Path(args.out), backend).summary())
+        print(run_evaluation(traces, plan, Path(args.out), backend, force=args.force).summary())
     except ev.TaskError as error:
         print(f"tsched: error: {error}", file=sys.stderr)
         return EXIT_TASK_FAILED
     return 0
 
 
-def trace_options(parser: argparse.ArgumentParser) -> None:
-    """`--trace` and `--lenient`, as every command that reads one trace takes them."""
-    parser.add_argument("--trace", help="SWF trace (.swf or .swf.gz); default: the built-in synthetic workload")
+def request_seconds(text: str) -> int:
+    """An argparse type: a time limit as seconds or [D-]HH:MM:SS."""
+    from simulator.traces.sitelog import parse_duration
+
+    seconds = parse_duration(text)
+    if seconds is None or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive time limit (seconds or [D-]HH:MM:SS)")
+    return seconds
+
+
+def format_options(parser: argparse.ArgumentParser) -> None:
+    """How to read a trace file: its format, and what a site's own log (sacct, PBS) leaves open."""
+    from simulator.traces.formats import TRACE_FORMATS
+    from simulator.traces.sitelog import SIZE_UNITS
+
+    parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (default: detected from the content)")
     parser.add_argument(
         "--lenient", action="store_true", help="skip malformed lines (counted by reason) instead of failing"
     )
+    parser.add_argument(
+        "--timezone", metavar="ZONE", help="sacct: the time zone of its local times, e.g. Europe/Berlin (default UTC)"
+    )
+    parser.add_argument("--size", choices=SIZE_UNITS, help="sacct, PBS: job size in cores (default) or nodes")
+    parser.add_argument(
+        "--default-request",
+        type=request_seconds,
+        metavar="LIMIT",
+        help="sacct, PBS: t_req of jobs without a time limit (UNLIMITED, the partition's); default: skip them",
+    )
+
+
+def trace_options(parser: argparse.ArgumentParser) -> None:
+    """`--trace` and how to read it, as every command that reads one trace takes them."""
+    parser.add_argument(
+        "--trace",
+        metavar="PATH",
+        help="SWF trace (.swf, .swf.gz), sacct --parsable2 output, or PBS accounting logs (a file or folder); "
+        "default: the built-in synthetic workload",
+    )
+    format_options(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simulator.evaluation import plan as ev
     from simulator.traces import workload
 
     formatter = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(prog="tsched", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('tsched')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sim = commands.add_parser(
@@ -155,36 +244,70 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--policy", choices=POLICIES, default=_DEFAULTS.policy, help="queue policy")
     sim.add_argument("--backfill", choices=BACKFILLS, default=_DEFAULTS.backfill, help="backfilling")
     sim.add_argument("--estimator", default=ev.BASELINE_ESTIMATOR, metavar="SPEC", help="NAME or NAME:key=value,...")
-    sim.add_argument("--mode", choices=MODES, default=_DEFAULTS.mode, help="where the scheduler uses t_sched")
+    sim.add_argument(
+        "--mode",
+        choices=MODES,
+        help="where the scheduler uses t_sched: none (t_req everywhere), regular (waiting and running jobs) or "
+        "selective (waiting jobs only) (default: selective with an estimator, none with request)",
+    )
     sim.add_argument(
         "--correction",
         choices=CORRECTIONS,
         default=_DEFAULTS.correction,
         help="regular mode: what a running job past its prediction is expected to run",
     )
+    sim.add_argument(
+        "--backfill-order",
+        choices=BACKFILL_ORDERS,
+        default=_DEFAULTS.backfill_order,
+        help="the order backfill candidates are tried in: the queue's, or shortest estimate first (EASY-SJBF)",
+    )
+    sim.add_argument(
+        "--load-factor",
+        type=positive_number,
+        default=1.0,
+        metavar="F",
+        help="multiply the offered load by F (inter-arrival times divided by F; runtimes, sizes, users unchanged)",
+    )
     sim.add_argument("--month", metavar="YYYY-MM", help="simulate one calendar month, warmed up with earlier jobs")
-    sim.add_argument("--json", metavar="OUT", help="write the summary as JSON")
-    sim.add_argument("--jobs-csv", metavar="OUT", help="write one row per job as CSV")
+    sim.add_argument("--json", type=output_file, metavar="OUT", help="write the summary as JSON")
+    sim.add_argument("--jobs-csv", type=output_file, metavar="OUT", help="write one row per job as CSV")
     sim.add_argument("--predictor-address", metavar="HOST:PORT|unix:PATH", help="get predictions from a tsched service")
     sim.add_argument("--predictor-namespace", metavar="NS", help="service namespace (default: a fresh one)")
     predictor_cli.add_connection_options(sim)
     sim.set_defaults(handler=cmd_simulate)
 
-    trace = commands.add_parser("trace", help="inspect or generate SWF traces")
+    trace = commands.add_parser("trace", help="inspect, convert or generate traces")
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
     info = trace_commands.add_parser(
         "info", help="size, span, users, skipped jobs and request accuracy", formatter_class=formatter
     )
-    info.add_argument("trace", nargs="?", metavar="PATH", help="SWF trace; default: the built-in synthetic workload")
-    info.add_argument("--lenient", action="store_true", help="skip malformed lines (counted by reason)")
-    info.add_argument("--json", metavar="OUT", help="write the summary as JSON")
+    info.add_argument(
+        "trace", nargs="?", metavar="PATH", help="trace (any format); default: the built-in synthetic workload"
+    )
+    format_options(info)
+    info.add_argument("--json", type=output_file, metavar="OUT", help="write the summary as JSON")
     info.set_defaults(handler=cmd_trace_info)
+    convert = trace_commands.add_parser(
+        "convert",
+        help="write a trace (sacct output, PBS logs, SWF) as SWF, with its names beside it",
+        formatter_class=formatter,
+    )
+    convert.add_argument("trace", metavar="IN", help="the trace to convert: a file, or a folder of PBS logs")
+    format_options(convert)
+    convert.add_argument(
+        "--out", required=True, type=output_file, metavar="OUT.swf", help="where to write (.gz: compressed)"
+    )
+    convert.add_argument("--procs", type=int, help="MaxProcs to write (default: the trace's, e.g. its peak use)")
+    convert.set_defaults(handler=cmd_trace_convert)
     gen = trace_commands.add_parser("generate", help="write a synthetic workload as SWF", formatter_class=formatter)
     gen.add_argument("--jobs", type=int, default=workload.DEFAULT_JOBS, help="number of jobs")
     gen.add_argument("--procs", type=int, default=workload.DEFAULT_PROCS, help="machine size")
     gen.add_argument("--load", type=float, default=workload.DEFAULT_LOAD, help="target offered load")
     gen.add_argument("--seed", type=int, default=workload.DEFAULT_SEED, help="random seed")
-    gen.add_argument("--out", required=True, metavar="FILE.swf", help="where to write (.gz: compressed)")
+    gen.add_argument(
+        "--out", required=True, type=output_file, metavar="FILE.swf", help="where to write (.gz: compressed)"
+    )
     gen.set_defaults(handler=cmd_trace_generate)
 
     evl = commands.add_parser(
@@ -196,8 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace",
         action="append",
         metavar="PATH",
-        help="SWF trace; repeat for several (default: the built-in synthetic workload)",
+        help="trace (SWF, sacct output, PBS logs); repeat for several (default: the built-in synthetic workload)",
     )
+    format_options(evl)
     evl.add_argument("--procs", type=int, help="machine size (default: each trace header's MaxProcs)")
     evl.add_argument(
         "--estimators",
@@ -217,8 +341,29 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="M,...",
         help="from regular, selective (the baseline, request in mode none, always runs)",
     )
+    evl.add_argument(
+        "--backfill-order",
+        default=",".join(ev.DEFAULT_BACKFILL_ORDERS),
+        metavar="O,...",
+        help=f"from {', '.join(BACKFILL_ORDERS)} (sjf: EASY-SJBF; with predictions in regular mode, EASY++)",
+    )
+    evl.add_argument(
+        "--corrections",
+        default=",".join(ev.DEFAULT_CORRECTIONS),
+        metavar="C,...",
+        help=f"regular mode, a running job past its prediction: from {', '.join(CORRECTIONS)}",
+    )
+    evl.add_argument(
+        "--load-factor",
+        default=",".join(f"{factor:g}" for factor in ev.DEFAULT_LOAD_FACTORS),
+        metavar="F,...",
+        help="offered load multiplied by each F (inter-arrival times divided by F)",
+    )
     evl.add_argument("--monthly", action="store_true", help="Tang et al.'s protocol: each calendar month on its own")
-    evl.add_argument("--out", default=ev.DEFAULT_REPORT_FOLDER, metavar="DIR", help="report folder")
+    evl.add_argument("--out", default=ev.DEFAULT_REPORT_FOLDER, metavar="DIR", help="report folder (new or empty)")
+    evl.add_argument(
+        "--force", action="store_true", help="replace the previous report in --out (only its own files are removed)"
+    )
     evl.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="joblib worker processes (default: one per CPU)"
     )

@@ -32,10 +32,11 @@ class SimulationConfig:
     """How the simulated scheduler works."""
 
     procs: int
-    policy: str = "fcfs"
-    backfill: str = "easy"
+    policy: str = "fcfs"  # fcfs | wfp | sjf
+    backfill: str = "easy"  # none | easy | conservative
     mode: str = "none"  # none | regular | selective
-    correction: str = "request"  # request | tsafrir (regular mode only)
+    correction: str = "request"  # request | tsafrir | cobalt | double (regular mode only)
+    backfill_order: str = "queue"  # queue | sjf (shortest estimate first: EASY-SJBF)
 
 
 @dataclass
@@ -80,7 +81,7 @@ def simulate(
 
     machine = Machine(config.procs, config.mode, config.correction)
     queue = make_policy(config.policy)
-    backfill = make_backfill(config.backfill)
+    backfill = make_backfill(config.backfill, config.backfill_order)
     use_prediction = config.mode != "none"
     completions: list[tuple[int, int]] = []
     if history is not None:
@@ -112,7 +113,9 @@ def simulate(
                 index = first + offset
                 t_sched[index] = prediction.t_sched
                 t_est = prediction.t_sched if use_prediction else request.t_req
-                queue.add(WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est))
+                job = WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est)
+                queue.add(job)
+                backfill.admit(job)
 
         if not len(queue):
             wake = None

@@ -19,6 +19,7 @@ from predictor.registry import make_estimator
 from predictor.session import LocalSession, PredictionSession
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.metrics import prediction_metrics, scheduling_metrics
+from simulator.traces.load import scale_load
 from simulator.traces.swf import Trace
 
 if TYPE_CHECKING:
@@ -68,18 +69,24 @@ def run_simulation(
     namespace: str | None = None,
     timeout: float = 1.0,
     credentials: Credentials | None = None,
+    load_factor: float = 1.0,
 ) -> tuple[dict[str, Any], SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
-    `timeout` is how long to wait for the service per call before a job gets
-    t_req: short for a live-like run, long for an evaluation that must not fall back.
+    `load_factor` F divides the period's inter-arrival times by F (more load
+    above 1): a month is scaled on its own, so the monthly protocol keeps its
+    months and its warm-up. `timeout` is how long to wait for the service per
+    call before a job gets t_req: short for a live-like run, long for an
+    evaluation that must not fall back.
     """
     history = None
-    period = trace
+    period = trace.require_jobs()
     if month is not None:
         period = trace.select_month(month)
         month_start = next(start for name, start, _ in trace.month_bounds() if name == month)
         history = trace.jobs_before(month_start)
+    if load_factor != 1.0:
+        period = scale_load(period, load_factor)
     session = open_session(spec, trace.jobs, address, namespace, timeout, credentials)
     try:
         result = simulate(period.jobs, config, session, history)
@@ -90,9 +97,10 @@ def run_simulation(
         "month": month,
         "estimator": spec,
         **asdict(config),
+        "load_factor": load_factor,
         "jobs": len(result.jobs),
         "skipped": {**trace.skipped, **result.skipped},
-        **scheduling_metrics(result.jobs, config.procs),
+        **scheduling_metrics(result.jobs, config.procs, config.policy),
         "predictor_fallbacks": result.predictor_fallbacks,
         "prediction": prediction_metrics(result.jobs),
     }

@@ -1,8 +1,8 @@
 """The machine as the scheduler sees it: free processors and running jobs with expected ends.
 
 In regular mode a running job can pass its predicted end; `correct_overruns`
-pushes such expected ends back as paper-decisions.md says. A heap of expected
-ends (stale entries skipped) finds overruns in O(log n) per pass.
+pushes such expected ends back by one of the `CORRECTIONS` (docs/definitions.md).
+A heap of expected ends (stale entries skipped) finds overruns in O(log n) per pass.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import heapq
 
 from simulator.jobs import RunningJob, WaitingJob
 
-CORRECTIONS = ("request", "tsafrir")
+CORRECTIONS = ("request", "tsafrir", "cobalt", "double")
 MODES = ("none", "regular", "selective")
 
 #: Tsafrir et al.'s increments for an underpredicted running job, in seconds.
 TSAFRIR_STEPS = (60, 300, 900, 1800, 3600, 7200, 18000, 36000, 72000, 180000, 360000)
+#: Cobalt's Qsim (Tang et al.'s simulator) expects an overrunning job to end this many seconds from now.
+COBALT_GRACE = 300
 
 
 class Machine:
@@ -62,9 +64,8 @@ class Machine:
         """Push back the expected end of every running job that has passed it.
 
         Only predictions can be passed (a job is killed at t_req), so this is a
-        no-op outside regular mode. `request` jumps to start + t_req; `tsafrir`
-        adds the next increment until the end lies in the future, never past
-        start + t_req.
+        no-op outside regular mode. Every correction stops at start + t_req,
+        when the job is killed for sure.
         """
         ends = self._ends
         while ends and ends[0][0] <= now:
@@ -72,13 +73,31 @@ class Machine:
             job = self.running.get(index)
             if job is None or job.expected_end != expected_end:
                 continue  # finished, or already corrected
-            limit = job.start + job.t_req
-            if self.correction == "request":
-                end = limit
+            job.expected_end = self._corrected_end(job, now)
+            heapq.heappush(ends, (job.expected_end, index))
+
+    def _corrected_end(self, job: RunningJob, now: int) -> int:
+        """The new expected end of `job`, which is still running at `now`, past its expected end.
+
+        - `request`: start + t_req at once;
+        - `tsafrir`: add the next of `TSAFRIR_STEPS` until the end lies in the future;
+        - `cobalt`: now + `COBALT_GRACE` (Qsim's max(start + t_sched, now + 300): the first term is
+          already in the past when a correction is due);
+        - `double`: double the expected duration until the end lies in the future.
+        """
+        limit = job.start + job.t_req
+        if limit <= now:  # the engine ends such a job before any pass; correcting it could never finish
+            raise AssertionError(f"job at trace index {job.index} is still running at {now}, past its request")
+        end = job.expected_end
+        if self.correction == "request":
+            return limit
+        if self.correction == "cobalt":
+            return min(limit, now + COBALT_GRACE)
+        while end <= now:
+            if self.correction == "tsafrir":
+                end += TSAFRIR_STEPS[min(job.corrections, len(TSAFRIR_STEPS) - 1)]
             else:
-                end = expected_end
-                while end <= now:
-                    end = min(limit, end + TSAFRIR_STEPS[min(job.corrections, len(TSAFRIR_STEPS) - 1)])
-                    job.corrections += 1
-            job.expected_end = end
-            heapq.heappush(ends, (end, index))
+                end = job.start + max(2 * (end - job.start), 1)
+            end = min(limit, end)
+            job.corrections += 1
+        return end

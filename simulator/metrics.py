@@ -1,39 +1,64 @@
-"""Scheduling metrics (paper-decisions.md), computed from a simulation's per-job table."""
+"""Scheduling metrics (docs/definitions.md), computed from a simulation's per-job table."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from predictor.scoring import summarize
-from simulator.policies import wfp_score
+from simulator.policies import POLICIES, wfp_score
+
+SCHEDULING_METRICS = (
+    "avg_wait",
+    "avg_response",
+    "avg_slowdown",
+    "avg_bounded_slowdown",
+    "weighted_wait",
+    "weighted_wait_wfp",
+    "utilization",
+    "makespan",
+)
 
 
-def scheduling_metrics(jobs: pd.DataFrame, procs: int) -> dict[str, float]:
-    """Wait, response, slowdowns, weighted wait, utilization and makespan.
+def _waited(wait: np.ndarray, t_req: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """FCFS: "the score of FCFS can be represented by the job's waiting time" (Tang et al.)."""
+    return wait
 
-    weighted wait is Tang's Eq. 4 with P_i the WFP score at start computed
-    from t_req, whatever the policy, so that runs compare.
+
+def _shortness(wait: np.ndarray, t_req: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """SJF: the shorter the job, the higher its priority."""
+    return 1.0 / t_req
+
+
+#: A job's priority score at its start under each policy, as Tang's Eq. 4 weighs waits with it.
+#: Scores are computed from t_req, never from the estimate the scheduler planned with, so that runs
+#: of one policy with different estimators weigh every job alike (Tang's Eq. 5 uses t_req too).
+PRIORITY_AT_START: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {
+    "fcfs": _waited,
+    "wfp": wfp_score,
+    "sjf": _shortness,
+}
+
+
+def scheduling_metrics(jobs: pd.DataFrame, procs: int, policy: str) -> dict[str, float]:
+    """Wait, response, slowdowns, weighted waits, utilization and makespan of a run under `policy`.
+
+    `weighted_wait` is Tang's Eq. 4 with P_i the job's priority score at its
+    start under the policy used (`PRIORITY_AT_START`): it says how well the
+    jobs that policy favours were served. `weighted_wait_wfp` weighs with the
+    WFP score whatever the policy, so that runs of different policies compare.
     """
+    if policy not in PRIORITY_AT_START:
+        raise ValueError(f"no weighted wait for policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if jobs.empty:
-        return dict.fromkeys(
-            (
-                "avg_wait",
-                "avg_response",
-                "avg_slowdown",
-                "avg_bounded_slowdown",
-                "weighted_wait",
-                "utilization",
-                "makespan",
-            ),
-            0.0,
-        )
+        return dict.fromkeys(SCHEDULING_METRICS, 0.0)
     wait = jobs["wait"].to_numpy(dtype=np.float64)
     run = jobs["run"].to_numpy(dtype=np.float64)
     size = jobs["size"].to_numpy(dtype=np.float64)
+    t_req = jobs["t_req"].to_numpy(dtype=np.float64)
     response = wait + run
-    weight = wfp_score(wait, jobs["t_req"].to_numpy(), size)
-    total_weight = weight.sum()
     first_submit = int(jobs["submit"].min())
     last_end = int(jobs["end"].max())
     span = max(last_end - first_submit, 1)
@@ -42,10 +67,17 @@ def scheduling_metrics(jobs: pd.DataFrame, procs: int) -> dict[str, float]:
         "avg_response": float(response.mean()),
         "avg_slowdown": float((response / np.maximum(run, 1)).mean()),
         "avg_bounded_slowdown": float(np.maximum(1.0, response / np.maximum(run, 10)).mean()),
-        "weighted_wait": float((wait * weight).sum() / total_weight) if total_weight > 0 else 0.0,
+        "weighted_wait": _weighted_mean(wait, PRIORITY_AT_START[policy](wait, t_req, size)),
+        "weighted_wait_wfp": _weighted_mean(wait, wfp_score(wait, t_req, size)),
         "utilization": float((size * run).sum() / (procs * span)),
         "makespan": float(last_end - first_submit),
     }
+
+
+def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
+    """sum(values x weights) / sum(weights); 0 when every weight is 0 (no job waited, under FCFS or WFP)."""
+    total = weights.sum()
+    return float((values * weights).sum() / total) if total > 0 else 0.0
 
 
 def prediction_metrics(jobs: pd.DataFrame) -> dict[str, float]:

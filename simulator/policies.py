@@ -78,13 +78,21 @@ class WFP(FCFS):
         return [jobs[i] for i in order.tolist()]
 
 
+def shortest_first(job: WaitingJob) -> tuple[int, int, int]:
+    """SJF's sort key, fixed at submission: t_est, then submit time, then job id.
+
+    Shared by the SJF policy and by backfilling's shortest-first candidate order.
+    """
+    return job.t_est, job.submit, job.job_id
+
+
 class SJF(QueuePolicy):
     """Shortest (estimated) job first."""
 
     name = "sjf"
 
     def __init__(self) -> None:
-        self._jobs: SortedKeyList = SortedKeyList(key=lambda j: (j.t_est, j.submit, j.job_id))
+        self._jobs: SortedKeyList = SortedKeyList(key=shortest_first)
 
     def add(self, job: WaitingJob) -> None:
         self._jobs.add(job)
@@ -109,4 +117,5 @@ def make_policy(name: str) -> QueuePolicy:
 
 def wfp_score(wait: np.ndarray, t_est: np.ndarray, size: np.ndarray) -> np.ndarray:
     """The WFP score, shared by the policy and the weighted-wait metric."""
-    return (np.asarray(wait, dtype=np.float64) / np.asarray(t_est, dtype=np.float64)) ** 3 * size
+    score: np.ndarray = (np.asarray(wait, dtype=np.float64) / np.asarray(t_est, dtype=np.float64)) ** 3 * size
+    return score

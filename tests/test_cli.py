@@ -49,7 +49,7 @@ def test_simulate_prints_metrics_and_writes_json_and_jobs(
     arguments = ["simulate", "--trace", str(trace_file), "--policy", "wfp", "--estimator", "percentile"]
     assert main([*arguments, "--mode", "selective", "--json", str(summary), "--jobs-csv", str(jobs)]) == 0
     printed = capsys.readouterr().out
-    assert "wfp + easy backfilling, 64 processors, mode selective" in printed
+    assert "wfp + easy backfilling (queue order), 64 processors, mode selective" in printed
     result = json.loads(summary.read_text())
     assert result["jobs"] == 3000 and result["mode"] == "selective" and result["avg_wait"] >= 0
     assert len(jobs.read_text().splitlines()) == 3001
@@ -148,3 +148,69 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "cmd_simulate", broken)
     with pytest.raises(KeyError, match="a bug"):
         main(["simulate"])
+
+
+def test_a_trace_with_no_requested_times_is_an_error_not_nan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "no-requests.swf"
+    path.write_text("".join(f"{job} {job * 10} 0 50 4 -1 -1 4 -1 -1 1 1 1 -1 -1 -1 -1 -1\n" for job in range(1, 6)))
+    for command in (["simulate"], ["predict-eval"], ["evaluate", "--in-process", "--out", str(tmp_path / "r")]):
+        assert main([*command, "--trace", str(path)]) == 2
+        assert "no job can be replayed (skipped: 5 no request)" in capsys.readouterr().err
+
+
+def test_an_estimator_without_a_mode_runs_selective_and_the_mode_is_named(
+    trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = tmp_path / "run.json"
+    assert main(["simulate", "--trace", str(trace_file), "--estimator", "last2", "--json", str(summary)]) == 0
+    assert "mode selective" in capsys.readouterr().out
+    assert json.loads(summary.read_text())["mode"] == "selective"
+    assert main(["simulate", "--trace", str(trace_file), "--json", str(summary)]) == 0
+    assert json.loads(summary.read_text())["mode"] == "none"
+
+
+def test_output_paths_are_checked_before_any_work(trace_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_code:
+        main(["simulate", "--trace", str(trace_file), "--json", "/no/such/folder/run.json"])
+    assert exit_code.value.code == 2
+    assert "the folder /no/such/folder does not exist" in capsys.readouterr().err
+
+
+def test_a_report_folder_is_never_overwritten_silently(
+    trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    arguments = ["evaluate", "--trace", str(trace_file), "--estimators", "request,last2", "--policies", "fcfs"]
+    arguments += ["--modes", "selective", "--workers", "1", "--in-process", "--out", str(out)]
+    assert main(arguments) == 2
+    assert "holds files; choose another, or --force" in capsys.readouterr().err
+    assert main([*arguments, "--force"]) == 0
+    first = {path.name for path in out.iterdir()}
+    stale = out / "improvement-old-run.png"  # a plot a previous report wrote and this one would not
+    stale.write_bytes(b"png")
+    (out / ".tsched-report").write_text((out / ".tsched-report").read_text() + stale.name + "\n")
+    assert main(arguments) == 2  # a previous report: refused without --force
+    assert main([*arguments, "--force"]) == 0
+    assert {path.name for path in out.iterdir()} == first and (out / "notes.txt").read_text() == "mine"
+
+
+def test_dask_missing_is_one_line_with_the_install_command(
+    trace_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name, *a))
+    arguments = ["evaluate", "--trace", str(trace_file), "--dask-scheduler", "tcp://127.0.0.1:8786"]
+    assert main(arguments) == 2
+    assert "pip install 'tsched[dask]'" in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.startswith("tsched ")

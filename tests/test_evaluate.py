@@ -118,6 +118,48 @@ def test_tasks_have_one_baseline_per_period_policy_and_backfilling():
     assert not [task for task in simulations if task.estimator == "request" and not task.is_baseline]
 
 
+def test_orders_corrections_and_loads_are_axes_with_a_baseline_per_scheduler(tmp_path: Path) -> None:
+    plan = EvaluationPlan(
+        estimators=("request", "last2"),
+        policies=("fcfs",),
+        backfills=("easy",),
+        modes=("regular", "selective"),
+        backfill_orders=("queue", "sjf"),
+        corrections=("request", "tsafrir"),
+        load_factors=(1.0, 1.5),
+    )
+    simulations = [task for task in build_tasks([small_input()], plan) if isinstance(task, SimulationTask)]
+    # per load x order: the baseline, last2 regular with each correction, last2 selective once
+    assert len(simulations) == 2 * 2 * (1 + 2 + 1)
+    assert {(t.load_factor, t.backfill_order) for t in simulations if t.is_baseline} == {
+        (1.0, "queue"),
+        (1.0, "sjf"),
+        (1.5, "queue"),
+        (1.5, "sjf"),
+    }
+    assert {t.correction for t in simulations if t.mode == "selective"} == {"request"}
+    evaluate_into(tmp_path, plan)
+    results = pd.read_csv(tmp_path / "results.csv")
+    sjf = results[(results["backfill_order"] == "sjf") & (results["load_factor"] == 1.5)]
+    queue_baseline = results[
+        (results["backfill_order"] == "queue") & (results["load_factor"] == 1.5) & (results["mode"] == "none")
+    ]
+    own = sjf[sjf["mode"] == "none"]["avg_wait"].iloc[0]
+    reference = queue_baseline["avg_wait"].iloc[0]
+    row = sjf[sjf["mode"] == "regular"].iloc[0]
+    assert row["improvement_avg_wait"] == pytest.approx((own - row["avg_wait"]) / own)
+    assert row["improvement_vs_queue_avg_wait"] == pytest.approx((reference - row["avg_wait"]) / reference)
+    assert set(results["run"]) >= {"last2 (sjf order) [tsafrir]", "last2 [request]", "request (sjf order)"}
+
+
+def test_a_baseline_that_hardly_queues_is_flagged(tmp_path: Path) -> None:
+    quiet = TraceInput("quiet", generate_workload(jobs=300, procs=512, load=0.05, seed=1), "generated, load 0.05")
+    plan = EvaluationPlan(estimators=("last2",), policies=("fcfs",), modes=("selective",))
+    run_evaluation([quiet], plan, tmp_path, Backend(in_process=True), show_progress=False)
+    assert pd.read_csv(tmp_path / "results.csv")["little_queueing"].all()
+    assert "**Little queueing:**" in (tmp_path / "report.md").read_text()
+
+
 @pytest.mark.parametrize(
     "scheduler", [None, "inproc://10.1.2.3/77/1", "tcp://127.0.0.1:8786", "localhost", "tcp://[::1]:8786", "[::1]"]
 )
@@ -204,7 +246,7 @@ def test_monthly_split_simulates_each_month_against_its_own_baseline(monthly):
     assert len(table) == len(results)
     assert (table.loc[table["mode"] == "none", "avg_wait_vs_baseline"].dropna() == 1.0).all()
     report = (monthly / "report.md").read_text()
-    header = next(line for line in report.splitlines() if line.startswith("| estimator | months |"))
+    header = next(line for line in report.splitlines() if line.startswith("| run | months |"))
     columns = [cell.strip() for cell in header.strip("|").split("|")]
     for (estimator, mode), runs in table[table["mode"] != "none"].groupby(["estimator", "mode"]):
         row = next(line for line in report.splitlines() if line.startswith(f"| {estimator} | {len(months)} |"))

@@ -1,4 +1,4 @@
-"""Scheduling metrics and estimate scoring, against values worked out by hand (paper-decisions.md)."""
+"""Scheduling metrics and estimate scoring, against values worked out by hand (docs/definitions.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from predictor.scoring import accuracy, categories, summarize
-from simulator.metrics import prediction_metrics, scheduling_metrics
+from simulator.metrics import SCHEDULING_METRICS, prediction_metrics, scheduling_metrics
 
 
 def three_jobs() -> pd.DataFrame:
@@ -34,34 +34,61 @@ def three_jobs() -> pd.DataFrame:
     return table
 
 
+#: The WFP weights of the three jobs, (wait / t_req)^3 x size: 0, (90/10)^3 x 4 = 2916, (55/60)^3 x 1.
+WFP_WEIGHTS = (0.0, 2916.0, (55 / 60) ** 3)
+WFP_WEIGHTED_WAIT = (90 * WFP_WEIGHTS[1] + 55 * WFP_WEIGHTS[2]) / sum(WFP_WEIGHTS)
+
+
 def test_scheduling_metrics_of_three_jobs():
-    metrics = scheduling_metrics(three_jobs(), procs=4)
+    metrics = scheduling_metrics(three_jobs(), procs=4, policy="wfp")
     # responses 100, 95, 55; slowdowns 100/100, 95/5, 55/max(0, 1); bounded 1, 95/10, max(1, 55/10)
     assert metrics["avg_wait"] == pytest.approx((0 + 90 + 55) / 3)
     assert metrics["avg_response"] == pytest.approx((100 + 95 + 55) / 3)
     assert metrics["avg_slowdown"] == pytest.approx((1 + 19 + 55) / 3)
     assert metrics["avg_bounded_slowdown"] == pytest.approx((1 + 9.5 + 5.5) / 3)
-    # weights (wait / t_req)^3 x size: 0, (90/10)^3 x 4 = 2916, (55/60)^3 x 1
-    third = (55 / 60) ** 3
-    assert metrics["weighted_wait"] == pytest.approx((90 * 2916 + 55 * third) / (2916 + third))
+    assert metrics["weighted_wait"] == pytest.approx(WFP_WEIGHTED_WAIT)
     # processor-seconds 2 x 100 + 4 x 5 + 0 over 4 processors x (105 - 0)
     assert metrics["utilization"] == pytest.approx(220 / 420)
     assert metrics["makespan"] == 105
 
 
+# Tang's Eq. 4 weighs each wait with the job's priority score at its start under the policy used:
+# FCFS, the wait itself: (0^2 + 90^2 + 55^2) / (0 + 90 + 55); SJF, 1 / t_req: (0/200 + 90/10 + 55/60) /
+# (1/200 + 1/10 + 1/60); WFP, its own score. `weighted_wait_wfp` is the WFP-weighted wait whatever the policy.
+@pytest.mark.parametrize(
+    ("policy", "weighted_wait"),
+    [
+        ("fcfs", (90**2 + 55**2) / (90 + 55)),
+        ("sjf", (90 / 10 + 55 / 60) / (1 / 200 + 1 / 10 + 1 / 60)),
+        ("wfp", WFP_WEIGHTED_WAIT),
+    ],
+)
+def test_weighted_wait_uses_the_priority_score_of_the_policy_used(policy: str, weighted_wait: float) -> None:
+    metrics = scheduling_metrics(three_jobs(), procs=4, policy=policy)
+    assert metrics["weighted_wait"] == pytest.approx(weighted_wait)
+    assert metrics["weighted_wait_wfp"] == pytest.approx(WFP_WEIGHTED_WAIT)
+
+
+def test_weighted_wait_needs_a_known_policy() -> None:
+    with pytest.raises(ValueError, match="policy 'ljf'"):
+        scheduling_metrics(three_jobs(), procs=4, policy="ljf")
+
+
 def test_bounded_slowdown_is_never_below_one():
     table = three_jobs().iloc[[0]].assign(run=[4], end=[4])  # 4 s, no wait: 4 / max(4, 10) = 0.4 -> 1
-    assert scheduling_metrics(table, procs=4)["avg_bounded_slowdown"] == 1.0
+    assert scheduling_metrics(table, procs=4, policy="fcfs")["avg_bounded_slowdown"] == 1.0
 
 
-def test_weighted_wait_is_zero_when_no_job_waited():
-    table = three_jobs().iloc[[0]]
-    assert scheduling_metrics(table, procs=4)["weighted_wait"] == 0.0
+@pytest.mark.parametrize("policy", ["fcfs", "wfp"])
+def test_weighted_wait_is_zero_when_no_job_waited(policy: str) -> None:
+    metrics = scheduling_metrics(three_jobs().iloc[[0]], procs=4, policy=policy)
+    assert metrics["weighted_wait"] == metrics["weighted_wait_wfp"] == 0.0
 
 
 def test_metrics_of_an_empty_run_are_zero():
-    metrics = scheduling_metrics(three_jobs().iloc[[]], procs=4)
+    metrics = scheduling_metrics(three_jobs().iloc[[]], procs=4, policy="fcfs")
     assert set(metrics.values()) == {0.0}
+    assert set(metrics) == set(SCHEDULING_METRICS)
 
 
 def test_prediction_metrics_score_t_sched_against_the_run():

@@ -14,6 +14,7 @@ import ast
 import dataclasses
 import inspect
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from unittest import mock
 
@@ -32,8 +33,9 @@ from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator import engine
-from simulator.backfill import Backfill, ConservativeBackfill, EasyBackfill
+from simulator.backfill import Backfill, ConservativeBackfill, EasyBackfill, make_backfill
 from simulator.engine import SimulationConfig, SimulationResult, simulate
+from simulator.experiment import run_simulation
 from simulator.jobs import RunningJob, WaitingJob
 from simulator.machine import Machine
 from simulator.traces.swf import read_swf
@@ -44,6 +46,11 @@ Spec = tuple[int, int, int, int]
 COMBINATIONS = [
     (policy, backfill) for policy in ("fcfs", "wfp", "sjf") for backfill in ("none", "easy", "conservative")
 ]
+#: Every (backfilling, backfill order) that exists: without backfilling there is nothing to order.
+BACKFILL_ORDERS = [("none", "queue")] + [
+    (backfill, order) for backfill in ("easy", "conservative") for order in ("queue", "sjf")
+]
+CORRECTIONS = ["request", "tsafrir", "cobalt", "double"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,12 +118,13 @@ def run(
     backfill: str = "easy",
     mode: str = "none",
     correction: str = "request",
+    backfill_order: str = "queue",
     predictions: dict[int, int] | None = None,
     job_ids: Sequence[int] | None = None,
 ) -> pd.DataFrame:
     """Simulate `specs` and return the per-job table indexed by job id."""
     estimator = make_estimator("request") if predictions is None else FixedEstimator(predictions)
-    config = SimulationConfig(procs, policy, backfill, mode, correction)
+    config = SimulationConfig(procs, policy, backfill, mode, correction, backfill_order)
     return simulate(job_table(specs, job_ids), config, LocalSession(estimator)).jobs.set_index("job_id")
 
 
@@ -307,30 +315,176 @@ def test_mode_none_plans_with_requests_but_reports_predictions(policy, backfill)
 
 
 # Regular mode. J1 (6 procs) asks 10000 s, is predicted 100 and runs 5000. When J2 (8) arrives at 200,
-# J1 has passed its prediction: `request` moves its expected end to 10000; `tsafrir` steps it by 60 s
-# (160, still past) then 300 s: 460. J3 (4 procs) arrives at 201 and may start only if it ends by J2's
-# shadow (EASY) or before J2's reservation (conservative), i.e. by 10000 or by 460: predicted 259 s it
-# ends at 460 (allowed under both), predicted 260 s at 461 (refused under tsafrir). Refused, under
-# EASY it waits for J2, which starts when J1 ends at 5000 and is expected to run 100 s: 5100.
-# Conservative reserved J2 at 460 and wakes up then: J1, still running, steps to 460 + 900 = 1360,
-# J2 can no longer start at 460, and J3 (4 procs, next to J1's 6) starts at 460.
+# J1 has passed its prediction and its expected end is corrected:
+# - `request`: start + t_req = 10000;
+# - `tsafrir`: +60 s (160, still past), then +300 s: 460;
+# - `cobalt`: now + 300 = 500;
+# - `double`: 2 x 100 = 200, which is `now` and so still past, then 2 x 200 = 400.
+# J3 (4 procs) arrives at 201 and may start only if it ends by J2's shadow (EASY) or before J2's
+# reservation (conservative): 4 > the 2 extra processors. So a prediction p is allowed when
+# 201 + p <= that end: p = 259 / 299 / 199 passes under tsafrir / cobalt / double, one second more
+# does not. Refused, under EASY J3 waits for J2, which starts when J1 ends at 5000 and is expected to
+# run 100 s: 5100. Conservative reserved J2 at J1's corrected end and wakes up then: J1, still
+# running, is corrected again (tsafrir: 460 + 900 = 1360; cobalt: 500 + 300 = 800; double: 800),
+# J2's reservation is no longer feasible, the plan is rebuilt, J2 goes to J1's new end, and J3
+# (4 procs next to J1's 6, ending by J1's new end) starts at the wake-up time: 460, 500, 400.
 @pytest.mark.parametrize(
     ("backfill", "correction", "prediction", "third"),
     [
         ("easy", "request", 260, 201),
         ("easy", "tsafrir", 259, 201),
         ("easy", "tsafrir", 260, 5100),
+        ("easy", "cobalt", 299, 201),
+        ("easy", "cobalt", 300, 5100),
+        ("easy", "double", 199, 201),
+        ("easy", "double", 200, 5100),
         ("conservative", "request", 260, 201),
         ("conservative", "tsafrir", 259, 201),
         ("conservative", "tsafrir", 260, 460),
+        ("conservative", "cobalt", 299, 201),
+        ("conservative", "cobalt", 300, 500),
+        ("conservative", "double", 199, 201),
+        ("conservative", "double", 200, 400),
     ],
 )
-def test_overrun_correction_request_versus_tsafrir(backfill, correction, prediction, third):
+def test_overrun_corrections(backfill: str, correction: str, prediction: int, third: int) -> None:
     jobs = [(0, 6, 10000, 5000), (200, 8, 100, 100), (201, 4, 1000, 400)]
     started = starts(
         jobs, backfill=backfill, mode="regular", correction=correction, predictions={1: 100, 2: 100, 3: prediction}
     )
     assert started == [0, 5000, third]
+
+
+# A job started at 0, asking 10000 s, predicted 100 s, still running when the machine corrects
+# overruns at 100, 160, 1000, 5000 and 9999; its expected end after each call (an end at `now` is past,
+# an end after `now` is left alone, and every correction stops at start + t_req = 10000):
+# - request: 10000 at once;
+# - tsafrir: 100 + 60 = 160; 160 + 300 = 460; 460 + 900 = 1360; 1360 + 1800 = 3160, still past,
+#   + 3600 = 6760; 6760 + 7200, capped: 10000;
+# - cobalt: now + 300: 400; 400 (not past at 160); 1300; 5300; 9999 + 300, capped: 10000;
+# - double: 200; 200; 400, 800, 1600; 3200, 6400; 12800, capped: 10000.
+CORRECTION_STEPS = {
+    "request": [10000, 10000, 10000, 10000, 10000],
+    "tsafrir": [160, 460, 1360, 6760, 10000],
+    "cobalt": [400, 400, 1300, 5300, 10000],
+    "double": [200, 200, 1600, 6400, 10000],
+}
+
+
+@pytest.mark.parametrize("correction", CORRECTIONS)
+def test_each_correction_step_by_step(correction: str) -> None:
+    machine = Machine(10, "regular", correction)
+    machine.start(WaitingJob(0, 1, 0, 4, 10000, 100), 0)
+    ends = []
+    for now in (100, 160, 1000, 5000, 9999):
+        machine.correct_overruns(now)
+        ends.append(machine.running[0].expected_end)
+    assert ends == CORRECTION_STEPS[correction]
+
+
+@pytest.mark.parametrize("mode", ["none", "selective"])
+def test_corrections_only_apply_in_regular_mode(mode: str) -> None:
+    machine = Machine(10, mode, "cobalt")
+    machine.start(WaitingJob(0, 1, 0, 4, 10000, 100), 0)
+    machine.correct_overruns(5000)
+    assert machine.running[0].expected_end == 10000  # planned with t_req: never passed
+
+
+@pytest.mark.parametrize("correction", CORRECTIONS)
+def test_correcting_a_job_past_its_request_is_an_error_not_an_endless_loop(correction: str) -> None:
+    # The engine ends every job by start + t_req before it corrects anything; a caller that does not
+    # would have every correction land at or before `now` again.
+    machine = Machine(10, "regular", correction)
+    machine.start(WaitingJob(0, 1, 0, 4, 1000, 100), 0)
+    with pytest.raises(AssertionError, match="past its request"):
+        machine.correct_overruns(1000)
+
+
+def test_unknown_correction_mode_and_order_are_refused() -> None:
+    with pytest.raises(ValueError, match="correction"):
+        Machine(10, "regular", "triple")
+    with pytest.raises(ValueError, match="backfill order"):
+        make_backfill("easy", "longest")
+    with pytest.raises(ValueError, match="needs backfilling"):
+        make_backfill("none", "sjf")
+
+
+# ---------------------------------------------------------------------------------------------
+# Backfill order
+
+# J1 (6 procs) runs [0, 100). J2 (8) is the head: shadow 100, 2 extra processors, 4 free. J3 (4 procs,
+# 95 s) and J4 (4 procs, 50 s) arrive together at 2; each fits the 4 free processors and ends by the
+# shadow (97, 52), but only one fits. In queue order (FCFS: submit, then job id) J3 goes first; in
+# `sjf` order J4 (shorter) does. The other can then only start after J2 (8 procs, [100, 200)): 200,
+# except under WFP with J3 backfilled: at 97 J4 scores (95/50)^3 x 4 = 27.4 > J2's (96/100)^3 x 8 =
+# 7.1, so J4 heads the queue and starts in order at 97, and J2 waits for it to end: 147.
+# Under SJF the queue order already is shortest first: J4 starts at 2 in order, J3 at 52 (in order,
+# ahead of J2), and J2 at J3's end, 147, whatever the backfill order.
+SJBF_JOBS = [(0, 6, 100, 100), (1, 8, 100, 100), (2, 4, 95, 95), (2, 4, 50, 50)]
+SJBF_STARTS = {
+    ("fcfs", "queue"): [0, 100, 2, 200],
+    ("fcfs", "sjf"): [0, 100, 200, 2],
+    ("wfp", "queue"): [0, 147, 2, 97],
+    ("wfp", "sjf"): [0, 100, 200, 2],
+    ("sjf", "queue"): [0, 147, 52, 2],
+    ("sjf", "sjf"): [0, 147, 52, 2],
+}
+
+
+@pytest.mark.parametrize(("policy", "order"), list(SJBF_STARTS))
+def test_easy_sjbf_tries_the_shortest_candidate_first_whatever_picks_the_head(policy: str, order: str) -> None:
+    assert starts(SJBF_JOBS, policy=policy, backfill="easy", backfill_order=order) == SJBF_STARTS[policy, order]
+
+
+# J1 (whole machine) asks 100 s and ends at 10. J2 (whole machine, 100 s) was reserved at 100, J3
+# (6 procs, 20 s) after it at 200. J1's early end frees [10, 100) and compression hands it out:
+# in queue order J2 moves first, to 10, and J3 to J2's end, 110; in `sjf` order J3 (shorter) moves
+# first, to 10 (ending at 30, it delays no one: J2 was due at 100), and J2 then to 30.
+@pytest.mark.parametrize(("order", "expected"), [("queue", [0, 10, 110]), ("sjf", [0, 30, 10])])
+def test_conservative_compresses_in_the_backfill_order(order: str, expected: list[int]) -> None:
+    jobs = [(0, 10, 100, 10), (1, 10, 100, 100), (2, 6, 20, 20)]
+    assert starts(jobs, backfill="conservative", backfill_order=order) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Conservative backfilling replans in priority order
+
+
+# Selective mode: waiting jobs are planned with their prediction, running jobs with t_req.
+# J1 (10 procs) runs [0, 100), W (10 procs) is reserved at [100, 200). J3 (5 procs, asks 1000, predicted
+# 50, runs 1000) and J4 (5 procs, 50 s) are reserved at [200, 250); W2 (10 procs, 100 s) at [250, 350);
+# J5 (5 procs, 1000 s) after it at [350, 1350). At 200 J3 starts and is now seen until 1200: W2's
+# slot is overbooked, and at 250 (W2's reservation) the plan is rebuilt. In priority order W2 takes
+# the earliest slot for 10 processors, 1200 (J3's end), and J5 the first slot that does not delay W2:
+# 1300. Keeping the reservations that still fit (J5's) and re-placing the displaced ones after them
+# would let J5 start at 250 and push W2 to 1250: a later job ahead of an earlier one.
+def test_conservative_replan_places_jobs_in_priority_order() -> None:
+    jobs = [
+        (0, 10, 100, 100),
+        (1, 10, 100, 100),
+        (2, 5, 1000, 1000),
+        (3, 5, 50, 50),
+        (4, 10, 100, 100),
+        (5, 5, 1000, 1000),
+    ]
+    predictions = {1: 100, 2: 100, 3: 50, 4: 50, 5: 100, 6: 1000}
+    started = starts(jobs, backfill="conservative", mode="selective", predictions=predictions)
+    assert started == [0, 100, 200, 200, 1200, 1300]
+
+
+@pytest.mark.slow
+def test_conservative_replan_does_not_starve_a_wide_job_on_ctc(traces_dir: Path) -> None:
+    # CTC-SP2, March 1997, FCFS, percentile:q=85 in selective mode: every job that starts below its
+    # request is then seen until t_req, overbooks the plan and forces a replan. Re-placing displaced
+    # jobs after every kept reservation displaced job 62609 (336 of the 338 processors) 19 times: it
+    # waited 1,750,495 s, seven times the longest wait of the same month planned with requests.
+    trace = read_swf(traces_dir / "CTC-SP2-1996-3.1-cln.swf.gz")
+    longest: dict[str, int] = {}
+    for mode in ("none", "selective"):
+        config = SimulationConfig(trace.machine_procs(), "fcfs", "conservative", mode)
+        _, result = run_simulation(trace, config, "percentile:q=85", month="1997-03")
+        longest[mode] = int(result.jobs["wait"].max())
+    assert longest["selective"] < 2 * longest["none"], longest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,7 +549,8 @@ class ShadowRecordingEasy(EasyBackfill):
     of the jobs this pass starts in order), independently of the implementation's own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, order: str = "queue") -> None:
+        super().__init__(order)
         self.passes: list[tuple[int, int, int | None, int | None, set[int]]] = []
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
@@ -447,8 +602,8 @@ def heads_started_by_their_shadow(passes: list[tuple[int, int, int | None, int |
 class ReservationRecordingConservative(ConservativeBackfill):
     """Conservative backfilling that records each job's first reservation and any move to a later time."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, order: str = "queue") -> None:
+        super().__init__(order)
         self.first_reservation: dict[int, int] = {}
         self.latest: dict[int, int] = {}
         self.moved_later: list[tuple[int, int, int, int]] = []  # (now, trace index, from, to)
@@ -528,46 +683,61 @@ def workloads(draw) -> tuple[int, list[Spec], list[int]]:
 EXACT_OR_OVER = [("oracle", "regular"), ("request", "none")]
 
 
-@pytest.mark.parametrize(("policy", "backfill"), COMBINATIONS)
+@pytest.mark.parametrize(("backfill", "order"), BACKFILL_ORDERS)
+@pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(
     workload=workloads(),
     estimator=st.sampled_from(["request", "oracle", "guess"]),
     mode=st.sampled_from(["none", "regular", "selective"]),
-    correction=st.sampled_from(["request", "tsafrir"]),
+    correction=st.sampled_from(CORRECTIONS),
 )
-def test_schedule_invariants_on_random_workloads(policy, backfill, workload, estimator, mode, correction):
+def test_schedule_invariants_on_random_workloads(
+    policy: str,
+    backfill: str,
+    order: str,
+    workload: tuple[int, list[Spec], list[int]],
+    estimator: str,
+    mode: str,
+    correction: str,
+) -> None:
     procs, specs, guesses = workload
     table = job_table(specs)
     session = session_for(estimator, table, guesses)
-    config = SimulationConfig(procs, policy, backfill, mode, correction)
+    config = SimulationConfig(procs, policy, backfill, mode, correction, order)
     assert_schedule_invariants(table, simulate(table, config, session), session, config)
 
 
 @pytest.mark.parametrize(("estimator", "mode"), EXACT_OR_OVER)
+@pytest.mark.parametrize("order", ["queue", "sjf"])
 @pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(workload=workloads())
-def test_easy_head_never_starts_after_its_shadow(policy, estimator, mode, workload):
+def test_easy_head_never_starts_after_its_shadow(
+    policy: str, order: str, estimator: str, mode: str, workload: tuple[int, list[Spec], list[int]]
+) -> None:
     procs, specs, _ = workload
     table = job_table(specs)
     session = session_for(estimator, table)
-    config = SimulationConfig(procs, policy, "easy", mode)
-    easy = ShadowRecordingEasy()
+    config = SimulationConfig(procs, policy, "easy", mode, backfill_order=order)
+    easy = ShadowRecordingEasy(order)
     assert_schedule_invariants(table, simulate_with(easy, table, config, session), session, config)
     heads_started_by_their_shadow(easy.passes)
 
 
 @pytest.mark.parametrize(("estimator", "mode"), EXACT_OR_OVER)
+@pytest.mark.parametrize("order", ["queue", "sjf"])
 @pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
 @settings(max_examples=40, deadline=None)
 @given(workload=workloads())
-def test_conservative_never_starts_a_job_after_its_first_reservation(policy, estimator, mode, workload):
+def test_conservative_never_starts_a_job_after_its_first_reservation(
+    policy: str, order: str, estimator: str, mode: str, workload: tuple[int, list[Spec], list[int]]
+) -> None:
     procs, specs, _ = workload
     table = job_table(specs)
     session = session_for(estimator, table)
-    config = SimulationConfig(procs, policy, "conservative", mode)
-    conservative = ReservationRecordingConservative()
+    config = SimulationConfig(procs, policy, "conservative", mode, backfill_order=order)
+    conservative = ReservationRecordingConservative(order)
     result = simulate_with(conservative, table, config, session)
     assert_schedule_invariants(table, result, session, config)
     assert not conservative.moved_later

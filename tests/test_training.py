@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from predictor.digests import sha256_of
 from predictor.errors import SpecError
 from predictor.estimators.lgbm.estimator import CLASSES, LGBMQuantileEstimator
 from predictor.estimators.lgbm.features import feature_names
@@ -16,7 +17,6 @@ from predictor.estimators.lgbm.store import (
     MODEL_FILE,
     ModelCatalog,
     ModelError,
-    file_sha256,
     load_model,
     parse_until,
     train,
@@ -46,7 +46,7 @@ def test_model_folder_holds_text_model_and_manifest(trained: tuple[Path, dict]) 
     assert sorted(path.name for path in folder.iterdir()) == sorted([MODEL_FILE, MANIFEST_FILE])
     assert (folder / MODEL_FILE).read_text().startswith("tree")  # LightGBM's text format
     assert json.loads((folder / MANIFEST_FILE).read_text()) == manifest
-    assert manifest["model_sha256"] == file_sha256(folder / MODEL_FILE)
+    assert manifest["model_sha256"] == sha256_of(folder / MODEL_FILE)
     assert [feature["name"] for feature in manifest["features"]] == list(feature_names())
     assert all(feature["encoding"] for feature in manifest["features"])
     assert manifest["params"]["target_under"] == 0.1

@@ -11,6 +11,7 @@ results are the same whatever the backend and however many workers run them.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import ipaddress
 import pickle
 import secrets
@@ -48,6 +49,7 @@ from simulator.evaluation.plan import (
     clock,
     describe,
 )
+from simulator.evaluation.report import ReportInputs, claim_report_folder, write_report
 from simulator.experiment import run_simulation
 from simulator.traces.swf import Trace
 
@@ -91,9 +93,9 @@ def prediction_quality(trace: Trace, label: str, spec: str) -> dict[str, Any]:
 def _simulate(
     task: SimulationTask, trace: Trace, address: str | None, run_id: str, credentials: Credentials | None
 ) -> dict[str, Any]:
-    config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode)
+    config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode, task.correction, task.backfill_order)
     if address is None:
-        summary, _ = run_simulation(trace, config, task.estimator, task.month)
+        summary, _ = run_simulation(trace, config, task.estimator, task.month, load_factor=task.load_factor)
     else:
         namespace = f"evaluate-{run_id}-{task.index}"
         summary, _ = run_simulation(
@@ -105,6 +107,7 @@ def _simulate(
             namespace,
             timeout=EVALUATION_SERVICE_TIMEOUT,
             credentials=credentials,
+            load_factor=task.load_factor,
         )
         _forget_namespace(address, namespace, credentials)
     return result_row(task.trace, summary)
@@ -125,7 +128,20 @@ def result_row(label: str, summary: Mapping[str, Any]) -> dict[str, Any]:
     row["month"] = summary["month"] or ""
     row["skipped"] = "; ".join(f"{reason}: {count}" for reason, count in summary["skipped"].items())
     row.update({f"prediction_{key}": value for key, value in summary["prediction"].items()})
-    order = ["trace", "month", "estimator", "policy", "backfill", "mode", "correction", "procs", "jobs", "skipped"]
+    order = [
+        "trace",
+        "month",
+        "load_factor",
+        "estimator",
+        "policy",
+        "backfill",
+        "backfill_order",
+        "mode",
+        "correction",
+        "procs",
+        "jobs",
+        "skipped",
+    ]
     return {key: row[key] for key in order} | {key: value for key, value in row.items() if key not in order}
 
 
@@ -340,6 +356,12 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
         ",".join(plan.backfills),
         "--modes",
         ",".join(plan.modes),
+        "--backfill-order",
+        ",".join(plan.backfill_orders),
+        "--corrections",
+        ",".join(plan.corrections),
+        "--load-factor",
+        ",".join(f"{factor:g}" for factor in plan.load_factors),
     ]
     if plan.monthly:
         words.append("--monthly")
@@ -358,10 +380,18 @@ def run_evaluation(
     out: Path,
     backend: Backend | None = None,
     show_progress: bool = True,
+    force: bool = False,
 ) -> EvaluationOutcome:
-    """Run the whole evaluation and write the report in `out`; the progress bar goes to stderr."""
+    """Run the whole evaluation and write the report in `out`; the progress bar goes to stderr.
+
+    Everything that can be refused is refused before the first task runs: the
+    plan, the backend, and the report folder (`force` replaces a previous report).
+    """
     backend = backend or Backend()
     plan.check()
+    if backend.dask_scheduler and importlib.util.find_spec("distributed") is None:
+        raise UsageError("--dask-scheduler needs Dask: pip install 'tsched[dask]'")
+    claim_report_folder(out, force)
     labels = [entry.label for entry in traces]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
@@ -394,8 +424,6 @@ def run_evaluation(
         if secrets_folder is not None:
             secrets_folder.cleanup()
     seconds = time.monotonic() - started
-
-    from simulator.evaluation.report import ReportInputs, write_report
 
     inputs = ReportInputs(
         traces=list(traces),

@@ -6,7 +6,7 @@ definitions, and nothing here imports either of them.
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from predictor.digests import sha256_of
 from predictor.errors import SpecError, UsageError
 from predictor.registry import make_estimator
-from simulator.backfill import BACKFILLS
-from simulator.machine import MODES
+from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
+from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
-from simulator.traces.swf import Trace, read_swf
+from simulator.traces.formats import read_trace
+from simulator.traces.sitelog import SizeUnit
+from simulator.traces.swf import Trace
 from simulator.traces.workload import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
 
 #: The baseline every run is compared with: the users' requests, used as they are.
@@ -38,6 +41,11 @@ DEFAULT_ESTIMATORS = (
 DEFAULT_POLICIES = ("wfp", "fcfs")
 DEFAULT_BACKFILLS = ("easy",)
 DEFAULT_MODES = ("regular", "selective")
+DEFAULT_BACKFILL_ORDERS = ("queue",)
+DEFAULT_CORRECTIONS = ("request",)
+DEFAULT_LOAD_FACTORS = (1.0,)
+#: The backfill order every other is compared with when it runs too: plain EASY (Gaussier et al.'s reference).
+REFERENCE_ORDER = "queue"
 PREDICTION_MODES = tuple(mode for mode in MODES if mode != BASELINE_MODE)
 #: Quantiles kept of each estimator's per-job accuracy: enough for a smooth CDF (Tang's Figure 11).
 CDF_POINTS = 201
@@ -67,6 +75,17 @@ def split_specs(texts: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(specs))
 
 
+def split_numbers(text: str, option: str) -> tuple[float, ...]:
+    """A comma-separated list of positive numbers, without repeats (e.g. load factors `1,1.2`)."""
+    try:
+        numbers = tuple(dict.fromkeys(float(item) for item in text.split(",") if item.strip()))
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: expected comma-separated numbers such as 1,1.2") from None
+    if not numbers or not all(0 < number < float("inf") for number in numbers):
+        raise UsageError(f"{option} {text!r}: expected positive numbers such as 1,1.2")
+    return numbers
+
+
 def split_choices(text: str, allowed: Sequence[str], option: str) -> tuple[str, ...]:
     """A comma-separated list of names, each one of `allowed`, without repeats."""
     items = tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
@@ -87,17 +106,27 @@ class EvaluationPlan:
     modes: tuple[str, ...] = DEFAULT_MODES
     monthly: bool = False
     procs: int | None = None
+    backfill_orders: tuple[str, ...] = DEFAULT_BACKFILL_ORDERS
+    #: Only regular mode runs once per correction: the others never correct a running job.
+    corrections: tuple[str, ...] = DEFAULT_CORRECTIONS
+    load_factors: tuple[float, ...] = DEFAULT_LOAD_FACTORS
 
     def check(self) -> None:
-        """Refuse a bad SPEC, policy, backfilling or mode before anything runs."""
+        """Refuse a bad SPEC, policy, backfilling, order, correction, mode or load before anything runs."""
         for spec in self.estimators:
             make_estimator(spec)
         for values, allowed, option in (
             (self.policies, POLICIES, "--policies"),
             (self.backfills, BACKFILLS, "--backfill"),
             (self.modes, PREDICTION_MODES, "--modes"),
+            (self.backfill_orders, BACKFILL_ORDERS, "--backfill-order"),
+            (self.corrections, CORRECTIONS, "--corrections"),
         ):
             split_choices(",".join(values), allowed, option)
+        if "none" in self.backfills and "sjf" in self.backfill_orders:
+            raise UsageError("--backfill none has no backfill order: leave sjf out of --backfill-order")
+        if not self.load_factors or not all(0 < factor < float("inf") for factor in self.load_factors):
+            raise UsageError(f"--load-factor: every factor must be a positive number, not {self.load_factors}")
 
     @property
     def quality_estimators(self) -> tuple[str, ...]:
@@ -136,12 +165,20 @@ class TraceInput:
     path: str | None = None  # the --trace argument; None for a workload made in memory
 
 
-def load_trace_input(path: str) -> TraceInput:
-    """A trace file, named by its file name and identified by its SHA-256."""
-    trace = read_swf(path)
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def load_trace_input(
+    path: str,
+    format: str | None = None,
+    *,
+    lenient: bool = False,
+    timezone: str | None = None,
+    size: SizeUnit | None = None,
+    default_request: int | None = None,
+) -> TraceInput:
+    """A trace in any format (`read_trace`'s arguments), named by its file name and identified by its SHA-256."""
+    trace = read_trace(path, format, lenient=lenient, timezone=timezone, size=size, default_request=default_request)
+    trace.require_jobs()
     label = Path(path).name.removesuffix(".gz").removesuffix(".swf")
-    return TraceInput(label, trace, f"{path} (sha256 {digest})", path)
+    return TraceInput(label, trace, f"{path} (sha256 {sha256_of(path)})", path)
 
 
 def builtin_trace_input() -> TraceInput:
@@ -186,6 +223,9 @@ class SimulationTask:
     backfill: str
     mode: str
     procs: int
+    backfill_order: str = "queue"
+    correction: str = "request"
+    load_factor: float = 1.0
 
     @property
     def is_baseline(self) -> bool:
@@ -195,23 +235,48 @@ class SimulationTask:
 Task = QualityTask | SimulationTask
 
 
+def _runs(plan: EvaluationPlan) -> list[tuple[str, str, str]]:
+    """(estimator, mode, correction) of one scheduler configuration: the baseline first, regular mode once per
+    correction, the other modes once (they never correct a running job)."""
+    runs = [(BASELINE_ESTIMATOR, BASELINE_MODE, plan.corrections[0])]
+    for spec in plan.predicting_estimators:
+        for mode in plan.modes:
+            corrections = plan.corrections if mode == "regular" else plan.corrections[:1]
+            runs += [(spec, mode, correction) for correction in corrections]
+    return runs
+
+
 def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task]:
-    """Per trace: the quality replays, then per period x policy x backfilling the baseline and every run."""
+    """Per trace: the quality replays, then per period x load x policy x backfilling x order the baseline and
+    every run."""
     tasks: list[Task] = []
     for entry in traces:
         for spec in plan.quality_estimators:
             tasks.append(QualityTask(len(tasks), entry.label, spec))
         procs = entry.trace.machine_procs(plan.procs)
         periods: list[str | None] = list(months_with_jobs(entry.trace)) if plan.monthly else [None]
-        for month in periods:
-            for policy in plan.policies:
-                for backfill in plan.backfills:
-                    runs = [(BASELINE_ESTIMATOR, BASELINE_MODE)]
-                    runs += [(spec, mode) for spec in plan.predicting_estimators for mode in plan.modes]
-                    for spec, mode in runs:
-                        tasks.append(
-                            SimulationTask(len(tasks), entry.label, month, spec, policy, backfill, mode, procs)
-                        )
+        configurations = itertools.product(
+            periods, plan.load_factors, plan.policies, plan.backfills, plan.backfill_orders
+        )
+        for month, load_factor, policy, backfill, order in configurations:
+            if backfill == "none" and order != "queue":
+                continue
+            for spec, mode, correction in _runs(plan):
+                tasks.append(
+                    SimulationTask(
+                        len(tasks),
+                        entry.label,
+                        month,
+                        spec,
+                        policy,
+                        backfill,
+                        mode,
+                        procs,
+                        order,
+                        correction,
+                        load_factor,
+                    )
+                )
     return tasks
 
 
@@ -233,9 +298,10 @@ def describe(task: Task) -> str:
     if isinstance(task, QualityTask):
         return f"prediction quality of {task.estimator} on {task.trace}"
     period = f" {task.month}" if task.month else ""
+    load = f", load x{task.load_factor:g}" if task.load_factor != 1 else ""
     return (
-        f"simulation of {task.trace}{period}, {task.policy} + {task.backfill}, estimator {task.estimator}, "
-        f"mode {task.mode}"
+        f"simulation of {task.trace}{period}{load}, {task.policy} + {task.backfill} ({task.backfill_order} order), "
+        f"estimator {task.estimator}, mode {task.mode}, correction {task.correction}"
     )
 
 

@@ -73,14 +73,15 @@ def accuracy_cdf_plot(curves: Mapping[str, np.ndarray], title: str, path: Path, 
 
 
 def _improvement_bars(ax: Axes, runs: pd.DataFrame, colors: Mapping[str, str]) -> None:
-    """Grouped bars: per metric, one bar per estimator, improvement in percent."""
-    specs = list(dict.fromkeys(runs["estimator"]))
-    width = 0.8 / max(len(specs), 1)
+    """Grouped bars: per metric, one bar per run (its estimator's colour), improvement in percent."""
+    labels = list(dict.fromkeys(runs["run"]))
+    width = 0.8 / max(len(labels), 1)
     positions = np.arange(len(METRICS))
-    for number, spec in enumerate(specs):
-        row = runs[runs["estimator"] == spec].iloc[0]
+    for number, label in enumerate(labels):
+        row = runs[runs["run"] == label].iloc[0]
         values = [row[f"improvement_{metric}"] * 100 for metric in METRICS]
-        ax.bar(positions + (number - (len(specs) - 1) / 2) * width, values, width, color=colors.get(spec), label=spec)
+        color = colors.get(str(row["estimator"]))
+        ax.bar(positions + (number - (len(labels) - 1) / 2) * width, values, width, color=color, label=label)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(positions, list(METRICS.values()))
     ax.set_ylabel("improvement over the baseline (%)")
@@ -112,15 +113,15 @@ def monthly_plot(
     positions = {month: number for number, month in enumerate(months)}
     for ax, (metric, name) in zip(axes[:3], METRICS.items(), strict=True):
         ax.axhline(BASELINE_LEVEL, color=colors.get("request", "black"), linewidth=1.5, label="baseline")
-        for spec, runs in monthly.groupby("estimator", sort=False):
+        for label, runs in monthly.groupby("run", sort=False):
             x = runs["month"].map(positions).to_numpy()
             ax.plot(
                 x,
                 runs[f"{metric}_vs_baseline"].to_numpy() * BASELINE_LEVEL,
                 marker="o",
                 markersize=3,
-                color=colors.get(str(spec)),
-                label=str(spec),
+                color=colors.get(str(runs["estimator"].iloc[0])),
+                label=str(label),
             )
         ax.set_xticks(range(len(months)), months, rotation=90, fontsize=7)
         ax.set_ylabel(f"{name} (baseline = {BASELINE_LEVEL:g})")

@@ -9,6 +9,7 @@ period, policy and backfilling.
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from predictor.errors import UsageError
 from predictor.registry import make_estimator
 from simulator.engine import SimulationConfig
 from simulator.evaluation.plan import (
     BASELINE_ESTIMATOR,
     BASELINE_MODE,
+    REFERENCE_ORDER,
     Backend,
     EvaluationPlan,
     QualityTask,
@@ -36,7 +39,14 @@ from simulator.evaluation.plan import (
 )
 
 #: Metrics whose improvement over the baseline is computed for every run.
-IMPROVED_METRICS = ("avg_wait", "avg_response", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait")
+IMPROVED_METRICS = (
+    "avg_wait",
+    "avg_response",
+    "avg_slowdown",
+    "avg_bounded_slowdown",
+    "weighted_wait",
+    "weighted_wait_wfp",
+)
 #: Tang et al.'s three metrics (their Figures 14-17).
 PAPER_METRICS = ("avg_wait", "avg_slowdown", "weighted_wait")
 METRIC_TITLES = {
@@ -45,9 +55,14 @@ METRIC_TITLES = {
     "avg_slowdown": "slowdown",
     "avg_bounded_slowdown": "bounded slowdown",
     "weighted_wait": "weighted wait",
+    "weighted_wait_wfp": "weighted wait (WFP score)",
 }
-#: A run's baseline shares these.
-BASELINE_KEYS = ["trace", "month", "policy", "backfill"]
+#: A run's baseline (`request` in mode `none`) shares these: the same scheduler on the same jobs.
+BASELINE_KEYS = ["trace", "month", "load_factor", "policy", "backfill", "backfill_order"]
+#: The report's sections: one trace, load, policy and backfilling; rows differ by the rest.
+SECTION_KEYS = ["trace", "load_factor", "policy", "backfill"]
+#: Below this mean wait (seconds) the baseline hardly queues: ratios of its waits say nothing.
+LITTLE_QUEUEING_SECONDS = 60.0
 PACKAGES = (
     "tsched",
     "numpy",
@@ -84,16 +99,48 @@ def improvement(baseline: pd.Series | np.ndarray, value: pd.Series | np.ndarray)
         return np.where(base != 0, (base - np.asarray(value, dtype=np.float64)) / base, np.nan)
 
 
+def _baseline_values(results: pd.DataFrame, keys: list[str], selected: pd.Series) -> np.ndarray:
+    """Per row, the IMPROVED_METRICS of the baseline run (among `selected` rows) that shares `keys`."""
+    baselines = results[selected & (results["estimator"] == BASELINE_ESTIMATOR) & (results["mode"] == BASELINE_MODE)]
+    table = baselines.set_index(keys)[list(IMPROVED_METRICS)]
+    values: np.ndarray = table.reindex(pd.MultiIndex.from_frame(results[keys])).to_numpy()
+    return values
+
+
+def run_label(row: pd.Series, orders: int, corrections: int) -> str:
+    """How tables and plots name a run: its estimator, then its backfill order and correction where they vary."""
+    label = str(row["estimator"])
+    if orders > 1 and row["backfill_order"] != "queue":
+        label += f" ({row['backfill_order']} order)"
+    if corrections > 1 and row["mode"] == "regular":
+        label += f" [{row['correction']}]"
+    return label
+
+
 def results_table(outcomes: list[TaskOutcome]) -> pd.DataFrame:
-    """One row per simulation, in task order: parameters, metrics, and improvements over the baseline."""
+    """One row per simulation, in task order: parameters, metrics, and improvements over the baseline.
+
+    `improvement_*` compares a run with `request` in mode `none` under the same
+    scheduler (backfill order included); where the plain queue order ran too,
+    `improvement_vs_queue_*` compares it with that, Gaussier et al.'s reference
+    (EASY with the users' requests). `little_queueing` marks runs whose
+    baseline hardly waits: their ratios are noise.
+    """
     rows = [outcome.result for outcome in outcomes if isinstance(outcome.task, SimulationTask)]
     results = pd.DataFrame(rows)
-    baseline = results[(results["estimator"] == BASELINE_ESTIMATOR) & (results["mode"] == BASELINE_MODE)].set_index(
-        BASELINE_KEYS
-    )[list(IMPROVED_METRICS)]
-    reference = baseline.reindex(pd.MultiIndex.from_frame(results[BASELINE_KEYS])).to_numpy()
+    everything = pd.Series(True, index=results.index)
+    same = _baseline_values(results, BASELINE_KEYS, everything)
+    queue_keys = [key for key in BASELINE_KEYS if key != "backfill_order"]
+    queue = _baseline_values(results, queue_keys, results["backfill_order"] == REFERENCE_ORDER)
     for column, metric in enumerate(IMPROVED_METRICS):
-        results[f"improvement_{metric}"] = improvement(reference[:, column], results[metric])
+        results[f"improvement_{metric}"] = improvement(same[:, column], results[metric])
+    if (results["backfill_order"] != REFERENCE_ORDER).any() and not np.isnan(queue).all():
+        for column, metric in enumerate(IMPROVED_METRICS):
+            results[f"improvement_vs_queue_{metric}"] = improvement(queue[:, column], results[metric])
+    baseline_wait = same[:, IMPROVED_METRICS.index("avg_wait")]
+    results["little_queueing"] = baseline_wait < LITTLE_QUEUEING_SECONDS
+    orders, corrections = results["backfill_order"].nunique(), results["correction"].nunique()
+    results["run"] = [run_label(row, orders, corrections) for _, row in results.iterrows()]
     return results
 
 
@@ -121,12 +168,10 @@ def accuracy_quantiles(outcomes: list[TaskOutcome]) -> dict[str, dict[str, np.nd
 def monthly_table(results: pd.DataFrame) -> pd.DataFrame:
     """Tang's monthly view: each month's metrics beside that month's baseline, as a ratio and an improvement."""
     months = results[results["month"] != ""]
-    table = months[["trace", "month", "estimator", "policy", "backfill", "mode", "jobs"]].copy()
-    baseline = months[(months["estimator"] == BASELINE_ESTIMATOR) & (months["mode"] == BASELINE_MODE)].set_index(
-        BASELINE_KEYS
-    )[list(PAPER_METRICS)]
-    reference = baseline.reindex(pd.MultiIndex.from_frame(months[BASELINE_KEYS])).to_numpy()
-    for column, metric in enumerate(PAPER_METRICS):
+    table = months[[*SECTION_KEYS, "month", "backfill_order", "run", "estimator", "mode", "correction", "jobs"]].copy()
+    reference = _baseline_values(months, BASELINE_KEYS, pd.Series(True, index=months.index))
+    for metric in PAPER_METRICS:
+        column = IMPROVED_METRICS.index(metric)
         table[metric] = months[metric]
         table[f"baseline_{metric}"] = reference[:, column]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -146,7 +191,7 @@ def monthly_averages(monthly: pd.DataFrame) -> pd.DataFrame:
     left out of that metric's mean, and `months` counts the months simulated.
     """
     runs = monthly[~((monthly["estimator"] == BASELINE_ESTIMATOR) & (monthly["mode"] == BASELINE_MODE))]
-    keys = ["trace", "policy", "backfill", "estimator", "mode"]
+    keys = [*SECTION_KEYS, "run", "estimator", "mode"]
     grouped = runs.groupby(keys, sort=False)
     averages = grouped.size().rename("months").to_frame()
     for metric in PAPER_METRICS:
@@ -265,14 +310,15 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
         "## Scheduling (whole trace)",
         "",
         "Improvement = (baseline - value) / baseline, positive is better; the baseline is `request` in mode "
-        "`none` (the users' requests, as submitted) with the same policy and backfilling. Waits in minutes.",
+        "`none` (the users' requests, as submitted) with the same policy, backfilling and backfill order. "
+        "Waits in minutes.",
         "",
     ]
     whole = results[results["month"] == ""]
-    for (trace, policy, backfill), table in whole.groupby(["trace", "policy", "backfill"], sort=False):
+    for (trace, load_factor, policy, backfill), table in whole.groupby(SECTION_KEYS, sort=False):
         shown = pd.DataFrame(
             {
-                "estimator": table["estimator"],
+                "run": table["run"],
                 "mode": table["mode"],
                 "wait": table["avg_wait"] / 60,
                 "slowdown": table["avg_slowdown"],
@@ -286,11 +332,11 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
                 },
             }
         )
-        name = f"improvement-{slug(trace)}-{policy}-{backfill}.png"
-        improvement_plot(table, f"{trace}, {policy} + {backfill}: improvement over the baseline", out / name, colors)
+        title, stem = _section_names(trace, load_factor, policy, backfill)
+        name = f"improvement-{stem}.png"
+        improvement_plot(table, f"{title}: improvement over the baseline", out / name, colors)
+        lines += [f"### {title} backfilling", "", *_queueing_note(table)]
         lines += [
-            f"### {trace}, {policy} + {backfill} backfilling",
-            "",
             markdown_table(
                 shown,
                 {
@@ -309,6 +355,26 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
     return lines
 
 
+def _section_names(trace: object, load_factor: object, policy: object, backfill: object) -> tuple[str, str]:
+    """A section's title and its plots' file-name stem."""
+    load = float(str(load_factor))
+    title = f"{trace}{'' if load == 1 else f', load x{load:g}'}, {policy} + {backfill}"
+    return title, slug(f"{trace}{'' if load == 1 else f'-load{load:g}'}-{policy}-{backfill}")
+
+
+def _queueing_note(table: pd.DataFrame) -> list[str]:
+    """A warning where the baseline hardly queues: improvements of a near-zero wait are ratios of noise."""
+    if not table["little_queueing"].any():
+        return []
+    waits = table.loc[(table["estimator"] == BASELINE_ESTIMATOR) & (table["mode"] == BASELINE_MODE), "avg_wait"]
+    return [
+        f"**Little queueing:** the baseline's mean wait is {waits.max():.0f} s "
+        f"(under {LITTLE_QUEUEING_SECONDS:.0f} s): there is almost nothing for better estimates to improve, "
+        "and the improvements below are ratios of near-zero waits, not findings.",
+        "",
+    ]
+
+
 def _monthly_section(
     monthly: pd.DataFrame, averages: pd.DataFrame, out: Path, modes: tuple[str, ...], colors: dict[str, str]
 ) -> list[str]:
@@ -323,10 +389,10 @@ def _monthly_section(
         "the number of months the run beat the baseline.",
         "",
     ]
-    for (trace, policy, backfill), table in averages.groupby(["trace", "policy", "backfill"], sort=False):
+    for (trace, load_factor, policy, backfill), table in averages.groupby(SECTION_KEYS, sort=False):
         rows = []
-        for estimator, runs in table.groupby("estimator", sort=False):
-            row: dict[str, Any] = {"estimator": estimator, "months": int(runs["months"].max())}
+        for label, runs in table.groupby("run", sort=False):
+            row: dict[str, Any] = {"run": label, "months": int(runs["months"].max())}
             for mode in modes:
                 run = runs[runs["mode"] == mode]
                 for metric in PAPER_METRICS:
@@ -334,27 +400,28 @@ def _monthly_section(
                     better = int(run[f"months_better_{metric}"].iloc[0]) if len(run) else 0
                     row[f"{mode} {METRIC_TITLES[metric]}"] = f"{_percent(value)} ({better})"
             rows.append(row)
-        lines += [f"### {trace}, {policy} + {backfill} backfilling", "", markdown_table(pd.DataFrame(rows), {}), ""]
+        title, stem = _section_names(trace, load_factor, policy, backfill)
+        lines += [f"### {title} backfilling", "", markdown_table(pd.DataFrame(rows), {}), ""]
         lines += _selective_finding(table, modes)
+        section = monthly[
+            (monthly["trace"] == trace)
+            & (monthly["load_factor"] == load_factor)
+            & (monthly["policy"] == policy)
+            & (monthly["backfill"] == backfill)
+        ]
         images = []
         for mode in modes:
-            name = f"monthly-{slug(trace)}-{policy}-{backfill}-{mode}.png"
-            selected = monthly[
-                (monthly["trace"] == trace)
-                & (monthly["policy"] == policy)
-                & (monthly["backfill"] == backfill)
-                & (monthly["mode"] == mode)
-            ]
+            name = f"monthly-{stem}-{mode}.png"
             monthly_plot(
-                selected,
+                section[section["mode"] == mode],
                 table[table["mode"] == mode],
-                f"{trace}, {policy} + {backfill}, mode {mode}: each month against its baseline",
+                f"{title}, mode {mode}: each month against its baseline",
                 out / name,
                 colors,
             )
             images.append(f"![monthly, {mode}]({name})")
-        bars = f"improvement-{slug(trace)}-{policy}-{backfill}.png"
-        improvement_plot(table, f"{trace}, {policy} + {backfill}: average monthly improvement", out / bars, colors)
+        bars = f"improvement-{stem}.png"
+        improvement_plot(table, f"{title}: average monthly improvement", out / bars, colors)
         lines += [" ".join(images), "", f"![average monthly improvement]({bars})", ""]
     return lines
 
@@ -364,7 +431,7 @@ def _selective_finding(averages: pd.DataFrame, modes: tuple[str, ...]) -> list[s
     if not {"regular", "selective"} <= set(modes):
         return []
     pivot = averages.pivot_table(
-        index="estimator", columns="mode", values=[f"improvement_{m}" for m in PAPER_METRICS], sort=False
+        index="run", columns="mode", values=[f"improvement_{m}" for m in PAPER_METRICS], sort=False
     )
     compared = better = 0
     for metric in PAPER_METRICS:
@@ -394,9 +461,38 @@ def estimator_colors(plan: EvaluationPlan) -> dict[str, str]:
     return {spec: palette[number % len(palette)] for number, spec in enumerate(plan.quality_estimators)}
 
 
-def write_report(out: Path, inputs: ReportInputs) -> Path:
-    """Write report.md, the CSV files and the plots into `out`; return report.md's path."""
+#: The list of files a report wrote, in its folder: what `--force` may remove, and nothing else.
+REPORT_MANIFEST = ".tsched-report"
+
+
+def claim_report_folder(out: Path, force: bool) -> None:
+    """Make sure `out` can take a report before any work starts.
+
+    A missing or empty folder is fine. A folder holding a previous report is
+    refused unless `force`, and then only that report's files (listed in its
+    manifest) are removed: a user's other files are never touched.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: is a file, not a folder for the report")
+    if out.is_dir() and any(out.iterdir()):
+        manifest = out / REPORT_MANIFEST
+        if not force:
+            what = "a previous report" if manifest.is_file() else "files"
+            raise UsageError(f"--out {out}: the folder holds {what}; choose another, or --force to replace a report")
+        if manifest.is_file():
+            for name in manifest.read_text().splitlines():
+                (out / name).unlink(missing_ok=True)
+            manifest.unlink()
     out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"--out {out}: the folder is not writable")
+
+
+def write_report(out: Path, inputs: ReportInputs) -> Path:
+    """Write report.md, the CSV files and the plots into `out` (claimed by `claim_report_folder`), and the
+    manifest of what was written; return report.md's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    before = set(out.iterdir())
     plan = inputs.plan
     colors = estimator_colors(plan)
     results = results_table(inputs.outcomes)
@@ -456,6 +552,8 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
     ]
     report = out / "report.md"
     report.write_text("\n".join(lines))
+    written = sorted(path.name for path in set(out.iterdir()) - before)
+    (out / REPORT_MANIFEST).write_text("".join(f"{name}\n" for name in written))
     return report
 
 

@@ -6,7 +6,7 @@ parse shows something wrong does a slower line-by-line pass run, to name the
 exact line and field (strict mode) or to drop the bad lines and count them by
 reason (lenient mode).
 
-The replay rules follow paper-decisions.md: job size is field 5 when > 0, else
+The replay rules follow docs/definitions.md: job size is field 5 when > 0, else
 field 8; t_req is field 9; t_act is field 4 capped at t_req; jobs with unknown
 runtime, size or request are skipped and counted by reason.
 """
@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -86,6 +87,7 @@ JOB_COLUMNS = (
     "queue",
     "partition",
     "status",
+    "censored",
 )
 GENERATED_PATH = "<generated>"
 
@@ -93,9 +95,10 @@ _INTEGER_HEADER_KEYS = {"maxprocs": "max_procs", "maxnodes": "max_nodes", "unixs
 _TEXT_HEADER_KEYS = {"timezonestring": "time_zone_string"}
 _HEADER_LINE = re.compile(r"^\s*;\s*([A-Za-z]+)\s*:\s*(.*?)\s*$")
 _LEADING_INTEGER = re.compile(r"[+-]?\d+")
-_NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-_NUMBER_TOKEN = re.compile(_NUMBER)
-_WELL_FORMED_LINE = re.compile(rf"\s*{_NUMBER}(?:\s+{_NUMBER}){{17}}\s*")
+#: One number, matched token by token: each part can match in one way only, so a check is linear in the
+#: line's length (a whole-line pattern backtracks catastrophically on a line with a field too many).
+_NUMBER_TOKEN = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_SUBMIT = RECORD_COLUMNS.index("submit")
 _MONTH = re.compile(r"(\d{4})-(\d{2})")
 _INT64_LIMIT = 2**63
 
@@ -146,13 +149,22 @@ class SWFHeader:
                         f"{source} line {number}, header field {match.group(1)}: {value!r} is not a number"
                     )
                 else:
-                    _count(malformed, "bad header value")
+                    count_reason(malformed, "bad header value")
         return header
 
 
 @dataclass
 class Trace:
-    """A workload: every well-formed SWF record, and the jobs that can be replayed."""
+    """A workload: every well-formed SWF record, and the jobs that can be replayed.
+
+    `records` has the 18 SWF fields (`RECORD_COLUMNS`, -1 = unknown); `jobs`
+    the replayable ones under the replay rules (`JOB_COLUMNS`, see
+    `replayable_jobs`). `skipped` counts the jobs left out, by reason (a site
+    log's reader adds what it left out of `records`: job steps, jobs that never
+    started, ...); `malformed` the lines dropped in lenient mode. `names`
+    gives, per SWF field a site log filled from names (user, group, queue,
+    ...), the name behind each integer id.
+    """
 
     path: str
     header: SWFHeader
@@ -160,15 +172,39 @@ class Trace:
     jobs: pd.DataFrame
     skipped: dict[str, int]
     malformed: dict[str, int]
+    names: dict[str, dict[int, str]] = field(default_factory=dict)
 
     @classmethod
     def from_records(
-        cls, path: str, header: SWFHeader, records: pd.DataFrame, malformed: dict[str, int] | None = None
+        cls,
+        path: str,
+        header: SWFHeader,
+        records: pd.DataFrame,
+        malformed: dict[str, int] | None = None,
+        *,
+        left_out: dict[str, int] | None = None,
+        names: dict[str, dict[int, str]] | None = None,
     ) -> Trace:
-        """Apply the replay rules to `records` (the reader, month selection and generator share this)."""
+        """Apply the replay rules to `records` (the readers, month selection and generator share this).
+
+        `left_out` counts jobs a reader did not put in `records`, by reason; they join `skipped`.
+        """
         records = records.reset_index(drop=True)
         jobs, skipped = replayable_jobs(records)
-        return cls(path, header, records, jobs, skipped, dict(malformed or {}))
+        for reason, count in (left_out or {}).items():
+            skipped[reason] = skipped.get(reason, 0) + count
+        return cls(path, header, records, jobs, skipped, dict(malformed or {}), dict(names or {}))
+
+    def require_jobs(self) -> Trace:
+        """This trace, refused with the reasons when no job of it can be replayed (an empty file, no requests)."""
+        if self.jobs.empty:
+            reasons = ", ".join(f"{count:,} {reason}" for reason, count in sorted(self.skipped.items()))
+            raise TraceError(
+                f"{self.path}: no job can be replayed"
+                + (f" (skipped: {reasons})" if reasons else ": the trace holds no jobs")
+                + "; a replay needs each job's runtime, size and requested time"
+            )
+        return self
 
     def machine_procs(self, override: int | None = None) -> int:
         """Machine size: `override` (--procs), else MaxProcs, else MaxNodes, else the largest job."""
@@ -179,9 +215,7 @@ class Trace:
         for declared in (self.header.max_procs, self.header.max_nodes):
             if declared is not None and declared > 0:
                 return declared
-        if self.jobs.empty:
-            raise TraceError(f"{self.path}: no MaxProcs/MaxNodes in the header and no jobs to size the machine by")
-        return int(self.jobs["procs"].max())
+        return int(self.require_jobs().jobs["procs"].max())  # sized by the largest job
 
     def _epoch(self) -> int:
         return self.header.unix_start_time or 0
@@ -212,7 +246,7 @@ class Trace:
             extent = f"the trace covers {covered[0][0]} to {covered[-1][0]}" if covered else "the trace has no jobs"
             raise TraceError(f"{self.path}: no jobs submitted in {month} ({extent})")
         in_month = (self.records["submit"] >= start) & (self.records["submit"] < end)
-        return Trace.from_records(self.path, self.header, self.records.loc[in_month], self.malformed)
+        return Trace.from_records(self.path, self.header, self.records.loc[in_month], self.malformed, names=self.names)
 
     def jobs_before(self, t: int) -> pd.DataFrame:
         """Replayable jobs that ended (by the trace's own times) at or before `t`: warm-up history."""
@@ -220,10 +254,12 @@ class Trace:
 
 
 def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The replay rules of paper-decisions.md, vectorised.
+    """The replay rules of docs/definitions.md, vectorised.
 
     A job failing several rules is counted once, under the first of: unknown
     runtime, no size, no request. An unknown wait (-1) counts as 0 in `end`.
+    `censored` marks the jobs that ran to their request (run >= t_req, as a
+    Slurm TIMEOUT does): their t_act is a lower bound of what they needed.
     """
     run = records["run"].to_numpy(dtype=np.int64)
     alloc = records["alloc_procs"].to_numpy(dtype=np.int64)
@@ -257,6 +293,7 @@ def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]
                 name: kept[name].to_numpy(dtype=np.int64)
                 for name in ("user", "group", "executable", "queue", "partition", "status")
             },
+            "censored": run[keep] >= t_req[keep],
         }
     )
     jobs = jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
@@ -271,7 +308,7 @@ def read_swf(path: str | Path, *, lenient: bool = False) -> Trace:
     `Trace.malformed` by reason.
     """
     source = str(path)
-    data = _read_bytes(Path(path), source)
+    data = read_trace_bytes(Path(path), source)
     malformed: dict[str, int] | None = {} if lenient else None
 
     comments = _comment_lines(data)
@@ -282,10 +319,29 @@ def read_swf(path: str | Path, *, lenient: bool = False) -> Trace:
     records = _parse_records(_without_lines(data, comments))
     if records is None:
         records = _parse_line_by_line(data, source, malformed)
+    _refuse_absolute_submit_times(records, header, source)
     return Trace.from_records(source, header, records, malformed)
 
 
-def _read_bytes(path: Path, source: str) -> bytes:
+def _refuse_absolute_submit_times(records: pd.DataFrame, header: SWFHeader, source: str) -> None:
+    """SWF submit times count from UnixStartTime; Unix times there would put the trace decades ahead.
+
+    Relative times stay within a few years (10^8 s), while a Unix time of the
+    same era as UnixStartTime is at least half of it: a clean threshold.
+    """
+    start = header.unix_start_time
+    if start is None or start <= 0 or records.empty:
+        return
+    first = int(records["submit"].min())
+    if first >= start / 2:
+        raise TraceError(
+            f"{source}: field 2 ({FIELD_LABELS[_SUBMIT]}) holds absolute Unix times (the first is {first}, "
+            f"{_utc(first):%Y-%m-%d}) while the header's UnixStartTime is {start} ({_utc(start):%Y-%m-%d}): SWF "
+            "submit times count seconds from UnixStartTime; subtract it from field 2, or remove the header line"
+        )
+
+
+def read_trace_bytes(path: Path, source: str) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -336,7 +392,8 @@ def _decode(text: bytes) -> str:
 def _line_numbers(data: bytes, offsets: list[int]) -> list[int]:
     """1-based line numbers of byte offsets (comments are few, so counting newlines per offset is cheap)."""
     newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
-    return (np.searchsorted(newlines, offsets) + 1).tolist()
+    numbers: list[int] = (np.searchsorted(newlines, offsets) + 1).tolist()
+    return numbers
 
 
 def _parse_records(data: bytes) -> pd.DataFrame | None:
@@ -375,6 +432,8 @@ def _typed_records(table: pd.DataFrame) -> pd.DataFrame | None:
                 return None
             values = values.astype(np.int64)
         columns[name] = values
+    if (columns["submit"] < 0).any():  # a submit time counts from the trace's start: the slow pass names the line
+        return None
     return pd.DataFrame(columns)
 
 
@@ -391,23 +450,18 @@ def _parse_line_by_line(data: bytes, source: str, malformed: dict[str, int] | No
         line = raw.strip()
         if not line or line.startswith(";"):
             continue
-        if _WELL_FORMED_LINE.fullmatch(line) and _integral_where_required(line.split()):
+        problem = _diagnose(line.split())
+        if problem is None:
             good.append(line)
             continue
-        reason, detail = _diagnose(line.split())
+        reason, detail = problem
         if malformed is None:
             raise TraceError(f"{source} line {number}, {detail}")
-        _count(malformed, reason)
+        count_reason(malformed, reason)
     records = _parse_records("\n".join(good).encode("latin-1"))
     if records is None:  # the two passes disagree on what a number is: say so rather than guess
         raise TraceError(f"{source}: records could not be parsed as numbers")
     return records
-
-
-def _integral_where_required(tokens: list[str]) -> bool:
-    return all(
-        _integral(token) for name, token in zip(RECORD_COLUMNS, tokens, strict=True) if name not in FLOAT_COLUMNS
-    )
 
 
 def _integral(token: str) -> bool:
@@ -415,8 +469,8 @@ def _integral(token: str) -> bool:
     return value.is_integer() and abs(value) < _INT64_LIMIT
 
 
-def _diagnose(tokens: list[str]) -> tuple[str, str]:
-    """(reason, message tail) for a line the fast path rejected."""
+def _diagnose(tokens: list[str]) -> tuple[str, str] | None:
+    """(reason, message tail) for a malformed line, None for a well-formed one."""
     expected = len(RECORD_COLUMNS)
     if len(tokens) < expected:
         missing = len(tokens)
@@ -436,10 +490,12 @@ def _diagnose(tokens: list[str]) -> tuple[str, str]:
             return "not a number", f"{where}: {token!r} is not a number"
         if name not in FLOAT_COLUMNS and not _integral(token):
             return "not an integer", f"{where}: {token!r} is not an integer (or beyond 64 bits)"
-    return "not a number", "a value is not a number"
+    if float(tokens[_SUBMIT]) < 0:
+        return "negative submit time", f"field 2 ({FIELD_LABELS[_SUBMIT]}): {tokens[_SUBMIT]!r} is negative"
+    return None
 
 
-def _count(counts: dict[str, int], reason: str) -> None:
+def count_reason(counts: dict[str, int], reason: str) -> None:
     counts[reason] = counts.get(reason, 0) + 1
 
 
@@ -477,14 +533,14 @@ def _fraction_text(values: np.ndarray) -> list[str]:
     return [str(int(v)) if v.is_integer() else repr(v) for v in values.tolist()]
 
 
-def trace_info(trace: Trace) -> dict:
+def trace_info(trace: Trace) -> dict[str, Any]:
     """What `tsched trace info` reports: size, span, users, skips, and how good the users' own requests are."""
     jobs = trace.jobs
     try:
         procs: int | None = trace.machine_procs()
     except TraceError:  # no header size and no jobs: nothing to size the machine by
         procs = None
-    info: dict = {
+    info: dict[str, Any] = {
         "path": trace.path,
         "records": len(trace.records),
         "jobs": len(jobs),
@@ -503,7 +559,11 @@ def trace_info(trace: Trace) -> dict:
         return info
     first_submit = int(jobs["submit"].min())
     last_end = int(jobs["end"].max())
-    span = {"first_submit": first_submit, "last_end": last_end, "days": (last_end - first_submit) / 86400}
+    span: dict[str, Any] = {
+        "first_submit": first_submit,
+        "last_end": last_end,
+        "days": (last_end - first_submit) / 86400,
+    }
     if trace.header.unix_start_time is not None:
         span["start_utc"] = _utc(trace.header.unix_start_time + first_submit).isoformat()
         span["end_utc"] = _utc(trace.header.unix_start_time + last_end).isoformat()
@@ -517,7 +577,7 @@ def trace_info(trace: Trace) -> dict:
     return info
 
 
-def format_trace_info(info: dict) -> str:
+def format_trace_info(info: dict[str, Any]) -> str:
     """`trace_info` as readable lines."""
     out = [
         f"trace      {info['path']}",

@@ -250,9 +250,9 @@ def _jobs(rng: np.random.Generator, jobs: int, users: pd.DataFrame, apps: pd.Dat
     )
 
 
-def _arrivals(rng: np.random.Generator, burst: pd.Series, span: float) -> np.ndarray:
+def _arrivals(rng: np.random.Generator, bursts_of_jobs: pd.Series, span: float) -> np.ndarray:
     """Submit times: bursts from a daily/weekly Poisson process stretched over `span`, jobs a few minutes apart."""
-    burst = burst.to_numpy()
+    burst = bursts_of_jobs.to_numpy()
     bursts = int(burst[-1]) + 1
     hourly = np.tile(DAILY_PROFILE, 7) * np.repeat([1, 1, 1, 1, 1, WEEKEND_FACTOR, WEEKEND_FACTOR], 24)
     hourly = hourly / hourly.mean()
@@ -271,7 +271,8 @@ def _arrivals(rng: np.random.Generator, burst: pd.Series, span: float) -> np.nda
     # the n-th job of a burst comes after the gaps of those before it
     offset = np.cumsum(gap) - np.maximum.accumulate(np.where(first_in_burst, np.cumsum(gap), 0.0))
     submit = burst_start[burst] + offset
-    return np.rint(submit).astype(np.int64)
+    times: np.ndarray = np.rint(submit).astype(np.int64)
+    return times
 
 
 def _records(table: pd.DataFrame) -> pd.DataFrame:

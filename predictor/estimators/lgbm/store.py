@@ -10,7 +10,6 @@ is ever unpickled, so a model folder cannot run code.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -23,6 +22,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from predictor.digests import sha256_of
 from predictor.durations import SECONDS_PER_DAY
 from predictor.errors import ModelError, SpecError, TraceError, UsageError
 from predictor.estimators.base import Estimator
@@ -59,14 +59,6 @@ DEFAULT_HELD_OUT_DAYS = 30
 TRAINED_ESTIMATOR = LGBMQuantileEstimator.name
 #: Estimators scored on the held-out period next to the model, for context.
 REFERENCE_SPECS = ("request", "percentile")
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def parse_until(text: str, epoch: int) -> int:
@@ -191,7 +183,7 @@ def train(
         "calibration": {"target_under": estimator.target_under, "multiplier": multiplier, "scores": calibration},
         "held_out": held_out,
         "model_file": MODEL_FILE,
-        "model_sha256": file_sha256(model_path),
+        "model_sha256": sha256_of(model_path),
     }
     (folder / MANIFEST_FILE).write_text(json.dumps(_json_safe(manifest), indent=1) + "\n", encoding="utf-8")
     return manifest
@@ -273,7 +265,7 @@ def load_model(directory: str | Path) -> LoadedModel:
     if not model_path.is_file():
         raise ModelError(f"{model_path}: model file missing")
     expected = _manifest_field(manifest, manifest_path, "model_sha256")
-    actual = file_sha256(model_path)
+    actual = sha256_of(model_path)
     if actual != expected:
         raise ModelError(f"{model_path}: sha256 {actual} does not match the manifest's {expected}; refusing to load")
     names = [feature.get("name") for feature in _manifest_field(manifest, manifest_path, "features")]

@@ -1,0 +1,40 @@
+"""The Python API: the snippet docs/python-api.md shows runs as written, and the package roots stay light."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import predictor
+import simulator
+
+ROOT = Path(__file__).resolve().parents[1]
+SACCT = Path(__file__).parent / "data" / "slurm-22.05.sacct"
+
+
+def test_the_documented_snippet_runs_on_a_real_sacct_log(tmp_path, monkeypatch, capsys):
+    snippet = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "python-api.md").read_text(), re.DOTALL)
+    assert snippet is not None
+    shutil.copy(SACCT, tmp_path / "cluster.sacct")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet.group(1), "docs/python-api.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "cancelled before start" in printed
+    assert re.search(r"model\s+0\.\d+", printed) and re.search(r"percentile\s+0\.\d+", printed)
+    assert (tmp_path / "frontier.png").stat().st_size > 0
+    assert (tmp_path / "models" / "cluster" / "manifest.json").exists()
+
+
+def test_every_public_name_resolves():
+    for package in (predictor, simulator):
+        for name in package.__all__:
+            assert getattr(package, name) is not None, name
+
+
+def test_importing_the_packages_loads_nothing_heavy():
+    probe = "import sys, predictor, simulator; print(sorted({'pandas', 'lightgbm', 'grpc'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
