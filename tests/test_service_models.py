@@ -62,8 +62,8 @@ def test_a_model_folder_outside_the_models_folder_is_never_read(
 
 def test_checksums_are_verified_once_at_start(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hashed: list[Path] = []
-    real = store.file_sha256
-    monkeypatch.setattr(store, "file_sha256", lambda path: hashed.append(Path(path)) or real(path))
+    real = store.sha256_of
+    monkeypatch.setattr(store, "sha256_of", lambda path: hashed.append(Path(path)) or real(path))
     running, port = start_server("127.0.0.1:0", estimator_factory=ModelCatalog(models).factory)
     try:
         assert hashed == [models / "small" / MODEL_FILE]
