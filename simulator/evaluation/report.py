@@ -508,10 +508,12 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
     ]
     fallbacks = int(results["predictor_fallbacks"].sum())
     if fallbacks:
+        worst = float(results["predictor_fallback_share"].max())
         lines += [
             f"**Warning:** {fallbacks} predictions fell back to t_req because the predictor service did not "
-            "answer in time; those runs are not what the estimator would have done (column "
-            "`predictor_fallbacks` of results.csv). Run again with `--in-process` to avoid it.",
+            f"answer in time (at most {worst:.2%} of a run's jobs); those runs are not exactly what the estimator "
+            "would have done (columns `predictor_fallbacks` and `predictor_fallback_share` of results.csv). "
+            "Run again with `--in-process` to avoid it.",
             "",
         ]
     lines += _quality_section(quality, accuracy_quantiles(inputs.outcomes), out, colors)
