@@ -12,8 +12,9 @@ imported on first use, so `import predictor` stays light (no LightGBM, no gRPC).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from predictor.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from predictor.errors import SpecError, TraceError, TschedError, UsageError
@@ -58,14 +59,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module when the name is first used."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'predictor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, __all__)

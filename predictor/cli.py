@@ -206,6 +206,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """An argparse type: a number from 0 to 1 (a share of jobs)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text}")
+    return value
+
+
 def output_file(text: str) -> str:
     """An argparse type: a file the command may write, checked before any work (its folder exists and is
     writable; it is not a folder)."""

@@ -29,6 +29,10 @@ class UsageError(TschedError, ValueError):
     """Command-line arguments that cannot work together."""
 
 
+class PredictorUnavailable(TschedError):
+    """Too many jobs of a run got t_req because the predictor service did not answer: its numbers would mislead."""
+
+
 class ServiceError(TschedError):
     """A request the predictor service refuses; subclasses say why, the message names the field.
 

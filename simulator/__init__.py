@@ -9,8 +9,9 @@ underestimation. They are imported on first use, so `import simulator` stays lig
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from predictor.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simulator.engine import SimulationConfig, SimulationResult, simulate
@@ -71,14 +72,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module when the name is first used."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, __all__)

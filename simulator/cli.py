@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from predictor import cli as predictor_cli
-from predictor.cli import output_file, positive_number, write_json
+from predictor.cli import fraction, output_file, positive_number, write_json
 from predictor.errors import TschedError
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 from simulator.engine import SimulationConfig
 from simulator.evaluation import plan as ev
+from simulator.experiment import DEFAULT_MAX_FALLBACK_SHARE
 from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
 from simulator.traces.swf import Trace
@@ -85,7 +86,10 @@ def _format_summary(summary: dict[str, Any]) -> str:
         f"UE {p['UE']:.1%} BE {p['BE']:.1%})"
     )
     if summary["predictor_fallbacks"]:
-        lines.append(f"predictor  {summary['predictor_fallbacks']} job(s) got t_req: the service did not answer")
+        lines.append(
+            f"predictor  {summary['predictor_fallbacks']} job(s) ({summary['predictor_fallback_share']:.2%}) got "
+            "t_req: the service did not answer"
+        )
     return "\n".join(lines)
 
 
@@ -106,6 +110,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         args.predictor_namespace,
         credentials=credentials,
         load_factor=args.load_factor,
+        max_fallback_share=args.max_fallback_share,
     )
     print(_format_summary(summary))
     write_json(args.json, summary)
@@ -275,6 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--predictor-address", metavar="HOST:PORT|unix:PATH", help="get predictions from a tsched service")
     sim.add_argument("--predictor-namespace", metavar="NS", help="service namespace (default: a fresh one)")
     predictor_cli.add_connection_options(sim)
+    sim.add_argument(
+        "--max-fallback-share",
+        type=fraction,
+        default=DEFAULT_MAX_FALLBACK_SHARE,
+        metavar="S",
+        help="with --predictor-address: fail if more than this share of the jobs got t_req because the service "
+        "did not answer",
+    )
     sim.set_defaults(handler=cmd_simulate)
 
     trace = commands.add_parser("trace", help="inspect, convert or generate traces")

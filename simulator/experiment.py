@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from predictor.errors import PredictorUnavailable
 from predictor.estimators.baselines import OracleEstimator
 from predictor.registry import make_estimator
 from predictor.session import LocalSession, PredictionSession
@@ -24,6 +25,10 @@ from simulator.traces.swf import Trace
 
 if TYPE_CHECKING:
     from predictor.service.client import Credentials
+
+#: The share of a run's jobs that may get t_req because the service did not answer before the run is refused:
+#: past it, the summary would report mostly the request's schedule under the estimator's name.
+DEFAULT_MAX_FALLBACK_SHARE = 0.01
 
 
 def open_session(
@@ -70,6 +75,7 @@ def run_simulation(
     timeout: float = 1.0,
     credentials: Credentials | None = None,
     load_factor: float = 1.0,
+    max_fallback_share: float = DEFAULT_MAX_FALLBACK_SHARE,
 ) -> tuple[dict[str, Any], SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
@@ -77,7 +83,8 @@ def run_simulation(
     above 1): a month is scaled on its own, so the monthly protocol keeps its
     months and its warm-up. `timeout` is how long to wait for the service per
     call before a job gets t_req: short for a live-like run, long for an
-    evaluation that must not fall back.
+    evaluation that must not fall back; a run where more than
+    `max_fallback_share` of the jobs fell back is refused (PredictorUnavailable).
     """
     history = None
     period = trace.require_jobs()
@@ -92,6 +99,14 @@ def run_simulation(
         result = simulate(period.jobs, config, session, history)
     finally:
         session.close()
+    fallback_share = result.predictor_fallbacks / max(len(result.jobs), 1)
+    if fallback_share > max_fallback_share:
+        raise PredictorUnavailable(
+            f"{result.predictor_fallbacks} of {len(result.jobs)} jobs ({fallback_share:.1%}) got t_req because the "
+            f"predictor service at {address} did not answer, more than the {max_fallback_share:.1%} allowed "
+            "(--max-fallback-share): the numbers would be mostly the request's, not the estimator's. "
+            "Check the service or the network, or run in-process"
+        )
     summary: dict[str, Any] = {
         "trace": trace.path,
         "month": month,
@@ -102,6 +117,7 @@ def run_simulation(
         "skipped": {**trace.skipped, **result.skipped},
         **scheduling_metrics(result.jobs, config.procs, config.policy),
         "predictor_fallbacks": result.predictor_fallbacks,
+        "predictor_fallback_share": fallback_share,
         "prediction": prediction_metrics(result.jobs),
     }
     return summary, result

@@ -214,3 +214,17 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.startswith("tsched ")
+
+
+def test_simulate_through_a_silent_service_fails_instead_of_reporting_the_request(
+    trace_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing listens at the address: every job falls back to t_req, and the run says so instead of a result."""
+    arguments = ["simulate", "--trace", str(trace_file), "--estimator", "last2", "--mode", "regular"]
+    arguments += ["--predictor-address", f"127.0.0.1:{_free_port()}"]
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert "3000 of 3000 jobs (100.0%) got t_req" in error and "--max-fallback-share" in error
+    assert error.count("\n") == 1
+    assert main([*arguments, "--max-fallback-share", "1"]) == 0
+    assert "3000 job(s) (100.00%) got t_req" in capsys.readouterr().out

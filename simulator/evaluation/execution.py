@@ -347,22 +347,17 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
             words += ["--trace", entry.path]
     if plan.procs is not None:
         words += ["--procs", str(plan.procs)]
-    words += [
-        "--estimators",
-        ",".join(plan.estimators),
-        "--policies",
-        ",".join(plan.policies),
-        "--backfill",
-        ",".join(plan.backfills),
-        "--modes",
-        ",".join(plan.modes),
-        "--backfill-order",
-        ",".join(plan.backfill_orders),
-        "--corrections",
-        ",".join(plan.corrections),
-        "--load-factor",
-        ",".join(f"{factor:g}" for factor in plan.load_factors),
-    ]
+    axes = {
+        "--estimators": plan.estimators,
+        "--policies": plan.policies,
+        "--backfill": plan.backfills,
+        "--modes": plan.modes,
+        "--backfill-order": plan.backfill_orders,
+        "--corrections": plan.corrections,
+        "--load-factor": [f"{factor:g}" for factor in plan.load_factors],
+    }
+    for option, values in axes.items():
+        words += [option, ",".join(values)]
     if plan.monthly:
         words.append("--monthly")
     words += ["--out", str(out)]

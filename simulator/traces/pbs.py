@@ -39,18 +39,7 @@ import pandas as pd
 
 from predictor.digests import files_of
 from predictor.errors import TraceError
-from simulator.traces.sitelog import (
-    STATUS_CANCELLED,
-    STATUS_COMPLETED,
-    STATUS_FAILED,
-    RowChecks,
-    SiteJobs,
-    SiteLogOptions,
-    count_left_out,
-    parse_duration,
-    per_value,
-    site_trace,
-)
+from simulator.traces import sitelog
 from simulator.traces.swf import Trace, read_trace_bytes
 
 _RECORD = re.compile(r"\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}")
@@ -62,14 +51,14 @@ DEFAULT_PROJECT = "_pbs_project_default"
 
 
 def read_pbs(
-    path: str | Path | Sequence[str | Path], *, lenient: bool = False, options: SiteLogOptions | None = None
+    path: str | Path | Sequence[str | Path], *, lenient: bool = False, options: sitelog.SiteLogOptions | None = None
 ) -> Trace:
     """Read PBS/Torque accounting logs: one file, a list of files, or a folder of them (read in name order).
 
     Strict mode raises TraceError at the first malformed record (naming the
     file, line and field); lenient mode skips it and counts it in `Trace.malformed`.
     """
-    options = options or SiteLogOptions()
+    options = options or sitelog.SiteLogOptions()
     files = _log_files(path)
     malformed: dict[str, int] | None = {} if lenient else None
     exits, deletes = [], []
@@ -80,7 +69,7 @@ def read_pbs(
     table = pd.concat(exits, ignore_index=True)
     deleted_ids = set(np.concatenate(deletes).tolist())
     source = str(path) if isinstance(path, str | Path) else f"{files[0]} and {len(files) - 1} more"
-    return site_trace(
+    return sitelog.site_trace(
         source, "PBS/Torque (accounting logs)", _site_jobs(table, deleted_ids, options), options, malformed
     )
 
@@ -107,7 +96,7 @@ def _read_file(file: Path, malformed: dict[str, int] | None) -> tuple[pd.DataFra
     filled = lines.str.strip().to_numpy(dtype=bool) if len(lines) else np.zeros(0, dtype=bool)
     lines, numbers = lines[filled].reset_index(drop=True), numbers[filled]
     parts = lines.str.split(";", n=3, expand=True).reindex(columns=range(4)).fillna("")
-    checks = RowChecks(source, numbers, malformed)
+    checks = sitelog.RowChecks(source, numbers, malformed)
     is_record = parts[0].str.fullmatch(_RECORD.pattern).to_numpy(dtype=bool) & parts[1].str.fullmatch(
         "[A-Za-z]"
     ).to_numpy(dtype=bool)
@@ -136,7 +125,7 @@ def _integers(values: pd.Series, signed: bool = False) -> tuple[np.ndarray, np.n
         numbers = np.where(valid, pd.to_numeric(uniques.where(valid, "-1")), -1).astype(np.int64)
         return numbers, valid | (uniques == "").to_numpy()
 
-    numbers, ok = per_value(values, convert)
+    numbers, ok = sitelog.per_value(values, convert)
     return numbers, ok
 
 
@@ -144,12 +133,12 @@ def _durations(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(seconds of HH:MM:SS walltimes, -1 where empty; whether each value is empty or a duration)."""
 
     def convert(uniques: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-        seconds = [parse_duration(value) if value else -1 for value in uniques]
+        seconds = [sitelog.parse_duration(value) if value else -1 for value in uniques]
         return np.array([-1 if s is None else s for s in seconds], dtype=np.int64), np.array(
             [s is not None for s in seconds], dtype=bool
         )
 
-    seconds, ok = per_value(values, convert)
+    seconds, ok = sitelog.per_value(values, convert)
     return seconds, ok
 
 
@@ -193,7 +182,7 @@ def _spec_sizes(values: pd.Series, parse: Callable[[str], tuple[int, int]]) -> t
         pairs = np.array([parse(value) for value in uniques], dtype=np.int64).reshape(-1, 2)
         return pairs[:, 0], pairs[:, 1]
 
-    processors, nodes = per_value(values, convert)
+    processors, nodes = sitelog.per_value(values, convert)
     return processors, nodes
 
 
@@ -201,7 +190,7 @@ def _typed_exits(
     source: str, ids: pd.Series, messages: pd.Series, lines: np.ndarray, malformed: dict[str, int] | None
 ) -> pd.DataFrame:
     """E records checked and typed; the bad ones raise (strict) or go (lenient)."""
-    checks = RowChecks(source, lines, malformed)
+    checks = sitelog.RowChecks(source, lines, malformed)
     found = ids.str.extract(_JOB_ID)
     checks.check(found[0].notna().to_numpy(), "job id", "bad job id", ids, "is not a PBS job id (NUMBER[.server])")
     out: dict[str, np.ndarray] = {"line": lines, "pbs_id": ids.to_numpy(dtype=object)}
@@ -246,35 +235,28 @@ def _first_known(*columns: np.ndarray) -> np.ndarray:
     return result
 
 
-def _site_jobs(table: pd.DataFrame, deleted_ids: set[str], options: SiteLogOptions) -> SiteJobs:
+def _site_jobs(table: pd.DataFrame, deleted_ids: set[str], options: sitelog.SiteLogOptions) -> sitelog.SiteJobs:
     left_out: dict[str, int] = {}
     parent = table["array_parent"].to_numpy(dtype=bool)
-    count_left_out(left_out, "array summary record", parent)
+    sitelog.count_left_out(left_out, "array summary record", parent)
     table = table.loc[~parent]
     later = table["pbs_id"].duplicated(keep="last").to_numpy()
-    count_left_out(left_out, "earlier exit record of the same job", later)
+    sitelog.count_left_out(left_out, "earlier exit record of the same job", later)
     table = table.loc[~later]
     never = table["start"].to_numpy() <= 0
     deleted = table["pbs_id"].isin(deleted_ids).to_numpy()
     only_deleted = len(deleted_ids - set(table["pbs_id"]))  # a D record and no E record: deleted while queued
-    count_left_out(left_out, "cancelled before start", np.ones(only_deleted, dtype=bool))
-    count_left_out(left_out, "cancelled before start", never & deleted)
-    count_left_out(left_out, "never started", never & ~deleted)
+    sitelog.count_left_out(left_out, "cancelled before start", np.ones(only_deleted, dtype=bool))
+    sitelog.count_left_out(left_out, "cancelled before start", never & deleted)
+    sitelog.count_left_out(left_out, "never started", never & ~deleted)
     kept = table.loc[~never].sort_values(["end", "line"], kind="stable").reset_index(drop=True)
     deleted = kept["pbs_id"].isin(deleted_ids).to_numpy()
 
     qtime, etime, start, end = (kept[key].to_numpy() for key in TIME_KEYS)
     arrival = np.minimum(np.where(etime >= qtime, etime, qtime), start)
     walltime = kept["walltime"].to_numpy()
-    notes = []
-    missing = walltime < 0
-    if missing.any():
-        what = f"{int(missing.sum())} jobs had no Resource_List.walltime"
-        if options.default_request is None:
-            notes.append(f"{what}: request unknown (skipped as no request; see --default-request)")
-        else:
-            notes.append(f"{what}: request set to --default-request {options.default_request} s")
-    req_time = np.where(missing, -1 if options.default_request is None else options.default_request, walltime)
+    notes: list[str] = []
+    req_time = sitelog.requests_with_default(walltime, walltime < 0, "had no Resource_List.walltime", options, notes)
     if options.size == "cores":
         size = _first_known(
             *(
@@ -290,13 +272,15 @@ def _site_jobs(table: pd.DataFrame, deleted_ids: set[str], options: SiteLogOptio
             )
         )
     exit_status = kept["exit"].to_numpy()
-    status = np.select([deleted, exit_status == 0], [STATUS_CANCELLED, STATUS_COMPLETED], STATUS_FAILED)
+    status = np.select(
+        [deleted, exit_status == 0], [sitelog.STATUS_CANCELLED, sitelog.STATUS_COMPLETED], sitelog.STATUS_FAILED
+    )
     account = kept["account"].where(
         kept["account"] != "", kept["project"].where(kept["project"] != DEFAULT_PROJECT, "")
     )
     group = account.where(account != "", kept["group"])
     number = np.arange(1, len(kept) + 1, dtype=np.int64)
-    return SiteJobs(
+    return sitelog.SiteJobs(
         job=number,
         arrival=arrival,
         start=start,

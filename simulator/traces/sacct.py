@@ -58,6 +58,7 @@ from simulator.traces.sitelog import (
     count_left_out,
     line_spans,
     per_value,
+    requests_with_default,
     site_trace,
 )
 from simulator.traces.swf import Trace, read_trace_bytes
@@ -461,15 +462,9 @@ def _site_jobs(table: pd.DataFrame, roles: dict[str, str], steps: int, options: 
     arrival = np.minimum(arrival, start)
     run = kept["elapsed"].to_numpy() if "elapsed" in kept else np.where(end >= 0, end - start, -1)
     limit = kept["limit"].to_numpy()
-    no_limit = limit < 0
-    notes = []
-    if no_limit.any():
-        what = f"{int(no_limit.sum())} jobs had no limit of their own (UNLIMITED or Partition_Limit)"
-        if options.default_request is None:
-            notes.append(f"{what}: request unknown (skipped as no request; see --default-request)")
-        else:
-            notes.append(f"{what}: request set to --default-request {options.default_request} s")
-    req_time = np.where(no_limit, -1 if options.default_request is None else options.default_request, limit * 60)
+    notes: list[str] = []
+    why = "had no limit of their own (UNLIMITED or Partition_Limit)"
+    req_time = requests_with_default(limit * 60, limit < 0, why, options, notes)
     timeouts = int(np.count_nonzero(state == "TIMEOUT"))
     if timeouts:
         notes.append(f"{timeouts} TIMEOUT jobs kept: they ran to their limit (censored)")

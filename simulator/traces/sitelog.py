@@ -94,6 +94,23 @@ def parse_duration(text: str) -> int | None:
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
+def requests_with_default(
+    requested: np.ndarray, missing: np.ndarray, why: str, options: SiteLogOptions, notes: list[str]
+) -> np.ndarray:
+    """`requested`, with `--default-request` (or -1: skipped as no request) where `missing`; the note says which.
+
+    A job without a limit of its own is common in site logs; the user decides
+    what it stands for, and the trace's notes say how many were affected.
+    """
+    if missing.any():
+        what = f"{int(missing.sum())} jobs {why}"
+        if options.default_request is None:
+            notes.append(f"{what}: request unknown (skipped as no request; see --default-request)")
+        else:
+            notes.append(f"{what}: request set to --default-request {options.default_request} s")
+    return np.where(missing, -1 if options.default_request is None else options.default_request, requested)
+
+
 class RowChecks:
     """Validation of a log's rows, each row known by its 1-based line number.
 
