@@ -53,6 +53,8 @@ def import_graph() -> dict[str, set[str]]:
     for module, path in modules.items():
         targets = set()
         for name in imported_names(path, module):
+            if (ROOT / name.replace(".", "/")).is_dir() and name not in modules:
+                continue  # a namespace package (no __init__): `from a.b import module` names only the module
             target = name
             while target and target not in modules:  # `from a.b import name` where name is not a module
                 target = target.rpartition(".")[0]
