@@ -31,6 +31,7 @@ import re
 import secrets
 import select
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -48,7 +49,7 @@ from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
-from predictor.service.client import Credentials, PredictorClient, RemoteSession
+from predictor.service.client import Credentials, PredictorClient, PredictorError, RemoteSession
 from predictor.service.codec import job_message
 from predictor.service.launcher import ServerProcess
 from predictor.service.server import Security
@@ -259,12 +260,32 @@ def bench_simulation(address: str, jobs: pd.DataFrame, procs: int, spec: str) ->
 
 
 def _baseline_server(source: Path, spec: str) -> tuple[subprocess.Popen[bytes], str]:
-    """The server of another checkout (the code before hardening), started with its own launcher's handshake."""
+    """The server of another checkout, started as that code starts it.
+
+    A checkout with the launcher tells its port through a pipe; an older one
+    (before the service became a package) is started by `tsched serve` on a
+    free port and waited for until its health check answers.
+    """
+    environment = {**os.environ, "PYTHONPATH": str(source)}
+    if not (source / "predictor" / "service" / "launcher.py").exists():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{probe.getsockname()[1]}"
+        command = ["-m", "simulator.cli", "serve", "--listen", address, "--estimator", spec]
+        process = subprocess.Popen([sys.executable, *command], env=environment, cwd=source, stderr=subprocess.DEVNULL)
+        with PredictorClient(address, timeout=1.0) as client:
+            for _ in range(600):
+                try:
+                    if client.health() == "SERVING":
+                        return process, address
+                except PredictorError:
+                    time.sleep(0.1)
+        raise SystemExit(f"the server in {source} did not start")
     ready_read, ready_write = os.pipe()
     arguments = {"listen": "127.0.0.1:0", "state": None, "default_estimators": [spec], "allow_oracle": False}
     process = subprocess.Popen(
         [sys.executable, "-m", "predictor.service.launcher", json.dumps(arguments), str(ready_write)],
-        env={**os.environ, "PYTHONPATH": str(source)},
+        env=environment,
         cwd=source,
         pass_fds=(ready_write,),
         stderr=subprocess.DEVNULL,
@@ -339,7 +360,9 @@ def main() -> None:
     parser.add_argument("--estimator", default="percentile", help="SPEC served (default: %(default)s)")
     parser.add_argument("--skip-simulation", action="store_true", help="only the RPC measurements")
     parser.add_argument("--latency-only", action="store_true", help="only Predict latency with and without security")
-    parser.add_argument("--baseline", type=Path, metavar="DIR", help="a checkout of the code before hardening")
+    parser.add_argument(
+        "--baseline", type=Path, metavar="DIR", help="a checkout of earlier code (any version with `tsched serve`)"
+    )
     args = parser.parse_args()
     path = args.traces / TRACE
     if not path.exists():
@@ -368,7 +391,7 @@ def main() -> None:
             if args.baseline is not None:
                 baseline, baseline_address = _baseline_server(args.baseline, args.estimator)
                 _fill(baseline_address, learned)
-                servers["before hardening (no TLS, no tokens)"] = (baseline_address, None)
+                servers[f"baseline {args.baseline.name} (no TLS, no tokens)"] = (baseline_address, None)
             servers["no TLS, no tokens"] = (server.address, None)
             servers["TLS and tokens"] = (secured.address.replace("127.0.0.1", "localhost"), credentials)
             try:
