@@ -279,6 +279,8 @@ class LGBMQuantileEstimator(Estimator):
         self._retrain_seconds = parse_duration(self.retrain, "retrain", unbounded="never")
         self._swap_seconds = required_duration(self.swap, "swap", zero=True)
         self._features = FeatureHistory(ratio_edges=RATIO_EDGES)
+        #: What every chosen fraction of t_req is multiplied by (lgbm-sched's safety margin; here none).
+        self._scale = 1.0
         self._calibration_seconds = required_duration(self.calibration, "calibration")
         self._calibrator = (
             UserCalibrator(
@@ -570,7 +572,7 @@ class LGBMQuantileEstimator(Estimator):
         chosen = choose(accuracy, penalty, np.where(uncalibrated, 0.0, multipliers)[:, None])
         if uncalibrated.any():
             chosen = np.where(uncalibrated, choose_quantile(under, self.alpha), chosen)
-        factors = CANDIDATES[chosen]
+        factors = np.minimum(1.0, CANDIDATES[chosen] * self._scale)
         estimates = np.clip(np.rint(t_req * factors), 1.0, t_req).astype(np.int64).tolist()
         pending = self._pending
         answers = []
