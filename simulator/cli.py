@@ -103,6 +103,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         args.month,
         args.predictor_address,
         args.predictor_namespace,
+        args.predictor_timeout,
         load_factor=args.load_factor,
     )
     print(_format_summary(summary))
@@ -272,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--jobs-csv", type=output_file, metavar="OUT", help="write one row per job as CSV")
     sim.add_argument("--predictor-address", metavar="HOST:PORT", help="get predictions from a tsched service")
     sim.add_argument("--predictor-namespace", metavar="NS", help="service namespace (default: a fresh one)")
+    sim.add_argument(
+        "--predictor-timeout",
+        type=positive_number,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long to wait for the service per call before jobs get t_req (a replay of a model that "
+        "trains as it goes needs its trainings' time: a minute or more)",
+    )
     sim.set_defaults(handler=cmd_simulate)
 
     trace = commands.add_parser("trace", help="inspect, convert or generate traces")
