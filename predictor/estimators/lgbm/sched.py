@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from predictor.estimators.base import parameter
-from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
+from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator, quantile_level, underestimation_share
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
@@ -33,20 +33,9 @@ class LGBMSchedEstimator(LGBMQuantileEstimator):
 
     name: ClassVar[str] = "lgbm-sched"
 
-    alpha: float = parameter(
-        0.3,
-        "the estimate is scale x this quantile of the runtime distribution",
-        low=0,
-        high=1,
-        low_open=True,
-        high_open=True,
-    )
-    target_under: float = parameter(
-        0.0,
-        "share of jobs the calibrated choice may underestimate before scaling (0: the alpha quantile)",
-        low=0,
-        high=1,
-        high_open=True,
+    alpha: float = quantile_level(0.3, "the estimate is scale x this quantile of the runtime distribution")
+    target_under: float = underestimation_share(
+        0.0, "share of jobs the calibrated choice may underestimate before scaling (0: the alpha quantile)"
     )
     scale: float = parameter(1.0, "safety margin the chosen estimate is multiplied by", low=0, high=100, low_open=True)
 
