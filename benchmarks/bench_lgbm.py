@@ -53,7 +53,7 @@ def main() -> None:
         raise SystemExit(f"{path}: missing; nothing to measure")
     jobs = read_swf(path).jobs
     params = make_estimator(args.estimator).get_params()
-    if not isinstance(make_estimator(args.estimator), LGBMQuantileEstimator):
+    if type(make_estimator(args.estimator)) is not LGBMQuantileEstimator:
         raise SystemExit(f"{args.estimator}: not an lgbm-quantile SPEC")
 
     # History up to the training point, observed by an estimator that never retrains by itself.

@@ -22,6 +22,7 @@ _ESTIMATORS = {
     "last2": "predictor.estimators.last2:LastTwoEstimator",
     "mean-std": "predictor.estimators.meanstd:MeanStdEstimator",
     "lgbm-quantile": "predictor.estimators.lgbm:LGBMQuantileEstimator",
+    "lgbm-sched": "predictor.estimators.lgbm:LGBMSchedEstimator",
 }
 
 

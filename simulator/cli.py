@@ -108,6 +108,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         args.month,
         args.predictor_address,
         args.predictor_namespace,
+        args.predictor_timeout,
         credentials=credentials,
         load_factor=args.load_factor,
         max_fallback_share=args.max_fallback_share,
@@ -287,6 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="with --predictor-address: fail if more than this share of the jobs got t_req because the service "
         "did not answer",
+    )
+    sim.add_argument(
+        "--predictor-timeout",
+        type=positive_number,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long to wait for the service per call before jobs get t_req (a replay of a model that "
+        "trains as it goes needs its trainings' time: a minute or more)",
     )
     sim.set_defaults(handler=cmd_simulate)
 

@@ -93,21 +93,27 @@ def _free_port() -> int:
         return port
 
 
-def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
-    address = f"127.0.0.1:{_free_port()}"
+def _serve(address: str, *options: str) -> subprocess.Popen[str]:
+    """`tsched serve` in a subprocess, once it answers health checks."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "simulator.cli", "serve", "--listen", address, "--estimator", "last2"],
+        [sys.executable, "-m", "simulator.cli", "serve", "--listen", address, *options],
         stderr=subprocess.PIPE,
         text=True,
     )
+    with PredictorClient(address, timeout=1.0) as client:
+        for _ in range(100):
+            try:
+                if client.health() == "SERVING":
+                    break
+            except PredictorError:
+                time.sleep(0.1)
+    return server
+
+
+def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
+    address = f"127.0.0.1:{_free_port()}"
+    server = _serve(address, "--estimator", "last2")
     try:
-        with PredictorClient(address, timeout=1.0) as client:
-            for _ in range(100):
-                try:
-                    if client.health() == "SERVING":
-                        break
-                except PredictorError:
-                    time.sleep(0.1)
         arguments = ["predict", "--address", address, "--user", "3", "--group", "1", "--request", "3600"]
         assert main([*arguments, "--procs", "4", "--json"]) == 0
         answer = json.loads(capsys.readouterr().out)
@@ -117,6 +123,29 @@ def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
         _, log = server.communicate(timeout=30)
     assert server.returncode == 0
     assert "predictor service stopped" in log
+
+
+def test_simulate_through_a_server_waits_for_trainings_and_equals_in_process(
+    trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"127.0.0.1:{_free_port()}"
+    spec = "lgbm-sched:window=10d,retrain=2d,min_train=200,trees=5"
+    arguments = ["simulate", "--trace", str(trace_file), "--backfill-order", "sjf", "--estimator", spec]
+    arguments += ["--mode", "regular"]
+    server = _serve(address)
+    try:
+        served = tmp_path / "served.json"
+        remote = [*arguments, "--predictor-address", address, "--predictor-timeout", "60"]
+        assert main([*remote, "--json", str(served)]) == 0
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=30)
+    local = tmp_path / "local.json"
+    assert main([*arguments, "--json", str(local)]) == 0
+    capsys.readouterr()
+    summary = json.loads(served.read_text())
+    assert summary["predictor_fallbacks"] == 0
+    assert summary == json.loads(local.read_text())
 
 
 @pytest.mark.parametrize(

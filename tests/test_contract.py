@@ -28,6 +28,7 @@ from predictor.registry import available, make_estimator
 SPECS = [
     *sorted(available()),
     "lgbm-quantile:min_train=200,trees=5,window=20d,retrain=5d,calibration=5d,swap=0s",
+    "lgbm-sched:min_train=200,trees=5,window=20d,retrain=5d,calibration=5d,swap=0s",
     "percentile:key=user,window=all,q=60,floor=0,min_jobs=3",
     "mean-std:key=user+executable,window=all,k=0.5",
 ]

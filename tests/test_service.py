@@ -420,7 +420,7 @@ def test_concurrent_clients_get_the_sequential_answers(server: str, client: Pred
 SMALL_LGBM = "lgbm-quantile:window=5d,retrain=2d,calibration=3d,min_train=200,trees=5"
 
 
-@pytest.mark.parametrize("spec", [PERCENTILE, "last2", SMALL_LGBM])
+@pytest.mark.parametrize("spec", [PERCENTILE, "last2", SMALL_LGBM, SMALL_LGBM.replace("quantile", "sched")])
 def test_simulation_through_the_service_equals_in_process(server: str, spec: str) -> None:
     trace = generate_workload(jobs=1500, procs=128, load=0.8, seed=3)
     split = int(trace.jobs["submit"].iloc[300])

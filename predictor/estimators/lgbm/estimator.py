@@ -217,6 +217,16 @@ def _duration(name: str, *, unbounded: str | None = None, zero: bool = False) ->
     return check
 
 
+def quantile_level(default: float, doc: str) -> float:
+    """The `alpha` parameter (a quantile level strictly inside (0, 1)), declared alike by every lgbm estimator."""
+    return parameter(default, doc, low=0, high=1, low_open=True, high_open=True)
+
+
+def underestimation_share(default: float, doc: str) -> float:
+    """The `target_under` parameter (0: no calibration), declared alike by every lgbm estimator."""
+    return parameter(default, doc, low=0, high=1, high_open=True)
+
+
 @dataclass(kw_only=True, eq=False, repr=False)
 class LGBMQuantileEstimator(Estimator):
     """Distributional LightGBM on submit-time and history features, calibrated to `target_under`."""
@@ -224,20 +234,9 @@ class LGBMQuantileEstimator(Estimator):
     name: ClassVar[str] = "lgbm-quantile"
     predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset({"history", "submissions", "model"})
 
-    alpha: float = parameter(
-        0.9,
-        "until calibrated, the estimate is this quantile of the runtime distribution",
-        low=0,
-        high=1,
-        low_open=True,
-        high_open=True,
-    )
-    target_under: float = parameter(
-        0.06,
-        "share of jobs the calibrated estimates may underestimate (0: no calibration)",
-        low=0,
-        high=1,
-        high_open=True,
+    alpha: float = quantile_level(0.9, "until calibrated, the estimate is this quantile of the runtime distribution")
+    target_under: float = underestimation_share(
+        0.06, "share of jobs the calibrated estimates may underestimate (0: no calibration)"
     )
     be_share: float = parameter(
         0.25, "share of target_under that may be underestimated by more than 30 min", low=0, high=1, low_open=True
@@ -279,6 +278,8 @@ class LGBMQuantileEstimator(Estimator):
         self._retrain_seconds = parse_duration(self.retrain, "retrain", unbounded="never")
         self._swap_seconds = required_duration(self.swap, "swap", zero=True)
         self._features = FeatureHistory(ratio_edges=RATIO_EDGES)
+        #: What every chosen fraction of t_req is multiplied by (lgbm-sched's safety margin; here none).
+        self._scale = 1.0
         self._calibration_seconds = required_duration(self.calibration, "calibration")
         self._calibrator = (
             UserCalibrator(
@@ -570,7 +571,7 @@ class LGBMQuantileEstimator(Estimator):
         chosen = choose(accuracy, penalty, np.where(uncalibrated, 0.0, multipliers)[:, None])
         if uncalibrated.any():
             chosen = np.where(uncalibrated, choose_quantile(under, self.alpha), chosen)
-        factors = CANDIDATES[chosen]
+        factors = np.minimum(1.0, CANDIDATES[chosen] * self._scale)
         estimates = np.clip(np.rint(t_req * factors), 1.0, t_req).astype(np.int64).tolist()
         pending = self._pending
         answers = []

@@ -126,7 +126,7 @@ def train(
     `until` defaults to 30 days before the last submission. Returns the manifest.
     """
     requested = make_estimator(spec)
-    if not isinstance(requested, LGBMQuantileEstimator):
+    if type(requested) is not LGBMQuantileEstimator:  # lgbm-sched's choice is not what a model folder keeps
         raise SpecError(f"tsched train trains lgbm-quantile models; {spec!r} is a {requested.name!r} estimator")
     params = requested.get_params()
     # The saved model is evaluated as it is saved: frozen, with its calibration still tracking.
