@@ -21,9 +21,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from predictor.errors import TschedError, UsageError
+from predictor.errors import SpecError, TschedError, UsageError
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
+from predictor.registry import parse_spec
 from predictor.service.codec import add_completions, add_jobs, job_message, prediction_from, sync_request
 from predictor.service.security import read_token_file
 
@@ -237,6 +238,7 @@ class PredictorClient:
                     "parameters": {p.name: p.default for p in info.parameters},
                     "evaluation_only": info.evaluation_only,
                     "allowed": info.allowed,
+                    "trained_model": info.trained_model,
                 }
                 for info in response.estimators
             ],
@@ -247,11 +249,50 @@ class PredictorClient:
             "clock": response.clock,
         }
 
-    def reset_namespace(self, namespace: str = "", timeout: float | None = None) -> int:
-        """Forget a namespace's history; return how many completions it held."""
-        request = pb.ResetNamespaceRequest(namespace=namespace)
+    def reset_namespace(self, namespace: str = "", timeout: float | None = None, *, missing_ok: bool = False) -> int:
+        """Forget a namespace's history; return how many completions it held (NOT_FOUND unless `missing_ok`)."""
+        request = pb.ResetNamespaceRequest(namespace=namespace, missing_ok=missing_ok)
         response: pb.ResetNamespaceResponse = self._call(self._stub.ResetNamespace, request, timeout)
         return response.forgotten
+
+    def list_namespaces(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The namespaces the server holds that this client's token may use: name, completions, clock, estimators."""
+        response: pb.ListNamespacesResponse = self._call(self._stub.ListNamespaces, pb.ListNamespacesRequest(), timeout)
+        return [
+            {
+                "name": info.name,
+                "completions": info.completions,
+                "clock": info.clock,
+                "estimators": list(info.estimators),
+            }
+            for info in response.namespaces
+        ]
+
+    def observe_all(self, finished: Sequence[FinishedJob], *, namespace: str = "") -> tuple[int, int]:
+        """Report any number of finished jobs (in end order), in calls of COMPLETIONS_PER_CALL; return
+        (new to the namespace, already held): feeding the same jobs twice learns nothing twice."""
+        accepted = 0
+        for start in range(0, len(finished), COMPLETIONS_PER_CALL):
+            chunk = finished[start : start + COMPLETIONS_PER_CALL]
+            accepted += self.observe(
+                chunk, namespace=namespace, timeout=self.timeout + len(chunk) * SECONDS_PER_COMPLETION
+            )
+        return accepted, len(finished) - accepted
+
+    def served_estimator(self, spec: str) -> dict[str, Any]:
+        """What the server lists for the estimator `spec` names (a built-in or a trained model).
+
+        The server is the judge of which names it serves: a model name is
+        unknown to this process's registry. Raises SpecError naming what it serves.
+        """
+        name = parse_spec(spec)[0]
+        listed = self.list_estimators()["estimators"]
+        for info in listed:
+            if info["name"] == name:
+                found: dict[str, Any] = info
+                return found
+        served = ", ".join(info["name"] for info in listed)
+        raise SpecError(f"unknown estimator {name!r}: the predictor service at {self.address} serves {served}")
 
     def health(self, service: str = "", timeout: float | None = None) -> str:
         """The grpc.health.v1 status name (SERVING, NOT_SERVING, ...)."""
@@ -444,11 +485,7 @@ class RemoteSession:
         client = self.client
         try:
             if self._needs_reset:
-                try:
-                    client.reset_namespace(self.namespace)
-                except PredictorError as error:
-                    if error.code != grpc.StatusCode.NOT_FOUND:
-                        raise
+                client.reset_namespace(self.namespace, missing_ok=True)
                 self._needs_reset = False
             while len(self._pending) > COMPLETIONS_PER_CALL:
                 client.observe(

@@ -299,8 +299,11 @@ class PredictorCore:
         allow_oracle: bool = False,
         store: CompletionStore | None = None,
         limits: Limits | None = None,
+        models: Sequence[dict[str, Any]] = (),
     ) -> None:
+        """`models`: the trained models `estimator_factory` serves, as `ListEstimators` describes them."""
         self.limits = limits or Limits()
+        self.models = list(models)
         self.memory = MemoryWatch(self.limits.memory_limit_bytes)
         self._factory = estimator_factory
         self._allow_oracle = allow_oracle
@@ -397,7 +400,7 @@ class PredictorCore:
         """The estimators the server can build, its defaults, and what `namespace` holds (if it exists)."""
         name = namespace or DEFAULT_NAMESPACE
         description: dict[str, Any] = {
-            "estimators": [self._describe(cls) for _, cls in sorted(available().items())],
+            "estimators": [self._describe(cls) for _, cls in sorted(available().items())] + self.models,
             "default_specs": [spec.canonical for spec in self.defaults],
             "namespace_exists": False,
             "namespace_specs": [],
@@ -415,12 +418,41 @@ class PredictorCore:
                 )
         return description
 
-    def reset(self, namespace: str) -> int:
-        """Forget a namespace (stored history included); return how many completions it held."""
+    def namespaces(self) -> list[dict[str, Any]]:
+        """Every namespace held, by name: its size, clock and estimators (`tsched namespaces list`)."""
+        with self._namespaces_lock:
+            held = sorted(self._namespaces.items())
+        listing = []
+        for name, namespace in held:
+            try:
+                namespace.__enter__()
+            except Conflict:  # reset since it was listed
+                continue
+            try:
+                listing.append(
+                    {
+                        "name": name,
+                        "completions": len(namespace.history),
+                        "clock": namespace.clock,
+                        "estimators": list(namespace.estimators),
+                    }
+                )
+            finally:
+                namespace.__exit__()
+        return listing
+
+    def reset(self, namespace: str, missing_ok: bool = False) -> int:
+        """Forget a namespace (stored history included); return how many completions it held.
+
+        `missing_ok`: a namespace that does not exist held 0 (a simulation
+        clearing its namespace before it starts), else it is NotFound.
+        """
         name = namespace or DEFAULT_NAMESPACE
         with self._namespaces_lock:
             held = self._namespaces.get(name)
             if held is None:
+                if missing_ok:
+                    return 0
                 raise NotFound(f"namespace {quote(name)} does not exist")
             with held:
                 if self._store is not None:
@@ -627,6 +659,7 @@ class PredictorCore:
             "evaluation_only": cls.evaluation_only,
             "allowed": self._allow_oracle or not cls.evaluation_only,
             "description": docstring.partition("\n")[0],
+            "trained_model": False,
         }
 
 

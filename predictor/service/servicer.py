@@ -212,6 +212,7 @@ class PredictorServicer(rpc.PredictorServicer):
                 evaluation_only=info["evaluation_only"],
                 allowed=info["allowed"],
                 description=info["description"],
+                trained_model=info["trained_model"],
             )
             for info in described["estimators"]
         ]
@@ -228,4 +229,10 @@ class PredictorServicer(rpc.PredictorServicer):
     def ResetNamespace(
         self, request: pb.ResetNamespaceRequest, context: grpc.ServicerContext
     ) -> pb.ResetNamespaceResponse:
-        return pb.ResetNamespaceResponse(forgotten=self.core.reset(request.namespace))
+        return pb.ResetNamespaceResponse(forgotten=self.core.reset(request.namespace, request.missing_ok))
+
+    @unary
+    def ListNamespaces(
+        self, request: pb.ListNamespacesRequest, context: grpc.ServicerContext
+    ) -> pb.ListNamespacesResponse:
+        return pb.ListNamespacesResponse(namespaces=[pb.NamespaceInfo(**info) for info in self.core.namespaces()])
