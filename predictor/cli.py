@@ -36,6 +36,17 @@ TraceOptions = Callable[[argparse.ArgumentParser], None]
 DEFAULT_EVAL_ESTIMATORS = ("request", "percentile")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in `--help`, except where there is none to show (no value, a flag off) or its
+    help already says it in words: a hidden default is how `--mode` once misled."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return text + " (default: %(default)s)"
+
+
 def write_json(path: str | None, payload: Any) -> None:
     """Write `payload` as indented JSON to `path`, if one was given."""
     if path:
@@ -291,7 +302,7 @@ def add_commands(
     from predictor.estimators.lgbm.store import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
     from predictor.service.server import DEFAULT_ESTIMATOR, DEFAULT_LISTEN, DEFAULT_SOCKET_MODE
 
-    formatter = argparse.ArgumentDefaultsHelpFormatter
+    formatter = HelpFormatter
 
     evaluate = commands.add_parser(
         "predict-eval", help="score estimators offline on a trace, in submission order", formatter_class=formatter

@@ -245,8 +245,10 @@ def trace_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from simulator.traces import workload
 
-    formatter = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(prog="tsched", description=(__doc__ or "").splitlines()[0])
+    formatter = predictor_cli.HelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="tsched", description=(__doc__ or "").splitlines()[0], formatter_class=formatter
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('tsched')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -299,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(handler=cmd_simulate)
 
-    trace = commands.add_parser("trace", help="inspect, convert or generate traces")
+    trace = commands.add_parser("trace", help="inspect, convert or generate traces", formatter_class=formatter)
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
     info = trace_commands.add_parser(
         "info", help="size, span, users, skipped jobs and request accuracy", formatter_class=formatter

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import logging
@@ -289,3 +290,30 @@ def test_a_simulation_through_the_service_logs_no_refusal(
     arguments = ["simulate", "--trace", str(trace_file), "--estimator", "last2", "--predictor-address", service]
     assert main(arguments) == 0
     assert "refused" not in caplog.text
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "tsched") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command, child in action.choices.items():
+                yield from _parsers(child, f"{name} {command}")
+
+
+def test_every_option_of_every_command_has_a_description_and_shows_its_default() -> None:
+    """`--help` showed almost no defaults: that `--mode` defaulted to none was hidden."""
+    missing = []
+    for name, parser in _parsers(cli.build_parser()):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction):
+                continue
+            text = formatter._get_help_string(action) if action.help else ""
+            if not text:
+                missing.append(f"{name} {action.dest}: no description")
+            elif action.default not in (None, False) and "default" not in text:
+                missing.append(f"{name} {action.dest}: default {action.default!r} not shown")
+        assert "(default: None)" not in parser.format_help(), name
+    assert not missing, "\n".join(missing)
+    simulate = " ".join(dict(_parsers(cli.build_parser()))["tsched simulate"].format_help().split())
+    assert "(default: selective with an estimator, none with request)" in simulate
