@@ -500,8 +500,8 @@ class LGBMQuantileEstimator(Estimator):
         A time before what is already learned is refused first: training on a
         window that ends before the history would find nothing to train on.
         """
-        model = self._model
-        known = max(self._features.latest_end, model.trained_at if model is not None else 0)
+        live = self._model
+        known = max(self._features.latest_end, live.trained_at if live is not None else 0)
         if now < known:
             raise HistoryDiscardedError(
                 f"a job submitted at {now} cannot be predicted once completions up to {known} have been "
