@@ -204,6 +204,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         args.submit,
         args.timeout,
         credentials_from(args),
+        args.account,
     )
     if args.json:
         print(json.dumps(answer))
@@ -255,6 +256,15 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
         else:
             print(f"namespace {args.name}: reset, {client.reset_namespace(args.name)} completion(s) forgotten")
     return 0
+
+
+def id_or_name(text: str) -> int | str:
+    """An argparse type: a user or group as a number (an id the scheduler uses) or a name (the service maps
+    names to ids of its own, per namespace)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def positive_number(text: str) -> float:
@@ -386,8 +396,11 @@ def add_commands(
     _service_options(predict, "seconds to wait for the answer")
     predict.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
     predict.add_argument("--estimator", metavar="SPEC", help="estimator SPEC (default: the server's first)")
-    predict.add_argument("--user", type=int, required=True, help="user id")
-    predict.add_argument("--group", type=int, required=True, help="group (project) id")
+    predict.add_argument("--user", type=id_or_name, required=True, help="user: a number, or a name (alice)")
+    predict.add_argument(
+        "--group", type=id_or_name, default=-1, help="group (project): a number, or a name; -1: unknown"
+    )
+    predict.add_argument("--account", metavar="NAME", help="the account charged, instead of --group")
     predict.add_argument("--request", type=int, required=True, metavar="SECONDS", help="requested time t_req")
     predict.add_argument("--procs", type=int, required=True, help="job size in processors")
     predict.add_argument("--submit", type=int, help="submit time (default: the namespace's clock)")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from service_support import history, observe_by_name
 
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.server import start_server
@@ -317,3 +318,15 @@ def test_every_option_of_every_command_has_a_description_and_shows_its_default()
     assert not missing, "\n".join(missing)
     simulate = " ".join(dict(_parsers(cli.build_parser()))["tsched simulate"].format_help().split())
     assert "(default: selective with an estimator, none with request)" in simulate
+
+
+def test_predict_takes_users_groups_and_accounts_by_name(service: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tsched predict --user alice` failed: users and groups had to be integers."""
+    observe_by_name(service, "named", history(30))
+    ask = ["predict", "--address", service, "--namespace", "named", "--request", "3600", "--procs", "4", "--json"]
+    assert main([*ask, "--user", "user-1", "--account", "proj1"]) == 0
+    assert json.loads(capsys.readouterr().out)["fallback"] is False
+    assert main([*ask, "--user", "alice", "--group", "physics"]) == 0
+    assert json.loads(capsys.readouterr().out)["fallback"] is True
+    assert main([*ask, "--user", "alice", "--group", "3", "--account", "proj1"]) == 2
+    assert "both given" in capsys.readouterr().err

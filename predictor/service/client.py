@@ -25,7 +25,14 @@ from predictor.errors import SpecError, TschedError, UsageError
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
 from predictor.registry import parse_spec
-from predictor.service.codec import add_completions, add_jobs, job_message, prediction_from, sync_request
+from predictor.service.codec import (
+    add_completions,
+    add_jobs,
+    add_names,
+    job_message,
+    prediction_from,
+    sync_request,
+)
 from predictor.service.security import read_token_file
 
 log = logging.getLogger("tsched.client")
@@ -167,29 +174,49 @@ class PredictorClient:
     def predict(
         self,
         *,
-        user: int,
-        group: int,
+        user: int | str,
+        group: int | str,
         t_req: int,
         procs: int,
         submit: int | None = None,
         job_id: int = 0,
         queue: int = -1,
         executable: int = -1,
+        account: str | None = None,
         namespace: str = "",
         estimator: str = "",
         timeout: float | None = None,
     ) -> ServedPrediction:
-        """Predict one job; without `submit`, at the namespace's clock."""
+        """Predict one job; without `submit`, at the namespace's clock. The user and group are numbers or
+        names; an `account` stands for the group (give the group as -1 then)."""
+        if account is not None and group != -1:
+            raise UsageError(f"the group ({group}) and the account ({account}) are both given; give one")
         job = JobRequest(
-            job_id, UNSET_SUBMIT if submit is None else submit, user, group, t_req, procs, queue, executable
+            job_id,
+            UNSET_SUBMIT if submit is None else submit,
+            user if isinstance(user, int) else -1,
+            group if isinstance(group, int) else -1,
+            t_req,
+            procs,
+            queue,
+            executable,
         )
-        return self.predict_job(job, namespace=namespace, estimator=estimator, timeout=timeout)
+        message = add_names(
+            job_message(job),
+            user if isinstance(user, str) else None,
+            group if isinstance(group, str) else None,
+            account,
+        )
+        return self._predict(message, namespace, estimator, timeout)
 
     def predict_job(
         self, job: JobRequest, *, namespace: str = "", estimator: str = "", timeout: float | None = None
     ) -> ServedPrediction:
         """Predict one job (a submit of UNSET_SUBMIT: at the namespace's clock)."""
-        request = pb.PredictRequest(namespace=namespace, estimator=estimator, job=job_message(job))
+        return self._predict(job_message(job), namespace, estimator, timeout)
+
+    def _predict(self, job: pb.Job, namespace: str, estimator: str, timeout: float | None) -> ServedPrediction:
+        request = pb.PredictRequest(namespace=namespace, estimator=estimator, job=job)
         response = self._call(self._stub.Predict, request, timeout)
         return ServedPrediction(
             prediction_from(response.prediction), response.estimator, response.submit, response.namespace
@@ -384,18 +411,26 @@ def predict_once(
     address: str,
     namespace: str,
     spec: str,
-    user: int,
-    group: int,
+    user: int | str,
+    group: int | str,
     request: int,
     procs: int,
     submit: int | None = None,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
     credentials: Credentials | None = None,
+    account: str | None = None,
 ) -> dict[str, Any]:
     """One prediction as plain data (what `tsched predict` prints); PredictorError carries the server's message."""
     with PredictorClient(address, timeout, credentials) as client:
         served = client.predict(
-            user=user, group=group, t_req=request, procs=procs, submit=submit, namespace=namespace, estimator=spec
+            user=user,
+            group=group,
+            t_req=request,
+            procs=procs,
+            submit=submit,
+            account=account,
+            namespace=namespace,
+            estimator=spec,
         )
     return {
         "t_sched": served.prediction.t_sched,
