@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from predictor.errors import UsageError
 from predictor.frames import TraceLike
 
 if TYPE_CHECKING:
@@ -33,6 +34,17 @@ TraceOptions = Callable[[argparse.ArgumentParser], None]
 
 #: What `predict-eval` scores without `--estimator`: the users' requests and Tang et al.'s adjuster.
 DEFAULT_EVAL_ESTIMATORS = ("request", "percentile")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in `--help`, except where there is none to show (no value, a flag off) or its
+    help already says it in words: a hidden default is how `--mode` once misled."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return text + " (default: %(default)s)"
 
 
 def write_json(path: str | None, payload: Any) -> None:
@@ -139,6 +151,15 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _service_options(parser: argparse.ArgumentParser, timeout_help: str) -> None:
+    """The address, deadline and credentials of every command that calls a running service."""
+    from predictor.service.client import DEFAULT_TIMEOUT_SECONDS
+
+    parser.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
+    parser.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help=timeout_help)
+    add_connection_options(parser)
+
+
 def credentials_from(args: argparse.Namespace) -> Credentials:
     from predictor.service.client import Credentials
 
@@ -183,6 +204,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         args.submit,
         args.timeout,
         credentials_from(args),
+        args.account,
     )
     if args.json:
         print(json.dumps(answer))
@@ -193,6 +215,56 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"basis {answer['basis']}  fallback {str(answer['fallback']).lower()}"
         )
     return 0
+
+
+def cmd_observe(args: argparse.Namespace, load_trace: TraceLoader) -> int:
+    from predictor.frames import finished_from_frame
+    from predictor.service.client import PredictorClient
+
+    if args.trace is None:
+        raise UsageError("observe needs --trace FILE, or --trace - for SWF lines on standard input")
+    finished = finished_from_frame(load_trace(args).jobs)
+    with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
+        accepted, duplicates = client.observe_all(finished, namespace=args.namespace)
+        held = client.list_estimators(args.namespace)
+    print(
+        f"namespace {args.namespace or 'default'}: {accepted} finished job(s) learned, {duplicates} already held; "
+        f"now {held['completions']} held, clock {held['clock']}"
+    )
+    return 0
+
+
+def _namespace_line(info: dict[str, Any]) -> str:
+    return (
+        f"{info['name']}  completions {info['completions']}  clock {info['clock']}  "
+        f"estimators {', '.join(info['estimators']) or '-'}"
+    )
+
+
+def cmd_namespaces(args: argparse.Namespace) -> int:
+    from predictor.service.client import PredictorClient
+
+    with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
+        if args.action == "list":
+            listing = client.list_namespaces()
+            print("\n".join(_namespace_line(info) for info in listing) if listing else "no namespaces")
+        elif args.action == "show":
+            held = client.list_estimators(args.name)
+            if not held["namespace_exists"]:
+                raise UsageError(f"namespace {args.name!r} does not exist on {args.address}")
+            print(_namespace_line({**held, "name": args.name, "estimators": held["namespace_specs"]}))
+        else:
+            print(f"namespace {args.name}: reset, {client.reset_namespace(args.name)} completion(s) forgotten")
+    return 0
+
+
+def id_or_name(text: str) -> int | str:
+    """An argparse type: a user or group as a number (an id the scheduler uses) or a name (the service maps
+    names to ids of its own, per namespace)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def positive_number(text: str) -> float:
@@ -238,10 +310,9 @@ def add_commands(
 ) -> None:
     """Mount the predictor's commands on a `tsched` parser."""
     from predictor.estimators.lgbm.store import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
-    from predictor.service.client import DEFAULT_TIMEOUT_SECONDS
     from predictor.service.server import DEFAULT_ESTIMATOR, DEFAULT_LISTEN, DEFAULT_SOCKET_MODE
 
-    formatter = argparse.ArgumentDefaultsHelpFormatter
+    formatter = HelpFormatter
 
     evaluate = commands.add_parser(
         "predict-eval", help="score estimators offline on a trace, in submission order", formatter_class=formatter
@@ -322,17 +393,41 @@ def add_commands(
     predict = commands.add_parser(
         "predict", help="ask a running service for one job's t_sched", formatter_class=formatter
     )
-    predict.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
+    _service_options(predict, "seconds to wait for the answer")
     predict.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
     predict.add_argument("--estimator", metavar="SPEC", help="estimator SPEC (default: the server's first)")
-    predict.add_argument("--user", type=int, required=True, help="user id")
-    predict.add_argument("--group", type=int, required=True, help="group (project) id")
+    predict.add_argument("--user", type=id_or_name, required=True, help="user: a number, or a name (alice)")
+    predict.add_argument(
+        "--group", type=id_or_name, default=-1, help="group (project): a number, or a name; -1: unknown"
+    )
+    predict.add_argument("--account", metavar="NAME", help="the account charged, instead of --group")
     predict.add_argument("--request", type=int, required=True, metavar="SECONDS", help="requested time t_req")
     predict.add_argument("--procs", type=int, required=True, help="job size in processors")
     predict.add_argument("--submit", type=int, help="submit time (default: the namespace's clock)")
-    predict.add_argument(
-        "--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the answer"
-    )
     predict.add_argument("--json", action="store_true", help="print the answer as JSON")
-    add_connection_options(predict)
     predict.set_defaults(handler=cmd_predict)
+
+    observe = commands.add_parser(
+        "observe",
+        help="feed finished jobs (a trace file, or SWF lines on standard input) to a namespace of a running service",
+        formatter_class=formatter,
+    )
+    _service_options(observe, "seconds to wait for each call (more for large batches)")
+    observe.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
+    trace_options(observe)
+    observe.set_defaults(handler=partial(cmd_observe, load_trace=load_trace))
+
+    namespaces = commands.add_parser(
+        "namespaces", help="list, show or reset a running service's namespaces", formatter_class=formatter
+    )
+    actions = namespaces.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser(
+        "list", help="every namespace your token may use: sizes, clocks, estimators", formatter_class=formatter
+    )
+    show = actions.add_parser("show", help="one namespace's size, clock and estimators", formatter_class=formatter)
+    reset = actions.add_parser("reset", help="forget a namespace (its stored history too)", formatter_class=formatter)
+    for action in (listing, show, reset):
+        _service_options(action, "seconds to wait for the answer")
+        action.set_defaults(handler=cmd_namespaces)
+    for action in (show, reset):
+        action.add_argument("name", metavar="NAMESPACE", help="the namespace")

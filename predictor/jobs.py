@@ -46,6 +46,10 @@ JOB_FIELDS = (
 )
 JOB_FIELD_NAMES = tuple(field.name for field in JOB_FIELDS)
 
+#: A user or group a request gave by name: (the job's index in the request, "user" or "group", the name).
+#: The service maps names to ids per namespace; estimators only ever see the ids.
+JobName = tuple[int, str, str]
+
 
 class JobRequest(NamedTuple):
     """A job as submitted: everything known before it runs (integer ids, seconds)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from predictor import cli as predictor_cli
 from predictor.cli import fraction, output_file, positive_number, write_json
-from predictor.errors import TschedError
+from predictor.errors import TschedError, UsageError
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 from simulator.engine import SimulationConfig
 from simulator.evaluation import plan as ev
@@ -32,6 +32,8 @@ from simulator.policies import POLICIES
 from simulator.traces.swf import Trace
 
 EXIT_USER_ERROR = 2
+#: `--trace -`: SWF lines on standard input (a scheduler's finished jobs piped to `tsched observe`).
+STDIN = "-"
 EXIT_TASK_FAILED = 1
 _DEFAULTS = SimulationConfig(procs=1)
 
@@ -48,6 +50,13 @@ def read_trace_option(args: argparse.Namespace) -> Trace:
 
     if args.trace is None:
         return default_workload()
+    if args.trace == STDIN:
+        from simulator.traces.swf import parse_swf
+
+        if args.format not in (None, "swf"):
+            raise UsageError(f"--trace - reads SWF lines from standard input, not --format {args.format}")
+
+        return parse_swf(sys.stdin.buffer.read(), "<stdin>", lenient=args.lenient)
     return read_trace(
         args.trace,
         args.format,
@@ -229,7 +238,7 @@ def trace_options(parser: argparse.ArgumentParser) -> None:
         "--trace",
         metavar="PATH",
         help="SWF trace (.swf, .swf.gz), sacct --parsable2 output, or PBS accounting logs (a file or folder); "
-        "default: the built-in synthetic workload",
+        "- for SWF lines on standard input; default: the built-in synthetic workload",
     )
     format_options(parser)
 
@@ -237,8 +246,10 @@ def trace_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from simulator.traces import workload
 
-    formatter = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(prog="tsched", description=(__doc__ or "").splitlines()[0])
+    formatter = predictor_cli.HelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="tsched", description=(__doc__ or "").splitlines()[0], formatter_class=formatter
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('tsched')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -299,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(handler=cmd_simulate)
 
-    trace = commands.add_parser("trace", help="inspect, convert or generate traces")
+    trace = commands.add_parser("trace", help="inspect, convert or generate traces", formatter_class=formatter)
     trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
     info = trace_commands.add_parser(
         "info", help="size, span, users, skipped jobs and request accuracy", formatter_class=formatter

@@ -16,7 +16,7 @@ import pandas as pd
 
 from predictor.errors import PredictorUnavailable
 from predictor.estimators.baselines import OracleEstimator
-from predictor.registry import make_estimator
+from predictor.registry import available, make_estimator, parse_spec
 from predictor.session import LocalSession, PredictionSession
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.metrics import prediction_metrics, scheduling_metrics
@@ -24,7 +24,7 @@ from simulator.traces.load import scale_load
 from simulator.traces.swf import Trace
 
 if TYPE_CHECKING:
-    from predictor.service.client import Credentials
+    from predictor.service.client import Credentials, RemoteSession
 
 #: The share of a run's jobs that may get t_req because the service did not answer before the run is refused:
 #: past it, the summary would report mostly the request's schedule under the estimator's name.
@@ -44,25 +44,36 @@ def open_session(
     The oracle is the one estimator that is handed the actual runtimes, and
     only here, by the evaluation harness.
     """
-    truth = None
-    estimator = make_estimator(spec)  # validates the SPEC on both paths
-    if estimator.evaluation_only:
-        truth = dict(zip(jobs["job_id"].tolist(), jobs["t_act"].tolist(), strict=True))
     if address is None:
-        if isinstance(estimator, OracleEstimator) and truth is not None:
-            estimator.bind_truth(truth)
+        estimator = make_estimator(spec)
+        if isinstance(estimator, OracleEstimator):
+            estimator.bind_truth(_runtimes(jobs))
         return LocalSession(estimator)
     from predictor.service.client import RemoteSession  # grpc is only imported for the service path
 
-    return RemoteSession(
-        address,
-        namespace or f"sim-{uuid.uuid4().hex[:12]}",
-        spec,
-        reset=True,
-        truth=truth,
-        timeout=timeout,
-        credentials=credentials,
+    session = RemoteSession(
+        address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, timeout=timeout, credentials=credentials
     )
+    try:
+        if _evaluation_only(spec, session):
+            session.truth = _runtimes(jobs)
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+def _evaluation_only(spec: str, session: RemoteSession) -> bool:
+    """Whether the served estimator is the oracle. A built-in's SPEC is checked here (a bad one fails before
+    the run, even with the service down); any other name is asked of the service, the judge of which
+    trained models it serves."""
+    if parse_spec(spec)[0] in available():
+        return make_estimator(spec).evaluation_only
+    return bool(session.client.served_estimator(spec)["evaluation_only"])
+
+
+def _runtimes(jobs: pd.DataFrame) -> dict[int, int]:
+    return dict(zip(jobs["job_id"].tolist(), jobs["t_act"].tolist(), strict=True))
 
 
 def run_simulation(

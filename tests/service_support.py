@@ -18,7 +18,7 @@ from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest
 from predictor.proto import pb, rpc
 from predictor.service.client import PredictorClient, PredictorError
-from predictor.service.codec import sync_request
+from predictor.service.codec import add_completions, add_names, sync_request
 from simulator.traces.workload import generate_workload
 
 DAY = 86_400
@@ -150,3 +150,14 @@ def write_secret(path: Path, text: str) -> Path:
     path.touch(mode=0o600)
     path.write_text(text)
     return path
+
+
+def observe_by_name(address: str, namespace: str, finished: list[FinishedJob], account: str = "proj1") -> int:
+    """Report `finished` with each user given as a name (`user-N`) and the group as `account`; return accepted."""
+    request = pb.ObserveCompletionsRequest(namespace=namespace)
+    add_completions(request.completions, finished)
+    for completion in request.completions:
+        add_names(completion.job, f"user-{completion.job.user}", None, account)
+    with grpc.insecure_channel(address) as channel:
+        response: pb.ObserveCompletionsResponse = rpc.PredictorStub(channel).ObserveCompletions(request, timeout=10)
+    return response.accepted

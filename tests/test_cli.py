@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
+import logging
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from service_support import history, observe_by_name
 
 from predictor.service.client import PredictorClient, PredictorError
+from predictor.service.server import start_server
 from simulator import cli
 from simulator.cli import main
+from simulator.traces.swf import read_swf
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +264,98 @@ def test_simulate_through_a_silent_service_fails_instead_of_reporting_the_reques
     assert error.count("\n") == 1
     assert main([*arguments, "--max-fallback-share", "1"]) == 0
     assert "3000 job(s) (100.00%) got t_req" in capsys.readouterr().out
+
+
+@pytest.fixture
+def service() -> Iterator[str]:
+    """A server on loopback, in this process: its address."""
+    running, port = start_server("127.0.0.1:0", default_estimators=["last2"])
+    yield f"127.0.0.1:{port}"
+    running.stop(0).wait()
+
+
+def test_observe_feeds_finished_jobs_from_a_file_or_standard_input(
+    trace_file: Path, service: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before `observe`, no command could feed a service finished jobs: every prediction was a fallback."""
+    first = read_swf(trace_file).jobs.iloc[0]
+    ask = ["predict", "--address", service, "--namespace", "cluster", "--json", "--user", str(first["user"])]
+    ask += ["--group", str(first["group"]), "--request", "3600", "--procs", "4"]
+    assert main(ask) == 0
+    assert json.loads(capsys.readouterr().out)["fallback"] is True
+    feed = ["observe", "--address", service, "--namespace", "cluster", "--trace"]
+    assert main([*feed, str(trace_file)]) == 0
+    assert "3000 finished job(s) learned, 0 already held; now 3000 held" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(trace_file.read_bytes())))
+    assert main([*feed, "-"]) == 0
+    assert "0 finished job(s) learned, 3000 already held" in capsys.readouterr().out
+    assert main(ask) == 0
+    assert json.loads(capsys.readouterr().out)["fallback"] is False
+    assert main(["observe", "--address", service]) == 2
+    assert "observe needs --trace" in capsys.readouterr().err
+
+
+def test_namespaces_list_show_and_reset(trace_file: Path, service: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["namespaces", "list", "--address", service]) == 0
+    assert capsys.readouterr().out == "no namespaces\n"
+    assert main(["observe", "--address", service, "--namespace", "cluster", "--trace", str(trace_file)]) == 0
+    capsys.readouterr()
+    assert main(["namespaces", "list", "--address", service]) == 0
+    listed = capsys.readouterr().out
+    assert listed.startswith("cluster  completions 3000  clock ") and "estimators last2" in listed
+    assert main(["namespaces", "show", "cluster", "--address", service]) == 0
+    assert capsys.readouterr().out == listed
+    assert main(["namespaces", "reset", "cluster", "--address", service]) == 0
+    assert capsys.readouterr().out == "namespace cluster: reset, 3000 completion(s) forgotten\n"
+    for action in ("show", "reset"):
+        assert main(["namespaces", action, "cluster", "--address", service]) == 2
+        assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_simulation_through_the_service_logs_no_refusal(
+    trace_file: Path, service: str, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every simulation used to log `ResetNamespace refused: NOT_FOUND` clearing its fresh namespace."""
+    caplog.set_level(logging.INFO, logger="tsched.service")
+    arguments = ["simulate", "--trace", str(trace_file), "--estimator", "last2", "--predictor-address", service]
+    assert main(arguments) == 0
+    assert "refused" not in caplog.text
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "tsched") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command, child in action.choices.items():
+                yield from _parsers(child, f"{name} {command}")
+
+
+def test_every_option_of_every_command_has_a_description_and_shows_its_default() -> None:
+    """`--help` showed almost no defaults: that `--mode` defaulted to none was hidden."""
+    missing = []
+    for name, parser in _parsers(cli.build_parser()):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction):
+                continue
+            text = formatter._get_help_string(action) if action.help else ""
+            if not text:
+                missing.append(f"{name} {action.dest}: no description")
+            elif action.default not in (None, False) and "default" not in text:
+                missing.append(f"{name} {action.dest}: default {action.default!r} not shown")
+        assert "(default: None)" not in parser.format_help(), name
+    assert not missing, "\n".join(missing)
+    simulate = " ".join(dict(_parsers(cli.build_parser()))["tsched simulate"].format_help().split())
+    assert "(default: selective with an estimator, none with request)" in simulate
+
+
+def test_predict_takes_users_groups_and_accounts_by_name(service: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tsched predict --user alice` failed: users and groups had to be integers."""
+    observe_by_name(service, "named", history(30))
+    ask = ["predict", "--address", service, "--namespace", "named", "--request", "3600", "--procs", "4", "--json"]
+    assert main([*ask, "--user", "user-1", "--account", "proj1"]) == 0
+    assert json.loads(capsys.readouterr().out)["fallback"] is False
+    assert main([*ask, "--user", "alice", "--group", "physics"]) == 0
+    assert json.loads(capsys.readouterr().out)["fallback"] is True
+    assert main([*ask, "--user", "alice", "--group", "3", "--account", "proj1"]) == 2
+    assert "both given" in capsys.readouterr().err

@@ -25,9 +25,18 @@ from simulator.evaluation.plan import (
     months_with_jobs,
     split_choices,
     split_specs,
+    task_costs,
 )
-from simulator.evaluation.plots import pareto_front
-from simulator.evaluation.report import improvement
+from simulator.evaluation.plots import improvement_plot, monthly_plot, pareto_front
+from simulator.evaluation.report import (
+    METRIC_DEFINITIONS,
+    WEIGHTED_WAIT_SWINGS,
+    WHOLE_VS_MONTHLY,
+    estimator_color,
+    estimator_colors,
+    improvement,
+    monthly_averages,
+)
 from simulator.traces.swf import write_swf
 from simulator.traces.workload import generate_workload
 
@@ -182,8 +191,8 @@ def test_pareto_front_keeps_only_undominated_points():
 
 def test_progress_reports_done_elapsed_and_time_left():
     stream = io.StringIO()
-    progress = Progress(4, stream)
-    progress.advance()
+    progress = Progress([1.0] * 4, stream)
+    progress.advance(0)
     progress.close()
     assert "\r" in stream.getvalue()
     assert re.search(r"1/4 runs  elapsed \d+:\d\d  left \d+:\d\d", stream.getvalue())
@@ -291,3 +300,88 @@ def test_a_failing_task_is_named_and_crosses_process_boundaries():
     with pytest.raises(TaskError, match="prediction quality of nosuch on small: SpecError") as caught:
         run_task(QualityTask(0, "small", "nosuch"), small_input().trace, None, "test")
     assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)
+
+
+# --- the report explains itself; the plots say what they show ---------------------------------
+
+
+def test_the_report_summarises_defines_and_gives_units_for_every_column(reference, monthly):
+    """No summary, no definitions, no units, no spread: the report did not explain itself."""
+    for folder in (reference, monthly):
+        report = (folder / "report.md").read_text()
+        assert "## Summary" in report and "**small.** wait: " in report
+        assert "## Definitions" in report and WEIGHTED_WAIT_SWINGS in report
+        for metric, (unit, better, _) in METRIC_DEFINITIONS.items():
+            assert f"| `{metric}` | {unit} | {better} |" in report
+        dictionary = pd.read_csv(folder / "columns.csv", keep_default_na=False)
+        assert (dictionary[["unit", "better", "meaning"]] != "").all().all()
+        for name in ("results.csv", "quality.csv", "monthly.csv"):
+            if (folder / name).exists():
+                columns = pd.read_csv(folder / name, nrows=0).columns.tolist()
+                assert dictionary.loc[dictionary["file"] == name, "column"].tolist() == columns
+    report = (monthly / "report.md").read_text()
+    assert WHOLE_VS_MONTHLY in report
+    table = pd.read_csv(monthly / "monthly.csv")
+    runs = table[(table["estimator"] == "last2") & (table["mode"] == "selective")]
+    low, high = runs["improvement_avg_wait"].quantile([0.25, 0.75])
+    assert f"[{low:+.1%} to {high:+.1%}]" in report  # the spread beside the monthly mean
+
+
+def test_colours_follow_the_estimator_not_its_position():
+    forward = estimator_colors(PLAN)
+    backward = estimator_colors(EvaluationPlan(**{**PLAN.__dict__, "estimators": tuple(reversed(PLAN.estimators))}))
+    assert forward == backward and len(set(forward.values())) == len(forward)
+    assert forward["request"] == estimator_color("request") == "#444444"
+
+
+def test_every_panel_says_which_way_is_better_and_weighted_wait_has_its_own_axis(monthly, tmp_path):
+    """Panels mixed directions unannounced, weighted wait squashed the other bars, colours followed position."""
+    table = pd.read_csv(monthly / "monthly.csv", keep_default_na=False, na_values=[""])
+    averages = monthly_averages(table)
+    colors = estimator_colors(PLAN)
+    selective = table[table["mode"] == "selective"]
+    figures = [
+        monthly_plot(selective, averages[averages["mode"] == "selective"], "t", tmp_path / "m.png", colors),
+        improvement_plot(averages, "t", tmp_path / "i.png", colors),
+    ]
+    for figure in figures:
+        panels = [ax for ax in figure.axes if ax.get_visible() and ax.axison]
+        for ax in panels:
+            assert "is better" in ax.get_title()
+            ticks = [label.get_text() for label in ax.get_xticklabels()]
+            assert "weighted wait" not in ticks or ticks == ["weighted wait"]
+        legend = {text.get_text() for legend in figure.legends for text in legend.get_texts()}
+        assert {"percentile:q=85", "last2"} <= legend
+    lines = [line for ax in figures[0].axes for line in ax.get_lines() if line.get_label()[:1] != "_"]
+    assert {line.get_label() for line in lines} <= legend | {"baseline (request, mode none) = 100"}
+
+
+def test_time_left_weighs_tasks_by_their_expected_cost():
+    """Counting tasks alike, README's sweep was promised 10 min 30 s and took 37 min 53 s."""
+    plan = EvaluationPlan(
+        estimators=("request", "percentile", "lgbm-quantile"),
+        policies=("wfp",),
+        backfills=("easy", "conservative"),
+        modes=("selective",),
+    )
+    entry = small_input()
+    tasks = build_tasks([entry], plan)
+    costs = task_costs(tasks, {entry.label: entry.trace})
+    pairs = zip(tasks, costs, strict=True)
+    cost = {(task.estimator, getattr(task, "backfill", "quality")): value for task, value in pairs}
+    assert cost[("lgbm-quantile", "conservative")] > cost[("lgbm-quantile", "easy")] > cost[("percentile", "easy")]
+    assert cost[("percentile", "conservative")] > cost[("percentile", "easy")]
+    now = [0.0]
+    progress = Progress(costs, None, clock=lambda: now[0])
+    total, checked = sum(costs), False
+    for index, seconds in enumerate(costs):  # each task takes what it is expected to cost
+        now[0] += seconds
+        progress.advance(index)
+        if not checked and progress.done_cost >= total / 10 and index + 1 < len(costs):
+            actual = total - now[0]
+            left = progress.seconds_left()
+            assert left is not None and abs(left - actual) <= 0.3 * actual
+            by_count = now[0] / (index + 1) * (len(costs) - index - 1)
+            assert abs(by_count - actual) > 0.3 * actual  # what counting tasks alike said
+            checked = True
+    assert checked

@@ -505,3 +505,17 @@ def test_state_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
     bogus.write_text("this is not SQLite\n" * 100)
     with pytest.raises(StateError, match=r"notes\.txt"):
         CompletionStore(bogus)
+
+
+def test_asking_lgbm_about_the_past_of_a_namespace_is_a_failed_precondition_not_internal(
+    client: PredictorClient, namespace: str
+) -> None:
+    """`predict --namespace <simulation namespace> --submit 1000` with lgbm-quantile was INTERNAL (a ValueError)."""
+    client.observe(history(300, start=40 * DAY), namespace=namespace)
+    code, details = status_of(
+        lambda: client.predict(
+            user=1, group=7, t_req=3600, procs=4, submit=1000, namespace=namespace, estimator="lgbm-quantile"
+        )
+    )
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "a job submitted at 1000 cannot be predicted once completions up to" in details

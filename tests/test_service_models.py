@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from predictor.estimators.lgbm.store import MANIFEST_FILE, MODEL_FILE, ModelCata
 from predictor.service.client import PredictorClient
 from predictor.service.launcher import ServerProcess
 from predictor.service.server import PredictorServer, start_server
+from simulator.cli import main
 from simulator.traces.workload import UNIX_START_TIME, generate_workload
 
 SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"
@@ -33,7 +35,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(models: Path) -> Iterator[PredictorServer]:
-    running, _ = start_server("127.0.0.1:0", estimator_factory=ModelCatalog(models).factory)
+    catalog = ModelCatalog(models)
+    running, _ = start_server("127.0.0.1:0", estimator_factory=catalog.factory, models=catalog.describe())
     yield running
     running.stop(0).wait()
 
@@ -117,3 +120,36 @@ def test_broken_or_misnamed_model_folders_stop_the_server_from_starting(models: 
         shutil.copy(models / "small" / name, shadowing / "percentile" / name)
     with pytest.raises(ModelError, match="named like the built-in estimator"):
         ModelCatalog(shadowing)
+
+
+def test_served_models_are_logged_listed_and_named_in_unknown_estimator_errors(
+    models: Path, client: PredictorClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Model names used to appear nowhere: not at start, not in ListEstimators, not in the error for a typo."""
+    caplog.set_level(logging.INFO, logger="tsched.service")
+    catalog = ModelCatalog(models)
+    running, _ = start_server("127.0.0.1:0", estimator_factory=catalog.factory, models=catalog.describe())
+    running.stop(0).wait()
+    assert "trained models small;" in caplog.text
+    listed = {info["name"]: info for info in client.list_estimators()["estimators"]}
+    assert listed["small"]["trained_model"] and not listed["percentile"]["trained_model"]
+    assert "until" in listed["small"]["description"]
+    code, details = status_of(lambda: client.predict(user=1, group=1, t_req=60, procs=1, estimator="smal"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "trained models served: small" in details
+
+
+def test_simulate_accepts_a_model_the_service_serves(
+    served: PredictorServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`simulate --estimator MODEL --predictor-address` was refused as an unknown estimator by this process."""
+    generated = tmp_path / "small.swf"
+    assert main(["trace", "generate", "--jobs", "400", "--procs", "128", "--out", str(generated)]) == 0
+    trace = tmp_path / "later.swf"  # the same jobs after the model's training span
+    lines = [line.split() for line in generated.read_text().splitlines() if not line.startswith(";")]
+    trace.write_text("".join(" ".join([f[0], str(int(f[1]) + 20 * DAY), *f[2:]]) + "\n" for f in lines))
+    run = ["simulate", "--trace", str(trace), "--predictor-address", f"127.0.0.1:{served.port}", "--estimator"]
+    assert main([*run, "small"]) == 0
+    assert "estimator small" in capsys.readouterr().out
+    assert main([*run, "smal"]) == 2
+    error = capsys.readouterr().err
+    assert "unknown estimator 'smal'" in error and "small" in error.partition("serves")[2]

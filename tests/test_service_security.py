@@ -238,3 +238,15 @@ def test_a_token_file_readable_by_everyone_is_reported(tmp_path: Path) -> None:
     server = ServerProcess(security=Security(tokens=str(tokens)))
     assert server.stop() == 0
     assert any("can be read by every user" in line for line in server.log)
+
+
+def test_a_token_lists_only_the_namespaces_it_may_use(secured: PredictorServer, certificates: Certificates) -> None:
+    with connect(secured, certificates, OPERATOR) as operator, connect(secured, certificates, SCHEDULER) as scheduler:
+        for namespace in ("sim-listed", "hidden-listed"):
+            operator.observe(history(5), namespace=namespace)
+        assert {"sim-listed", "hidden-listed"} <= {info["name"] for info in operator.list_namespaces()}
+        seen = {info["name"] for info in scheduler.list_namespaces()}
+        assert "sim-listed" in seen and "hidden-listed" not in seen
+        with connect(secured, certificates, None) as anonymous:
+            code, _ = status_of(anonymous.list_namespaces)
+        assert code == grpc.StatusCode.UNAUTHENTICATED

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from service_support import history, instants, status_of, submissions
+from service_support import history, instants, observe_by_name, status_of, submissions
 
 from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
@@ -313,3 +313,35 @@ def test_a_full_disk_is_not_serving_and_writes_answer_unavailable(small_disk: Pa
     finally:
         assert server.stop() == 0
     assert any("write failed" in line for line in server.log)
+
+
+def test_names_keep_their_ids_across_a_restart(tmp_path: Path) -> None:
+    """Users and groups had to be integers; names are now mapped to ids kept with the namespace's state."""
+    state = tmp_path / "state.sqlite"
+    server = ServerProcess(state=str(state), default_estimators=["last2"])
+    assert observe_by_name(server.address, "cluster", history(30)) == 30
+    with PredictorClient(server.address) as client:
+        before = client.predict(user="user-1", group=-1, account="proj1", t_req=3600, procs=4, namespace="cluster")
+        stranger = client.predict(user="user-9", group="proj1", t_req=3600, procs=4, namespace="cluster")
+    assert not before.prediction.fallback and stranger.prediction.fallback
+    assert server.stop(signal.SIGKILL) == -signal.SIGKILL
+    server = ServerProcess(state=str(state), default_estimators=["last2"])
+    with PredictorClient(server.address) as client:
+        after = client.predict(user="user-1", group=-1, account="proj1", t_req=3600, procs=4, namespace="cluster")
+    assert after == before
+    assert observe_by_name(server.address, "cluster", history(30)) == 0  # the same jobs: recognised, not relearned
+    assert server.stop() == 0
+
+
+def test_a_version_2_file_gains_the_table_of_names(tmp_path: Path) -> None:
+    state = tmp_path / "state.sqlite"
+    CompletionStore(state).close()
+    with sqlite3.connect(state) as db:
+        db.execute("DROP TABLE names")
+        db.execute("PRAGMA user_version=2")
+    store = CompletionStore(state)
+    store.record("cluster", 10, history(3), names=[("user", "alice", 1 << 40)])
+    assert store.load()["cluster"].names == {("user", "alice"): 1 << 40}
+    store.close()
+    with sqlite3.connect(state) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3

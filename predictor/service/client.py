@@ -21,10 +21,18 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from predictor.errors import TschedError, UsageError
+from predictor.errors import SpecError, TschedError, UsageError
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
-from predictor.service.codec import add_completions, add_jobs, job_message, prediction_from, sync_request
+from predictor.registry import parse_spec
+from predictor.service.codec import (
+    add_completions,
+    add_jobs,
+    add_names,
+    job_message,
+    prediction_from,
+    sync_request,
+)
 from predictor.service.security import read_token_file
 
 log = logging.getLogger("tsched.client")
@@ -166,29 +174,49 @@ class PredictorClient:
     def predict(
         self,
         *,
-        user: int,
-        group: int,
+        user: int | str,
+        group: int | str,
         t_req: int,
         procs: int,
         submit: int | None = None,
         job_id: int = 0,
         queue: int = -1,
         executable: int = -1,
+        account: str | None = None,
         namespace: str = "",
         estimator: str = "",
         timeout: float | None = None,
     ) -> ServedPrediction:
-        """Predict one job; without `submit`, at the namespace's clock."""
+        """Predict one job; without `submit`, at the namespace's clock. The user and group are numbers or
+        names; an `account` stands for the group (give the group as -1 then)."""
+        if account is not None and group != -1:
+            raise UsageError(f"the group ({group}) and the account ({account}) are both given; give one")
         job = JobRequest(
-            job_id, UNSET_SUBMIT if submit is None else submit, user, group, t_req, procs, queue, executable
+            job_id,
+            UNSET_SUBMIT if submit is None else submit,
+            user if isinstance(user, int) else -1,
+            group if isinstance(group, int) else -1,
+            t_req,
+            procs,
+            queue,
+            executable,
         )
-        return self.predict_job(job, namespace=namespace, estimator=estimator, timeout=timeout)
+        message = add_names(
+            job_message(job),
+            user if isinstance(user, str) else None,
+            group if isinstance(group, str) else None,
+            account,
+        )
+        return self._predict(message, namespace, estimator, timeout)
 
     def predict_job(
         self, job: JobRequest, *, namespace: str = "", estimator: str = "", timeout: float | None = None
     ) -> ServedPrediction:
         """Predict one job (a submit of UNSET_SUBMIT: at the namespace's clock)."""
-        request = pb.PredictRequest(namespace=namespace, estimator=estimator, job=job_message(job))
+        return self._predict(job_message(job), namespace, estimator, timeout)
+
+    def _predict(self, job: pb.Job, namespace: str, estimator: str, timeout: float | None) -> ServedPrediction:
+        request = pb.PredictRequest(namespace=namespace, estimator=estimator, job=job)
         response = self._call(self._stub.Predict, request, timeout)
         return ServedPrediction(
             prediction_from(response.prediction), response.estimator, response.submit, response.namespace
@@ -237,6 +265,7 @@ class PredictorClient:
                     "parameters": {p.name: p.default for p in info.parameters},
                     "evaluation_only": info.evaluation_only,
                     "allowed": info.allowed,
+                    "trained_model": info.trained_model,
                 }
                 for info in response.estimators
             ],
@@ -247,11 +276,50 @@ class PredictorClient:
             "clock": response.clock,
         }
 
-    def reset_namespace(self, namespace: str = "", timeout: float | None = None) -> int:
-        """Forget a namespace's history; return how many completions it held."""
-        request = pb.ResetNamespaceRequest(namespace=namespace)
+    def reset_namespace(self, namespace: str = "", timeout: float | None = None, *, missing_ok: bool = False) -> int:
+        """Forget a namespace's history; return how many completions it held (NOT_FOUND unless `missing_ok`)."""
+        request = pb.ResetNamespaceRequest(namespace=namespace, missing_ok=missing_ok)
         response: pb.ResetNamespaceResponse = self._call(self._stub.ResetNamespace, request, timeout)
         return response.forgotten
+
+    def list_namespaces(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The namespaces the server holds that this client's token may use: name, completions, clock, estimators."""
+        response: pb.ListNamespacesResponse = self._call(self._stub.ListNamespaces, pb.ListNamespacesRequest(), timeout)
+        return [
+            {
+                "name": info.name,
+                "completions": info.completions,
+                "clock": info.clock,
+                "estimators": list(info.estimators),
+            }
+            for info in response.namespaces
+        ]
+
+    def observe_all(self, finished: Sequence[FinishedJob], *, namespace: str = "") -> tuple[int, int]:
+        """Report any number of finished jobs (in end order), in calls of COMPLETIONS_PER_CALL; return
+        (new to the namespace, already held): feeding the same jobs twice learns nothing twice."""
+        accepted = 0
+        for start in range(0, len(finished), COMPLETIONS_PER_CALL):
+            chunk = finished[start : start + COMPLETIONS_PER_CALL]
+            accepted += self.observe(
+                chunk, namespace=namespace, timeout=self.timeout + len(chunk) * SECONDS_PER_COMPLETION
+            )
+        return accepted, len(finished) - accepted
+
+    def served_estimator(self, spec: str) -> dict[str, Any]:
+        """What the server lists for the estimator `spec` names (a built-in or a trained model).
+
+        The server is the judge of which names it serves: a model name is
+        unknown to this process's registry. Raises SpecError naming what it serves.
+        """
+        name = parse_spec(spec)[0]
+        listed = self.list_estimators()["estimators"]
+        for info in listed:
+            if info["name"] == name:
+                found: dict[str, Any] = info
+                return found
+        served = ", ".join(info["name"] for info in listed)
+        raise SpecError(f"unknown estimator {name!r}: the predictor service at {self.address} serves {served}")
 
     def health(self, service: str = "", timeout: float | None = None) -> str:
         """The grpc.health.v1 status name (SERVING, NOT_SERVING, ...)."""
@@ -343,18 +411,26 @@ def predict_once(
     address: str,
     namespace: str,
     spec: str,
-    user: int,
-    group: int,
+    user: int | str,
+    group: int | str,
     request: int,
     procs: int,
     submit: int | None = None,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
     credentials: Credentials | None = None,
+    account: str | None = None,
 ) -> dict[str, Any]:
     """One prediction as plain data (what `tsched predict` prints); PredictorError carries the server's message."""
     with PredictorClient(address, timeout, credentials) as client:
         served = client.predict(
-            user=user, group=group, t_req=request, procs=procs, submit=submit, namespace=namespace, estimator=spec
+            user=user,
+            group=group,
+            t_req=request,
+            procs=procs,
+            submit=submit,
+            account=account,
+            namespace=namespace,
+            estimator=spec,
         )
     return {
         "t_sched": served.prediction.t_sched,
@@ -444,11 +520,7 @@ class RemoteSession:
         client = self.client
         try:
             if self._needs_reset:
-                try:
-                    client.reset_namespace(self.namespace)
-                except PredictorError as error:
-                    if error.code != grpc.StatusCode.NOT_FOUND:
-                        raise
+                client.reset_namespace(self.namespace, missing_ok=True)
                 self._needs_reset = False
             while len(self._pending) > COMPLETIONS_PER_CALL:
                 client.observe(

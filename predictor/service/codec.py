@@ -18,7 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from predictor.errors import InvalidRequest
-from predictor.jobs import JOB_FIELD_NAMES, JOB_FIELDS, UNSET_SUBMIT, FinishedJob, JobField, JobRequest, Prediction
+from predictor.jobs import (
+    JOB_FIELD_NAMES,
+    JOB_FIELDS,
+    UNSET_SUBMIT,
+    FinishedJob,
+    JobField,
+    JobName,
+    JobRequest,
+    Prediction,
+)
 from predictor.proto import pb
 
 #: Room in a message besides its jobs and completions: the namespace and SPEC strings, and framing.
@@ -36,6 +45,8 @@ def _place(where: str, index: int | None) -> str:
 
 def _checked_field(job: pb.Job, field: JobField, place: str) -> int:
     if not job.HasField(field.name):
+        if field.name in NAME_FIELDS and any(getattr(job, name) for name in NAME_FIELDS[field.name]):
+            return -1  # given by name: the namespace's id for it replaces this (`job_names`)
         if field.unset is None:
             raise InvalidRequest(f"{place}.{field.name} is required")
         return field.unset
@@ -121,9 +132,11 @@ def max_message_bytes(max_batch: int) -> int:
     """The largest message a legitimate call of `max_batch` jobs and completions makes: every field at its widest.
 
     A negative int64 takes the most room on the wire (ten bytes), so the
-    widest Job sets every field to -1; a Sync carries a batch of each.
+    widest Job sets every number to -1; a Sync carries a batch of each. Jobs
+    given by name are not counted: a batch of them holds fewer jobs.
     """
-    widest = pb.Job(**dict.fromkeys(JOB_FIELD_NAMES, -1), actual_runtime=-1)
+    numbers: dict[str, Any] = dict.fromkeys(JOB_FIELD_NAMES, -1)
+    widest = pb.Job(**numbers, actual_runtime=-1)
     pair = pb.SyncRequest(completions=[pb.Completion(job=widest, end=-1, runtime=-1)], submitted=[widest])
     return max_batch * pair.ByteSize() + _MESSAGE_SLACK_BYTES
 
@@ -217,3 +230,48 @@ def sync_request(
     add_completions(request.completions, finished)
     add_jobs(request.submitted, submitted, truth)
     return request
+
+
+#: Names a Job may give instead of a number: (field of the number, name fields standing for it).
+NAME_FIELDS: dict[str, tuple[str, ...]] = {"user": ("user_name",), "group": ("group_name", "account")}
+#: The longest name accepted (user and account names are short; this bounds what a namespace stores).
+MAX_NAME_LENGTH = 128
+
+
+def job_names(jobs: Sequence[pb.Job], where: str, indexed: bool = True, inner: str = "") -> list[JobName]:
+    """The names jobs give for their user and group, checked: one of number or name per field, not empty.
+
+    `inner` is the job's place inside an item (".job" of a completion), for messages.
+    """
+    names: list[JobName] = []
+    for index, job in enumerate(jobs):
+        if not (job.user_name or job.group_name or job.account):
+            continue
+        place = _place(where, index if indexed else None) + inner
+        for number, spellings in NAME_FIELDS.items():
+            given = [spelling for spelling in spellings if getattr(job, spelling)]
+            if job.HasField(number):
+                given.insert(0, number)
+            if len(given) > 1:
+                raise InvalidRequest(f"{place}: {' and '.join(given)} are both set; give one")
+            if given and given[0] != number:
+                name: str = getattr(job, given[0])
+                if len(name) > MAX_NAME_LENGTH or not name.isprintable() or not name.strip():
+                    raise InvalidRequest(
+                        f"{place}.{given[0]} must be 1-{MAX_NAME_LENGTH} printable characters, not all blank; "
+                        f"got {len(name)} characters"
+                    )
+                names.append((index, number, name))
+    return names
+
+
+def add_names(message: pb.Job, user: str | None, group: str | None, account: str | None) -> pb.Job:
+    """`message` with its user and group given by name (the numbers it had cleared)."""
+    if user is not None:
+        message.ClearField("user")
+        message.user_name = user
+    if group is not None or account is not None:
+        message.ClearField("group")
+        message.group_name = group or ""
+        message.account = account or ""
+    return message

@@ -56,7 +56,7 @@ from predictor.errors import (
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
 from predictor.history import HistoryDiscardedError
-from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
+from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobName, JobRequest, Prediction
 from predictor.registry import available, make_estimator, parse_spec
 from predictor.service import records, snapshots
 from predictor.service.limits import Limits, MemoryWatch
@@ -84,6 +84,8 @@ DEADLINE_CHECK_EVERY = 4096
 SNAPSHOT_RETRY_EVENTS = 1000
 #: Effects of `predict` that change later answers: predictions by such an estimator are recorded.
 RECORDED_EFFECTS = frozenset({"submissions", "model"})
+#: The first id a namespace gives a user or group name: far above the numbers schedulers use.
+NAME_IDS_START = 1 << 40
 _NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9._:/@+-]{1,128}")
 
 
@@ -118,6 +120,24 @@ def registry_factory(spec: str) -> tuple[Estimator, str]:
 def at_clock(jobs: Sequence[JobRequest], clock: int) -> list[JobRequest]:
     """`jobs` with an unset submit time set to `clock`."""
     return [job._replace(submit=clock) if job.submit == UNSET_SUBMIT else job for job in jobs]
+
+
+def with_ids(jobs: Sequence[JobRequest], names: Sequence[JobName], ids: dict[tuple[str, str], int]) -> list[JobRequest]:
+    """`jobs` with the user and group they gave by name set to the namespace's ids for them."""
+    jobs = list(jobs)
+    for index, kind, name in names:
+        jobs[index] = jobs[index]._replace(**{kind: ids[(kind, name)]})
+    return jobs
+
+
+def finished_with_ids(
+    batch: Sequence[FinishedJob], names: Sequence[JobName], ids: dict[tuple[str, str], int]
+) -> list[FinishedJob]:
+    """Completions with their jobs' names set to ids, as `with_ids`."""
+    if not names:
+        return list(batch)
+    requests = with_ids([job.request for job in batch], names, ids)
+    return [job._replace(request=request) for job, request in zip(batch, requests, strict=True)]
 
 
 def no_deadline() -> None:
@@ -159,6 +179,8 @@ class Namespace:
     history: records.History = field(default_factory=records.History)
     clock: int = 0
     estimators: dict[str, Estimator] = field(default_factory=dict)
+    #: The ids of the user and group names it was given: {(field, name): id}, ids from NAME_IDS_START.
+    names: dict[tuple[str, str], int] = field(default_factory=dict)
     #: Events recorded since the last snapshot, and the sequence number of the latest in the state file.
     since_snapshot: int = 0
     last_seq: int = 0
@@ -192,6 +214,21 @@ class Namespace:
                 observe(job)
             self.estimators[spec.canonical] = estimator
         return estimator
+
+    def identify(self, names: Iterable[JobName]) -> tuple[dict[tuple[str, str], int], list[tuple[str, str, int]]]:
+        """The id of every name: the namespace's, else a new one, returned apart as (field, name, id) to be
+        stored before the namespace keeps it (a refused call assigns nothing)."""
+        ids: dict[tuple[str, str], int] = {}
+        new: list[tuple[str, str, int]] = []
+        for _, kind, name in names:
+            key = (kind, name)
+            if key not in ids:
+                known = self.names.get(key)
+                if known is None:
+                    known = NAME_IDS_START + len(self.names) + len(new)
+                    new.append((kind, name, known))
+                ids[key] = known
+        return ids, new
 
     # --- checks ---
 
@@ -299,8 +336,11 @@ class PredictorCore:
         allow_oracle: bool = False,
         store: CompletionStore | None = None,
         limits: Limits | None = None,
+        models: Sequence[dict[str, Any]] = (),
     ) -> None:
+        """`models`: the trained models `estimator_factory` serves, as `ListEstimators` describes them."""
         self.limits = limits or Limits()
+        self.models = list(models)
         self.memory = MemoryWatch(self.limits.memory_limit_bytes)
         self._factory = estimator_factory
         self._allow_oracle = allow_oracle
@@ -342,34 +382,47 @@ class PredictorCore:
         check_deadline: DeadlineCheck = no_deadline,
         where: str = "jobs",
         indexed: bool = True,
+        names: Sequence[JobName] = (),
     ) -> Answer:
         """Answer questions about `jobs` from the namespace's history; nothing is learned, the clock stays.
 
         An estimator whose predictions change its later answers records them
-        as submissions (see the module's documentation).
+        as submissions (see the module's documentation), with the names they
+        gave first; otherwise a name new to the namespace is answered for
+        without being kept.
         """
         resolved = self.spec(spec)
         held = self.namespace(namespace, create=resolved.records)
         check_deadline()
         with held:
             clock = held.clock
-            asked = at_clock(jobs, clock)
+            ids, new_names = held.identify(names)
+            asked = at_clock(with_ids(jobs, names, ids), clock)
             held.check_submits(asked, where, clock, indexed)
             estimator = held.estimator(resolved)
             if resolved.records:
-                self._record(held, [], asked, resolved, moves_clock=False)
+                self._record(held, [], asked, resolved, moves_clock=False, new_names=new_names)
                 predictions = held.predict(estimator, asked, truth, no_deadline)
                 self._maybe_snapshot(held)
             else:
                 predictions = held.predict(estimator, asked, truth, check_deadline)
         return Answer(predictions, resolved.canonical, held.name, clock)
 
-    def observe(self, namespace: str, batch: list[FinishedJob], check_deadline: DeadlineCheck) -> tuple[int, int]:
-        """Record and learn completions; return (accepted, duplicates)."""
+    def observe(
+        self,
+        namespace: str,
+        batch: list[FinishedJob],
+        check_deadline: DeadlineCheck,
+        names: Sequence[JobName] = (),
+    ) -> tuple[int, int]:
+        """Record and learn completions (`names`: the users and groups their jobs gave by name); return
+        (accepted, duplicates)."""
         held = self.namespace(namespace, create=bool(batch))
         check_deadline()
         with held:
-            accepted, duplicates, _, _ = self._record(held, batch, [], None, moves_clock=True)
+            ids, new_names = held.identify(names)
+            batch = finished_with_ids(batch, names, ids)
+            accepted, duplicates, _, _ = self._record(held, batch, [], None, moves_clock=True, new_names=new_names)
             self._maybe_snapshot(held)
         return accepted, duplicates
 
@@ -381,14 +434,24 @@ class PredictorCore:
         jobs: Sequence[JobRequest],
         truth: dict[int, int] | None,
         check_deadline: DeadlineCheck,
+        completion_names: Sequence[JobName] = (),
+        names: Sequence[JobName] = (),
     ) -> Answer:
-        """Record and learn `batch`, then record and predict the submitted `jobs`, under one hold of the lock."""
+        """Record and learn `batch`, then record and predict the submitted `jobs`, under one hold of the lock.
+
+        `completion_names` and `names`: the users and groups the completions' and the jobs' gave by name.
+        """
         resolved = self.spec(spec)
         held = self.namespace(namespace, create=bool(batch or jobs))
         check_deadline()
         with held:
+            ids, new_names = held.identify([*completion_names, *names])
+            batch = finished_with_ids(batch, completion_names, ids)
+            jobs = with_ids(jobs, names, ids)
             estimator = held.estimator(resolved) if jobs else None
-            accepted, duplicates, submitted, clock = self._record(held, batch, jobs, resolved, moves_clock=True)
+            accepted, duplicates, submitted, clock = self._record(
+                held, batch, jobs, resolved, moves_clock=True, new_names=new_names
+            )
             predictions = [] if estimator is None else held.predict(estimator, submitted, truth, no_deadline)
             self._maybe_snapshot(held)
         return Answer(predictions, resolved.canonical, held.name, clock, accepted, duplicates)
@@ -397,7 +460,7 @@ class PredictorCore:
         """The estimators the server can build, its defaults, and what `namespace` holds (if it exists)."""
         name = namespace or DEFAULT_NAMESPACE
         description: dict[str, Any] = {
-            "estimators": [self._describe(cls) for _, cls in sorted(available().items())],
+            "estimators": [self._describe(cls) for _, cls in sorted(available().items())] + self.models,
             "default_specs": [spec.canonical for spec in self.defaults],
             "namespace_exists": False,
             "namespace_specs": [],
@@ -415,12 +478,41 @@ class PredictorCore:
                 )
         return description
 
-    def reset(self, namespace: str) -> int:
-        """Forget a namespace (stored history included); return how many completions it held."""
+    def namespaces(self) -> list[dict[str, Any]]:
+        """Every namespace held, by name: its size, clock and estimators (`tsched namespaces list`)."""
+        with self._namespaces_lock:
+            held = sorted(self._namespaces.items())
+        listing = []
+        for name, namespace in held:
+            try:
+                namespace.__enter__()
+            except Conflict:  # reset since it was listed
+                continue
+            try:
+                listing.append(
+                    {
+                        "name": name,
+                        "completions": len(namespace.history),
+                        "clock": namespace.clock,
+                        "estimators": list(namespace.estimators),
+                    }
+                )
+            finally:
+                namespace.__exit__()
+        return listing
+
+    def reset(self, namespace: str, missing_ok: bool = False) -> int:
+        """Forget a namespace (stored history included); return how many completions it held.
+
+        `missing_ok`: a namespace that does not exist held 0 (a simulation
+        clearing its namespace before it starts), else it is NotFound.
+        """
         name = namespace or DEFAULT_NAMESPACE
         with self._namespaces_lock:
             held = self._namespaces.get(name)
             if held is None:
+                if missing_ok:
+                    return 0
                 raise NotFound(f"namespace {quote(name)} does not exist")
             with held:
                 if self._store is not None:
@@ -447,6 +539,7 @@ class PredictorCore:
         jobs: Sequence[JobRequest],
         spec: ResolvedSpec | None,
         moves_clock: bool,
+        new_names: Sequence[tuple[str, str, int]] = (),
     ) -> tuple[int, int, list[JobRequest], int]:
         """Check, store, then learn a call's completions and submissions.
 
@@ -468,8 +561,14 @@ class PredictorCore:
         self.memory.check_growth(f"namespace {quote(held.name)}")
         if self._store is not None:
             held.last_seq = self._store.record(
-                held.name, clock, fresh, submitted, None if spec is None or not submitted else spec.canonical
+                held.name,
+                clock,
+                fresh,
+                submitted,
+                None if spec is None or not submitted else spec.canonical,
+                new_names,
             )
+        held.names.update(((kind, name), number) for kind, name, number in new_names)
         held.learn(fresh)
         held.clock = clock
         held.since_snapshot += len(fresh) + len(submitted)
@@ -508,6 +607,7 @@ class PredictorCore:
             held.last_seq = event.seq
         held.since_snapshot = len(stored.events)
         held.clock = stored.clock
+        held.names = stored.names
         for spec in self.defaults:
             held.estimator(spec)
         log.info("namespace %s restored: %d completions, clock %d", quote(name), len(held.history), held.clock)
@@ -627,6 +727,7 @@ class PredictorCore:
             "evaluation_only": cls.evaluation_only,
             "allowed": self._allow_oracle or not cls.evaluation_only,
             "description": docstring.partition("\n")[0],
+            "trained_model": False,
         }
 
 

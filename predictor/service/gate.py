@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 
 from predictor.errors import InvalidRequest, PermissionDenied, ResourceExhausted, ServiceError
+from predictor.proto import pb
 from predictor.service.limits import Admission, CallKind, Limits, Watchdog
 from predictor.service.quoting import RefusalLog, clip
 from predictor.service.security import ACCESS_BY_METHOD, AUTHORIZATION, Access, Grant, TokenTable
@@ -145,6 +146,8 @@ class Gate(_Interceptor):
                 try:
                     request = self._decode(context, name, decode, raw)
                     del raw
+                    if access is Access.LIST:
+                        return _visible(behaviour(request, context), grant)
                     if access is not None and grant is not None:
                         try:
                             grant.check(request.namespace, access)
@@ -234,6 +237,15 @@ class Gate(_Interceptor):
             return _decoded(name, decode, raw)
         except InvalidRequest as error:
             abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+
+def _visible(listing: pb.ListNamespacesResponse, grant: Grant | None) -> pb.ListNamespacesResponse:
+    """A listing cut to the namespaces `grant` may use: a token never learns of the others."""
+    if grant is None:
+        return listing
+    return pb.ListNamespacesResponse(
+        namespaces=[info for info in listing.namespaces if grant.allows(info.name, Access.USE)]
+    )
 
 
 _BUSY_WITH_LARGE_REQUESTS = "requests in flight hold the memory this server gives them; retry shortly"

@@ -46,6 +46,7 @@ class Access(enum.Enum):
 
     USE = "use"  # predict in it, report completions and submissions to it, describe it
     RESET = "reset"  # forget it
+    LIST = "list"  # see the namespaces it may use (the answer is filtered, nothing is refused)
 
 
 #: The access each RPC of `tsched.v1.Predictor` needs (tests check that every RPC of the contract has one).
@@ -57,6 +58,7 @@ ACCESS_BY_METHOD: Mapping[str, Access] = {
     "SyncStream": Access.USE,
     "ListEstimators": Access.USE,
     "ResetNamespace": Access.RESET,
+    "ListNamespaces": Access.LIST,
 }
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -218,13 +218,15 @@ def start_server(
     *,
     security: Security | None = None,
     limits: Limits | None = None,
+    models: Sequence[dict[str, Any]] = (),
 ) -> tuple[PredictorServer, int]:
     """Start serving on `listen` (port 0: a free port) without blocking; return the server and its port.
 
     `default_estimators` (default: the paper's percentile adjuster) are built
     in every namespace; the first answers requests that name no estimator.
     `estimator_factory` turns a SPEC into an estimator and its canonical SPEC:
-    the hook through which trained models (`--models DIR`) are supplied.
+    the hook through which trained models (`--models DIR`) are supplied;
+    `models` describes them (logged at start, listed by ListEstimators).
     Raises UsageError or InvalidRequest for bad settings, StateError for an
     unusable state file, OSError when the address cannot be bound.
     """
@@ -240,7 +242,7 @@ def start_server(
     specs = list(default_estimators) if default_estimators else [DEFAULT_ESTIMATOR]
     store = CompletionStore(state) if state is not None else None
     try:
-        core = PredictorCore(specs, estimator_factory, allow_oracle, store, limits)
+        core = PredictorCore(specs, estimator_factory, allow_oracle, store, limits, models)
     except BaseException:
         if store is not None:
             store.close()
@@ -284,11 +286,12 @@ def start_server(
     for warning in warnings:
         log.warning("%s", warning)
     log.info(
-        "predictor service listening on %s%s; tokens %s; estimators %s; state %s; oracle %s",
+        "predictor service listening on %s%s; tokens %s; estimators %s; trained models %s; state %s; oracle %s",
         address,
         " (TLS" + (", client certificates required)" if security.tls_client_ca else ")") if security.tls else "",
         "none" if tokens is None else f"{len(tokens)} from {security.tokens}",
         ", ".join(spec.canonical for spec in core.defaults),
+        ", ".join(model["name"] for model in models) or "none",
         state or "none (in memory)",
         "allowed" if allow_oracle else "refused",
     )
@@ -319,12 +322,14 @@ def serve(
     limits = limits or Limits()
     security = security or Security()
     factory: EstimatorFactory = registry_factory
+    models: list[dict[str, Any]] = []
     if models_dir is not None:
         from predictor.estimators.lgbm.store import ModelCatalog  # LightGBM only when models are served
 
-        factory = ModelCatalog(models_dir).factory
+        catalog = ModelCatalog(models_dir)
+        factory, models = catalog.factory, catalog.describe()
     server, port = start_server(
-        listen, state, default_estimators, allow_oracle, factory, security=security, limits=limits
+        listen, state, default_estimators, allow_oracle, factory, security=security, limits=limits, models=models
     )
     received: list[tuple[int, float]] = []
     stop = threading.Event()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -26,7 +26,7 @@ from predictor.errors import (
     ServiceError,
     Unavailable,
 )
-from predictor.jobs import UNSET_SUBMIT
+from predictor.jobs import UNSET_SUBMIT, JobName
 from predictor.proto import pb, rpc
 from predictor.service import codec
 from predictor.service.core import Answer, DeadlineCheck, PredictorCore
@@ -128,6 +128,10 @@ def _with_predictions(response: AnswerMessage, answer: Answer) -> AnswerMessage:
     return response
 
 
+def _completion_names(completions: Sequence[pb.Completion], where: str) -> list[JobName]:
+    return codec.job_names([completion.job for completion in completions], where, inner=".job")
+
+
 class PredictorServicer(rpc.PredictorServicer):
     """The generated gRPC interface, served by a `PredictorCore`."""
 
@@ -142,8 +146,9 @@ class PredictorServicer(rpc.PredictorServicer):
             raise InvalidRequest("job is required")
         job = codec.job_request(request.job, "job")
         truth = codec.actual_runtimes((request.job,), "job", indexed=False) if spec.evaluation_only else None
+        names = codec.job_names((request.job,), "job", indexed=False)
         answer = self.core.predict(
-            request.namespace, request.estimator, [job], truth, deadline_of(context), where="job", indexed=False
+            request.namespace, request.estimator, [job], truth, deadline_of(context), "job", False, names
         )
         prediction = answer.predictions[0]
         return pb.PredictResponse(
@@ -164,7 +169,8 @@ class PredictorServicer(rpc.PredictorServicer):
         jobs = codec.job_requests(request.jobs, "jobs", self.max_batch)
         truth = codec.actual_runtimes(request.jobs, "jobs") if spec.evaluation_only else None
         check = deadline_of(context)
-        answer = self.core.predict(request.namespace, request.estimator, jobs, truth, check)
+        names = codec.job_names(request.jobs, "jobs")
+        answer = self.core.predict(request.namespace, request.estimator, jobs, truth, check, names=names)
         check()
         return _with_predictions(pb.PredictBatchResponse(estimator=answer.estimator), answer)
 
@@ -173,7 +179,8 @@ class PredictorServicer(rpc.PredictorServicer):
         self, request: pb.ObserveCompletionsRequest, context: grpc.ServicerContext
     ) -> pb.ObserveCompletionsResponse:
         batch = codec.finished_jobs(request.completions, "completions", self.max_batch)
-        accepted, duplicates = self.core.observe(request.namespace, batch, deadline_of(context))
+        names = _completion_names(request.completions, "completions")
+        accepted, duplicates = self.core.observe(request.namespace, batch, deadline_of(context), names)
         return pb.ObserveCompletionsResponse(accepted=accepted, duplicates=duplicates)
 
     @unary
@@ -194,7 +201,11 @@ class PredictorServicer(rpc.PredictorServicer):
         batch = codec.finished_jobs(request.completions, "completions", self.max_batch)
         jobs = codec.job_requests(request.submitted, "submitted", self.max_batch)
         truth = codec.actual_runtimes(request.submitted, "submitted") if spec.evaluation_only else None
-        answer = self.core.sync(request.namespace, request.estimator, batch, jobs, truth, deadline_of(context))
+        completion_names = _completion_names(request.completions, "completions")
+        names = codec.job_names(request.submitted, "submitted")
+        answer = self.core.sync(
+            request.namespace, request.estimator, batch, jobs, truth, deadline_of(context), completion_names, names
+        )
         response = pb.SyncResponse(estimator=answer.estimator, accepted=answer.accepted, duplicates=answer.duplicates)
         return _with_predictions(response, answer)
 
@@ -212,6 +223,7 @@ class PredictorServicer(rpc.PredictorServicer):
                 evaluation_only=info["evaluation_only"],
                 allowed=info["allowed"],
                 description=info["description"],
+                trained_model=info["trained_model"],
             )
             for info in described["estimators"]
         ]
@@ -228,4 +240,10 @@ class PredictorServicer(rpc.PredictorServicer):
     def ResetNamespace(
         self, request: pb.ResetNamespaceRequest, context: grpc.ServicerContext
     ) -> pb.ResetNamespaceResponse:
-        return pb.ResetNamespaceResponse(forgotten=self.core.reset(request.namespace))
+        return pb.ResetNamespaceResponse(forgotten=self.core.reset(request.namespace, request.missing_ok))
+
+    @unary
+    def ListNamespaces(
+        self, request: pb.ListNamespacesRequest, context: grpc.ServicerContext
+    ) -> pb.ListNamespacesResponse:
+        return pb.ListNamespacesResponse(namespaces=[pb.NamespaceInfo(**info) for info in self.core.namespaces()])

@@ -16,7 +16,7 @@ The file cannot be lost quietly:
 - `PRAGMA quick_check` runs on every start; every SQLite error becomes a
   `StateError` naming the file;
 - the schema has a version: version 1 files are migrated (after a backup
-  copy), newer ones refused;
+  copy), version 2 files get the table of names (3 added it), newer ones refused;
 - a write that fails (disk full, I/O error) is rolled back and answered
   UNAVAILABLE, the store reports itself unhealthy (health NOT_SERVING) and
   probes the file until a write succeeds again.
@@ -44,7 +44,7 @@ from predictor.service import records
 
 log = logging.getLogger("tsched.service")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: SQLite's application id for tsched state files ("tscd"): another program's database is refused.
 APPLICATION_ID = 0x74736364
 #: Seconds between attempts to write after a failed write.
@@ -77,7 +77,17 @@ CREATE TABLE IF NOT EXISTS snapshots (
     through_seq INTEGER NOT NULL,
     image BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS names (
+    namespace_id INTEGER NOT NULL REFERENCES namespaces(id),
+    field TEXT NOT NULL,
+    name TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    PRIMARY KEY (namespace_id, field, name)
+);
 """
+#: Versions read and brought to SCHEMA_VERSION: 1 by `_migrate_from_1`; 2 lacks only the names table,
+#: which opening creates.
+_MIGRATED_IN_PLACE = 2
 
 
 class StateError(TschedError):
@@ -109,6 +119,8 @@ class StoredNamespace:
     clock: int = 0
     snapshot: bytes | None = None
     events: list[Event] = field(default_factory=list)
+    #: The ids its user and group names stand for: {(field, name): id}.
+    names: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class StateLock:
@@ -313,9 +325,11 @@ class CompletionStore:
             return
         if application != APPLICATION_ID:
             raise StateError(f"{self.path}: not a tsched state file (tables: {', '.join(sorted(tables))})")
-        if version != SCHEMA_VERSION:
+        if version == _MIGRATED_IN_PLACE:
+            log.info("%s: schema version 2 brought to %d (a table of names added)", self.path, SCHEMA_VERSION)
+        elif version != SCHEMA_VERSION:
             raise StateError(
-                f"{self.path}: a state file of schema version {version}; this tsched reads versions 1 and "
+                f"{self.path}: a state file of schema version {version}; this tsched reads versions 1 to "
                 f"{SCHEMA_VERSION} (a newer tsched wrote it?)"
             )
         running = db.execute("SELECT value FROM meta WHERE key = 'running_pid'").fetchone()
@@ -372,6 +386,8 @@ class CompletionStore:
             for ns_id, through, image in self._db.execute("SELECT namespace_id, through_seq, image FROM snapshots"):
                 stored[names[ns_id]].snapshot = image
                 since[ns_id] = through
+            for ns_id, kind, name, number in self._db.execute("SELECT namespace_id, field, name, id FROM names"):
+                stored[names[ns_id]].names[(kind, name)] = number
             for seq, ns_id, kind, spec, blob in self._db.execute(
                 "SELECT seq, namespace_id, kind, spec, rows FROM events ORDER BY seq"
             ):
@@ -389,8 +405,10 @@ class CompletionStore:
         completions: Sequence[FinishedJob],
         submissions: Sequence[JobRequest] = (),
         spec: str | None = None,
+        names: Sequence[tuple[str, str, int]] = (),
     ) -> int:
-        """Durably add a call's events to `namespace` and set its clock, in one transaction; return the last seq."""
+        """Durably add a call's events, and the ids of names it used first, to `namespace` and set its clock,
+        in one transaction; return the last seq."""
         with self._writing() as db:
             ns_id = self._namespace_ids.get(namespace)
             if ns_id is None:
@@ -399,6 +417,10 @@ class CompletionStore:
                 ns_id = self._namespace_ids[namespace] = cursor.lastrowid
             else:
                 db.execute("UPDATE namespaces SET clock = ? WHERE id = ?", (clock, ns_id))
+            db.executemany(
+                "INSERT INTO names (namespace_id, field, name, id) VALUES (?, ?, ?, ?)",
+                [(ns_id, kind, name, number) for kind, name, number in names],
+            )
             seq = 0
             insert = "INSERT INTO events (namespace_id, kind, spec, rows) VALUES (?, ?, ?, ?)"
             if completions:
@@ -431,7 +453,7 @@ class CompletionStore:
         with self._writing() as db:
             ns_id = self._namespace_ids.pop(namespace, None)
             if ns_id is not None:
-                for table in ("events", "snapshots"):
+                for table in ("events", "snapshots", "names"):
                     db.execute(f"DELETE FROM {table} WHERE namespace_id = ?", (ns_id,))
                 db.execute("DELETE FROM namespaces WHERE id = ?", (ns_id,))
 

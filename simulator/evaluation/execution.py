@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -48,6 +48,7 @@ from simulator.evaluation.plan import (
     build_tasks,
     clock,
     describe,
+    task_costs,
 )
 from simulator.evaluation.report import ReportInputs, claim_report_folder, write_report
 from simulator.experiment import run_simulation
@@ -149,20 +150,40 @@ def result_row(label: str, summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Progress:
-    """One line on a stream, redrawn in place with `\\r`: runs done, elapsed time, estimated time left."""
+    """One line on a stream, redrawn in place with `\\r`: runs done, elapsed time, estimated time left.
+
+    `costs` are the tasks' expected costs, in task order (`plan.task_costs`),
+    and the time left weighs each task by its cost: counting tasks alike, a
+    sweep whose first runs are cheap (baselines, EASY) and last ones dear
+    (lgbm-quantile, conservative) was promised a quarter of its real time.
+    """
 
     WIDTH = 30
 
-    def __init__(self, total: int, stream: TextIO | None) -> None:
-        self.total = total
+    def __init__(
+        self, costs: Sequence[float], stream: TextIO | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.costs = list(costs)
+        self.total = len(costs)
+        self.total_cost = float(sum(costs))
         self.done = 0
+        self.done_cost = 0.0
         self.stream = stream
-        self.started = time.monotonic()
+        self._clock = clock
+        self.started = clock()
         self._draw()
 
-    def advance(self) -> None:
+    def advance(self, index: int) -> None:
+        """Task `index` (its place in the task list, whose costs this was made with) is done."""
         self.done += 1
+        self.done_cost += self.costs[index]
         self._draw()
+
+    def seconds_left(self) -> float | None:
+        """Elapsed time scaled by the expected cost still to run; None before any task is done."""
+        if self.done_cost <= 0:
+            return None
+        return (self._clock() - self.started) * max(self.total_cost - self.done_cost, 0.0) / self.done_cost
 
     def close(self) -> None:
         if self.stream is not None:
@@ -172,9 +193,10 @@ class Progress:
     def _draw(self) -> None:
         if self.stream is None:
             return
-        elapsed = time.monotonic() - self.started
-        left = "?" if self.done == 0 else clock(elapsed / self.done * (self.total - self.done))
-        filled = self.WIDTH * self.done // max(self.total, 1)
+        elapsed = self._clock() - self.started
+        seconds = self.seconds_left()
+        left = "?" if seconds is None else clock(seconds)
+        filled = int(self.WIDTH * self.done_cost // max(self.total_cost, 1e-9))
         bar = "#" * filled + "." * (self.WIDTH - filled)
         self.stream.write(f"\r[{bar}] {self.done}/{self.total} runs  elapsed {clock(elapsed)}  left {left} ")
         self.stream.flush()
@@ -198,7 +220,7 @@ def execute(
     for outcome in stream:
         outcomes.append(outcome)
         if progress is not None:
-            progress.advance()
+            progress.advance(outcome.task.index)
     return sorted(outcomes, key=lambda outcome: outcome.task.index)
 
 
@@ -402,11 +424,12 @@ def run_evaluation(
         from predictor.service.launcher import ServerProcess
 
         server, credentials = _start_service(backend, plan, Path(secrets_folder.name), ServerProcess)
-    progress = Progress(len(tasks), sys.stderr if show_progress else None)
+    by_label = {entry.label: entry.trace for entry in traces}
+    progress = Progress(task_costs(tasks, by_label), sys.stderr if show_progress else None)
     try:
         outcomes = execute(
             tasks,
-            {entry.label: entry.trace for entry in traces},
+            by_label,
             backend,
             None if server is None else server.address,
             progress,

@@ -7,7 +7,7 @@ definitions, and nothing here imports either of them.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,6 +233,35 @@ class SimulationTask:
 
 
 Task = QualityTask | SimulationTask
+
+#: A task's expected cost per job of its period, relative to a simulation with EASY and a history estimator,
+#: from the timings of README's evaluations (timings.csv): conservative backfilling re-plans every
+#: reservation at each event; lgbm-quantile trains; an offline replay skips the scheduler.
+BACKFILL_COST = {"conservative": 12.0}
+ESTIMATOR_COST = {"lgbm-quantile": 15.0}
+QUALITY_COST = 0.5
+
+
+def expected_cost(task: Task, jobs: int) -> float:
+    """What `task` is expected to cost (in units of one job simulated with EASY and a history estimator)."""
+    extra = ESTIMATOR_COST.get(task.estimator.partition(":")[0], 0.0)
+    if isinstance(task, QualityTask):
+        return jobs * (QUALITY_COST + extra)
+    return jobs * (1.0 + BACKFILL_COST.get(task.backfill, 0.0) + extra)
+
+
+def task_costs(tasks: Sequence[Task], traces: Mapping[str, Trace]) -> list[float]:
+    """Every task's `expected_cost`, from the jobs of its period (a month's, or the whole trace's)."""
+    jobs: dict[tuple[str, str | None], int] = {}
+    for label, trace in traces.items():
+        jobs[(label, None)] = len(trace.jobs)
+        submits = np.sort(trace.jobs["submit"].to_numpy())
+        for month, start, end in trace.month_bounds():
+            jobs[(label, month)] = int(np.searchsorted(submits, end) - np.searchsorted(submits, start))
+    return [
+        expected_cost(task, jobs[(task.trace, task.month if isinstance(task, SimulationTask) else None)])
+        for task in tasks
+    ]
 
 
 def _runs(plan: EvaluationPlan) -> list[tuple[str, str, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -52,12 +53,80 @@ METRIC_TITLES = {
     "weighted_wait": "weighted wait",
     "weighted_wait_wfp": "weighted wait (WFP score)",
 }
+#: Below this mean wait (seconds) the baseline hardly queues: ratios of its waits say nothing.
+LITTLE_QUEUEING_SECONDS = 60.0
+#: Every metric: unit, which way is better, and what it is (docs/definitions.md). The report's definitions
+#: section and the data dictionary (columns.csv) are both written from it.
+METRIC_DEFINITIONS: dict[str, tuple[str, str, str]] = {
+    "avg_wait": ("seconds", "lower", "mean of start - submit over the jobs"),
+    "avg_response": ("seconds", "lower", "mean of wait + run"),
+    "avg_slowdown": ("ratio", "lower", "mean of response / max(run, 1 s)"),
+    "avg_bounded_slowdown": ("ratio", "lower", "mean of max(1, response / max(run, 10 s))"),
+    "weighted_wait": (
+        "seconds",
+        "lower",
+        "Tang et al.'s Eq. 4: sum(wait x P) / sum(P), P = the job's priority score at its start under the policy "
+        "used (FCFS: its wait; WFP: (wait / t_req)^3 x size; SJF: 1 / t_req)",
+    ),
+    "weighted_wait_wfp": ("seconds", "lower", "the same weighted with the WFP score whatever the policy"),
+    "utilization": ("fraction", "higher", "sum(size x run) / (processors x (last end - first submit))"),
+    "makespan": ("seconds", "lower", "last end - first submit"),
+    "accuracy_mean": ("fraction", "higher", "Tang et al.'s Eq. 3 accuracy of t_sched, mean over the jobs"),
+    "accuracy_median": ("fraction", "higher", "Tang et al.'s Eq. 3 accuracy of t_sched, median over the jobs"),
+    "underestimated": ("fraction", "lower", "jobs whose t_sched was below their runtime"),
+    "NA": ("fraction", "-", "jobs whose estimate was not adjusted (t_sched = t_req)"),
+    "OE": ("fraction", "-", "jobs overestimated (t_sched above the runtime)"),
+    "UE": ("fraction", "lower", "jobs underestimated by at most 30 minutes"),
+    "BE": ("fraction", "lower", "jobs underestimated by more than 30 minutes"),
+    "mae": ("seconds", "lower", "mean of abs(t_sched - runtime)"),
+    "medae": ("seconds", "lower", "median of abs(t_sched - runtime)"),
+    "lambda": (
+        "ratio",
+        "lower",
+        "mean abs(t_sched - runtime) / mean abs(t_req - runtime): below 1 beats the requests",
+    ),
+}
+#: The other columns of the CSV files: unit and meaning.
+PARAMETER_COLUMNS: dict[str, tuple[str, str]] = {
+    "trace": ("-", "the trace's label"),
+    "month": ("YYYY-MM", "the calendar month simulated (empty: the whole trace)"),
+    "load_factor": ("factor", "offered load multiplied by it (inter-arrival times divided by it)"),
+    "estimator": ("SPEC", "the estimator that gave t_sched"),
+    "policy": ("-", "queue policy"),
+    "backfill": ("-", "backfilling"),
+    "backfill_order": ("-", "the order backfill candidates are tried in"),
+    "mode": ("-", "where the scheduler used t_sched: none, regular or selective"),
+    "correction": ("-", "regular mode: what a running job past its prediction is expected to run"),
+    "procs": ("processors", "machine size"),
+    "jobs": ("jobs", "jobs simulated or replayed"),
+    "skipped": ("jobs by reason", "trace jobs not replayed"),
+    "predictor_fallbacks": ("jobs", "jobs given t_req because the service did not answer"),
+    "predictor_fallback_share": ("fraction", "the same as a share of the jobs"),
+    "little_queueing": ("true/false", f"the baseline's mean wait is under {LITTLE_QUEUEING_SECONDS:g} s"),
+    "run": ("-", "how tables and plots name the run"),
+    "us_per_prediction": ("microseconds", "prediction cost per job"),
+    "months": ("months", "months simulated"),
+}
+#: Why one estimator's whole-trace and monthly numbers can disagree (even in sign), said where both are shown.
+WHOLE_VS_MONTHLY = (
+    "**Whole trace against monthly.** A whole-trace number is one ratio over every job of the trace: the "
+    "months with the longest queues dominate it, and a queue built up in one month carries into the next. "
+    "A monthly mean gives every month the same weight, and each month starts from an empty machine. So one "
+    "bad month can make a whole-trace improvement strongly negative while the monthly mean stays near zero, "
+    "or the reverse: read both, and the spread across months."
+)
+#: Why weighted wait swings so much more than the other metrics.
+WEIGHTED_WAIT_SWINGS = (
+    "Weighted wait (Tang et al.'s Eq. 4) weighs each job's wait by its priority score under the policy: under "
+    "FCFS the score is the wait itself, so it is sum(wait^2) / sum(wait), and under WFP it grows with the cube "
+    "of wait / t_req. A handful of jobs that wait longest therefore make most of it: one job delayed by a "
+    "reservation can move it by hundreds of percent while the mean wait hardly moves. Its improvements are "
+    "drawn on their own axis for that reason; read them with the spread, never alone."
+)
 #: A run's baseline (`request` in mode `none`) shares these: the same scheduler on the same jobs.
 BASELINE_KEYS = ["trace", "month", "load_factor", "policy", "backfill", "backfill_order"]
 #: The report's sections: one trace, load, policy and backfilling; rows differ by the rest.
 SECTION_KEYS = ["trace", "load_factor", "policy", "backfill"]
-#: Below this mean wait (seconds) the baseline hardly queues: ratios of its waits say nothing.
-LITTLE_QUEUEING_SECONDS = 60.0
 PACKAGES = (
     "tsched",
     "numpy",
@@ -180,7 +249,8 @@ def monthly_table(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def monthly_averages(monthly: pd.DataFrame) -> pd.DataFrame:
-    """Average improvement over the months per trace x policy x backfilling x estimator x mode.
+    """Average improvement over the months per trace x policy x backfilling x estimator x mode, with its
+    spread (the interquartile range over the months: a mean alone hides how much months disagree).
 
     A month whose baseline metric is 0 has no improvement to average: it is
     left out of that metric's mean, and `months` counts the months simulated.
@@ -190,10 +260,11 @@ def monthly_averages(monthly: pd.DataFrame) -> pd.DataFrame:
     grouped = runs.groupby(keys, sort=False)
     averages = grouped.size().rename("months").to_frame()
     for metric in PAPER_METRICS:
-        averages[f"improvement_{metric}"] = grouped[f"improvement_{metric}"].mean()
-        averages[f"months_better_{metric}"] = grouped[f"improvement_{metric}"].agg(
-            lambda values: int((values > 0).sum())
-        )
+        column = grouped[f"improvement_{metric}"]
+        averages[f"improvement_{metric}"] = column.mean()
+        averages[f"iqr_low_{metric}"] = column.quantile(0.25)
+        averages[f"iqr_high_{metric}"] = column.quantile(0.75)
+        averages[f"months_better_{metric}"] = column.agg(lambda values: int((values > 0).sum()))
     averages["prediction_accuracy_mean"] = grouped["prediction_accuracy_mean"].mean()
     return averages.reset_index()
 
@@ -208,6 +279,47 @@ def timings_table(outcomes: list[TaskOutcome]) -> pd.DataFrame:
             row |= {"kind": "simulation", "month": task.month or "", "policy": task.policy}
             row |= {"backfill": task.backfill, "mode": task.mode}
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+#: Columns derived from a metric M: prefix, unit (None: M's), which way is better, meaning.
+_DERIVED_COLUMNS: tuple[tuple[str, str | None, str, str], ...] = (
+    ("improvement_vs_queue_", "fraction", "higher", "improvement of {} over the baseline in the plain queue order"),
+    ("improvement_", "fraction", "higher", "improvement of {} over the baseline: (baseline - value) / baseline"),
+    ("months_better_", "months", "higher", "months in which the run beat that month's baseline on {}"),
+    ("iqr_low_", "fraction", "higher", "first quartile over the months of the improvement of {}"),
+    ("iqr_high_", "fraction", "higher", "third quartile over the months of the improvement of {}"),
+    ("baseline_", None, "-", "that month's baseline value of {}"),
+)
+
+
+def describe_column(column: str) -> tuple[str, str, str]:
+    """(unit, which way is better, meaning) of a CSV column of the report."""
+    if column in PARAMETER_COLUMNS:
+        unit, meaning = PARAMETER_COLUMNS[column]
+        return unit, "-", meaning
+    for prefix, derived_unit, better, meaning in _DERIVED_COLUMNS:
+        metric = column.removeprefix(prefix)
+        if column.startswith(prefix) and metric in METRIC_DEFINITIONS:
+            return derived_unit or METRIC_DEFINITIONS[metric][0], better, meaning.format(metric)
+    if column.endswith("_vs_baseline"):
+        return "ratio", "lower", f"{column.removesuffix('_vs_baseline')} / that month's baseline value"
+    metric = column.removeprefix("prediction_")
+    if metric in METRIC_DEFINITIONS:
+        unit, better, meaning = METRIC_DEFINITIONS[metric]
+        return unit, better, ("of the t_sched the simulation was given: " if metric != column else "") + meaning
+    raise KeyError(f"column {column!r} has no entry in the data dictionary (report.METRIC_DEFINITIONS)")
+
+
+def data_dictionary(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every column of every CSV file the report writes: its unit, which way is better, and what it is."""
+    rows = [
+        dict(
+            zip(("file", "column", "unit", "better", "meaning"), (name, column, *describe_column(column)), strict=True)
+        )
+        for name, table in tables.items()
+        for column in table.columns
+    ]
     return pd.DataFrame(rows)
 
 
@@ -380,8 +492,11 @@ def _monthly_section(
         "",
         "Each calendar month is simulated on its own from an empty machine, the predictor warmed up with the "
         "jobs that ended before the month. Each month's metrics are divided by that month's baseline "
-        "(`request`, mode `none`); the tables give the average improvement over the months, and in brackets "
-        "the number of months the run beat the baseline.",
+        "(`request`, mode `none`); the tables give the average improvement over the months, in square brackets "
+        "its interquartile range over the months (half the months fall within it: a wide range is noise, not "
+        "a finding), and in parentheses the number of months the run beat the baseline.",
+        "",
+        WHOLE_VS_MONTHLY,
         "",
     ]
     for (trace, load_factor, policy, backfill), table in averages.groupby(SECTION_KEYS, sort=False):
@@ -391,9 +506,7 @@ def _monthly_section(
             for mode in modes:
                 run = runs[runs["mode"] == mode]
                 for metric in PAPER_METRICS:
-                    value = float(run[f"improvement_{metric}"].iloc[0]) if len(run) else np.nan
-                    better = int(run[f"months_better_{metric}"].iloc[0]) if len(run) else 0
-                    row[f"{mode} {METRIC_TITLES[metric]}"] = f"{_percent(value)} ({better})"
+                    row[f"{mode} {METRIC_TITLES[metric]}"] = _monthly_cell(run, metric)
             rows.append(row)
         title, stem = _section_names(trace, load_factor, policy, backfill)
         lines += [f"### {title} backfilling", "", markdown_table(pd.DataFrame(rows), {}), ""]
@@ -421,6 +534,69 @@ def _monthly_section(
     return lines
 
 
+def _monthly_cell(run: pd.DataFrame, metric: str) -> str:
+    """A monthly mean, its interquartile range over the months, and the months it beat the baseline."""
+    if not len(run):
+        return "-"
+    first = run.iloc[0]
+    spread = f"{_percent(float(first[f'iqr_low_{metric}']))} to {_percent(float(first[f'iqr_high_{metric}']))}"
+    return f"{_percent(float(first[f'improvement_{metric}']))} [{spread}] ({int(first[f'months_better_{metric}'])})"
+
+
+def _definitions_section() -> list[str]:
+    """Every metric with its unit and which way is better: a reader needs no other document."""
+    table = pd.DataFrame(
+        [
+            {"metric": f"`{name}`", "unit": unit, "better": better, "definition": meaning}
+            for name, (unit, better, meaning) in METRIC_DEFINITIONS.items()
+        ]
+    )
+    return [
+        "## Definitions",
+        "",
+        "Improvement of a metric = (baseline - value) / baseline: positive is better, whatever the metric's "
+        "direction. The baseline is `request` in mode `none` (the users' requests, as submitted) under the same "
+        "scheduler. Every column of the CSV files is described, with its unit, in `columns.csv`.",
+        "",
+        markdown_table(table, {}),
+        "",
+        WEIGHTED_WAIT_SWINGS,
+        "",
+    ]
+
+
+def _summary(runs: pd.DataFrame, monthly: bool) -> list[str]:
+    """A paragraph per trace saying which run wins each of Tang's metrics, by how much, and how often across
+    months: what the tables show, in words."""
+    lines = ["## Summary", ""]
+    predicting = runs[~((runs["estimator"] == BASELINE_ESTIMATOR) & (runs["mode"] == BASELINE_MODE))]
+    for trace, table in predicting.groupby("trace", sort=False):
+        sentences = []
+        for metric in PAPER_METRICS:
+            column = f"improvement_{metric}"
+            ranked = table.dropna(subset=[column])
+            if ranked.empty:
+                continue
+            best = ranked.iloc[int(np.argmax(ranked[column].to_numpy()))]
+            beating = int((ranked[column] > 0).sum())
+            where = f"{best['policy']} + {best['backfill']}"
+            verdict = "best is" if best[column] > 0 else "no run beat the baseline; the closest is"
+            sentence = (
+                f"{METRIC_TITLES[metric]}: {verdict} {best['run']} in mode {best['mode']} ({where}), "
+                f"{_percent(float(best[column]))}"
+            )
+            if monthly:
+                sentence += (
+                    f" on average over the months (interquartile range {_percent(float(best[f'iqr_low_{metric}']))} "
+                    f"to {_percent(float(best[f'iqr_high_{metric}']))}; better than the baseline in "
+                    f"{int(best[f'months_better_{metric}'])} of {int(best['months'])} months)"
+                )
+            sentence += f"; {beating} of {len(ranked)} runs beat the baseline"
+            sentences.append(sentence)
+        lines += [f"**{trace}.** " + ". ".join(sentences) + ".", ""]
+    return lines
+
+
 def _selective_finding(averages: pd.DataFrame, modes: tuple[str, ...]) -> list[str]:
     """How often selective mode beat regular mode: the question Tang et al.'s Figures 14-17 answer."""
     if not {"regular", "selective"} <= set(modes):
@@ -438,22 +614,28 @@ def _selective_finding(averages: pd.DataFrame, modes: tuple[str, ...]) -> list[s
     return [f"Selective mode beat regular mode in {better} of {compared} estimator x metric comparisons.", ""]
 
 
+#: Each built-in estimator's colour, in every plot of every report: colours follow the estimator, not its
+#: position in a run's list, so that two reports read alike.
+ESTIMATOR_COLORS = {
+    "request": "#444444",
+    "percentile": "#1f77b4",
+    "last2": "#ff7f0e",
+    "mean-std": "#2ca02c",
+    "lgbm-quantile": "#d62728",
+    "oracle": "#9467bd",
+}
+#: Colours for other SPECs (parameters spelt out, trained models), chosen by a checksum of the SPEC: stable too.
+OTHER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a")
+
+
+def estimator_color(spec: str) -> str:
+    """The colour of an estimator SPEC: its estimator's when written as the bare name, else one of its own."""
+    return ESTIMATOR_COLORS.get(spec) or OTHER_COLORS[zlib.crc32(spec.encode()) % len(OTHER_COLORS)]
+
+
 def estimator_colors(plan: EvaluationPlan) -> dict[str, str]:
-    """One color per estimator, the same in every plot."""
-    palette = [
-        "#444444",
-        "#1f77b4",
-        "#ff7f0e",
-        "#2ca02c",
-        "#d62728",
-        "#9467bd",
-        "#8c564b",
-        "#e377c2",
-        "#7f7f7f",
-        "#bcbd22",
-        "#17becf",
-    ]
-    return {spec: palette[number % len(palette)] for number, spec in enumerate(plan.quality_estimators)}
+    """The colour of every estimator a plan runs (`estimator_color`)."""
+    return {spec: estimator_color(spec) for spec in plan.quality_estimators}
 
 
 #: The list of files a report wrote, in its folder: what `--force` may remove, and nothing else.
@@ -516,11 +698,19 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
             "Run again with `--in-process` to avoid it.",
             "",
         ]
-    lines += _quality_section(quality, accuracy_quantiles(inputs.outcomes), out, colors)
+    tables = {"results.csv": results, "quality.csv": quality}
     if plan.monthly:
         monthly = monthly_table(results)
         averages = monthly_averages(monthly)
         monthly.to_csv(out / "monthly.csv", index=False)
+        tables["monthly.csv"] = monthly
+        lines += _summary(averages, monthly=True)
+    else:
+        lines += _summary(results[results["month"] == ""], monthly=False)
+    data_dictionary(tables).to_csv(out / "columns.csv", index=False)
+    lines += _definitions_section()
+    lines += _quality_section(quality, accuracy_quantiles(inputs.outcomes), out, colors)
+    if plan.monthly:
         lines += _monthly_section(monthly, averages, out, plan.modes, colors)
     else:
         lines += _scheduling_section(results, out, colors)
@@ -540,6 +730,8 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
             if plan.monthly
             else []
         ),
+        "- `columns.csv`: the data dictionary: every column of the files above, its unit, which way is "
+        "better, and what it is.",
         "- `timings.csv`: seconds per task (not part of the results: they vary from run to run).",
         "",
         "Slowest tasks:",

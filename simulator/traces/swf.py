@@ -308,7 +308,11 @@ def read_swf(path: str | Path, *, lenient: bool = False) -> Trace:
     `Trace.malformed` by reason.
     """
     source = str(path)
-    data = read_trace_bytes(Path(path), source)
+    return parse_swf(read_trace_bytes(Path(path), source), source, lenient=lenient)
+
+
+def parse_swf(data: bytes, source: str, *, lenient: bool = False) -> Trace:
+    """SWF text already read (standard input: `tsched observe --trace -`), errors naming `source`."""
     malformed: dict[str, int] | None = {} if lenient else None
 
     comments = _comment_lines(data)

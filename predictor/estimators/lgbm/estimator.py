@@ -496,7 +496,19 @@ class LGBMQuantileEstimator(Estimator):
         return self._training is not None and now >= self._training[0]
 
     def _advance(self, now: int) -> None:
-        """At trace time `now`: start a training that is due, and put a model whose time has come live."""
+        """At trace time `now`: start a training that is due, and put a model whose time has come live.
+
+        A time before what is already learned is refused first: training on a
+        window that ends before the history would find nothing to train on.
+        """
+        live = self._model
+        known = max(self._features.latest_end, live.trained_at if live is not None else 0)
+        if now < known:
+            raise HistoryDiscardedError(
+                f"a job submitted at {now} cannot be predicted once completions up to {known} have been "
+                "learned (the model, its calibration and the jobs in flight would know its future); predict jobs "
+                "at their submission, in order"
+            )
         if self._retrain_due(now):
             assert self._retrain_seconds is not None  # a retraining is never due with retrain=never
             self._next_retrain = now + self._retrain_seconds  # also when there is too little to train on
@@ -540,13 +552,6 @@ class LGBMQuantileEstimator(Estimator):
 
     def _answer(self, jobs: list[JobRequest]) -> list[Prediction]:
         model = self._model
-        known = max(self._features.latest_end, model.trained_at if model is not None else 0)
-        if jobs[0].submit < known:
-            raise HistoryDiscardedError(
-                f"a job submitted at {jobs[0].submit} cannot be predicted once completions up to {known} have been "
-                "learned (the model, its calibration and the jobs in flight would know its future); predict jobs "
-                "at their submission, in order"
-            )
         features = self._features
         rows = []
         for job in jobs:  # each job is in flight for the rows of the jobs after it, as one by one

@@ -319,12 +319,36 @@ class ModelCatalog:
                 raise ModelError(f"{folder}: named like the built-in estimator {folder.name!r}; rename the folder")
             self.models[folder.name] = load_model(folder)
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Each model as the service lists its estimators (`ListEstimators`): name, parameters, where it came from."""
+        return [
+            {
+                "name": name,
+                "parameters": {key: str(value) for key, value in model.manifest["params"].items()},
+                "evaluation_only": False,
+                "allowed": True,
+                "description": f"trained model {model.path} ({model.manifest['estimator']}, trained until "
+                f"{model.manifest['training']['until_utc']})",
+                "trained_model": True,
+            }
+            for name, model in self.models.items()
+        ]
+
     def factory(self, spec: str) -> tuple[Estimator, str]:
-        """The estimator `spec` names and its canonical SPEC (a model's keeps the model's name)."""
+        """The estimator `spec` names and its canonical SPEC (a model's keeps the model's name).
+
+        An unknown name's error lists the models too: a user who mistyped one sees what is served.
+        """
         name, overrides = parse_spec(spec)
         model = self.models.get(name)
         if model is None:
-            estimator = make_estimator(spec)
+            try:
+                estimator = make_estimator(spec)
+            except SpecError as error:
+                if name in available():
+                    raise
+                names = ", ".join(self.models) or "none"
+                raise SpecError(f"{error}; trained models served: {names}") from None
             return estimator, estimator.spec
         served = model.estimator(overrides)
         return served, name + ":" + ",".join(f"{key}={value}" for key, value in served.get_params().items())

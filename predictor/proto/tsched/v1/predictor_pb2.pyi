@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable", "actual_runtime")
+    __slots__ = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable", "actual_runtime", "user_name", "group_name", "account")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,9 @@ class Job(_message.Message):
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
     ACTUAL_RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    USER_NAME_FIELD_NUMBER: _ClassVar[int]
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     submit: int
     user: int
@@ -26,7 +29,10 @@ class Job(_message.Message):
     queue: int
     executable: int
     actual_runtime: int
-    def __init__(self, job_id: _Optional[int] = ..., submit: _Optional[int] = ..., user: _Optional[int] = ..., group: _Optional[int] = ..., t_req: _Optional[int] = ..., procs: _Optional[int] = ..., queue: _Optional[int] = ..., executable: _Optional[int] = ..., actual_runtime: _Optional[int] = ...) -> None: ...
+    user_name: str
+    group_name: str
+    account: str
+    def __init__(self, job_id: _Optional[int] = ..., submit: _Optional[int] = ..., user: _Optional[int] = ..., group: _Optional[int] = ..., t_req: _Optional[int] = ..., procs: _Optional[int] = ..., queue: _Optional[int] = ..., executable: _Optional[int] = ..., actual_runtime: _Optional[int] = ..., user_name: _Optional[str] = ..., group_name: _Optional[str] = ..., account: _Optional[str] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("job", "end", "runtime")
@@ -145,18 +151,20 @@ class EstimatorParameter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., default: _Optional[str] = ...) -> None: ...
 
 class EstimatorInfo(_message.Message):
-    __slots__ = ("name", "parameters", "evaluation_only", "allowed", "description")
+    __slots__ = ("name", "parameters", "evaluation_only", "allowed", "description", "trained_model")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     EVALUATION_ONLY_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TRAINED_MODEL_FIELD_NUMBER: _ClassVar[int]
     name: str
     parameters: _containers.RepeatedCompositeFieldContainer[EstimatorParameter]
     evaluation_only: bool
     allowed: bool
     description: str
-    def __init__(self, name: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[EstimatorParameter, _Mapping]]] = ..., evaluation_only: _Optional[bool] = ..., allowed: _Optional[bool] = ..., description: _Optional[str] = ...) -> None: ...
+    trained_model: bool
+    def __init__(self, name: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[EstimatorParameter, _Mapping]]] = ..., evaluation_only: _Optional[bool] = ..., allowed: _Optional[bool] = ..., description: _Optional[str] = ..., trained_model: _Optional[bool] = ...) -> None: ...
 
 class ListEstimatorsResponse(_message.Message):
     __slots__ = ("estimators", "default_specs", "namespace_exists", "namespace_specs", "completions", "clock")
@@ -175,13 +183,37 @@ class ListEstimatorsResponse(_message.Message):
     def __init__(self, estimators: _Optional[_Iterable[_Union[EstimatorInfo, _Mapping]]] = ..., default_specs: _Optional[_Iterable[str]] = ..., namespace_exists: _Optional[bool] = ..., namespace_specs: _Optional[_Iterable[str]] = ..., completions: _Optional[int] = ..., clock: _Optional[int] = ...) -> None: ...
 
 class ResetNamespaceRequest(_message.Message):
-    __slots__ = ("namespace",)
+    __slots__ = ("namespace", "missing_ok")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_OK_FIELD_NUMBER: _ClassVar[int]
     namespace: str
-    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+    missing_ok: bool
+    def __init__(self, namespace: _Optional[str] = ..., missing_ok: _Optional[bool] = ...) -> None: ...
 
 class ResetNamespaceResponse(_message.Message):
     __slots__ = ("forgotten",)
     FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
     forgotten: int
     def __init__(self, forgotten: _Optional[int] = ...) -> None: ...
+
+class ListNamespacesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NamespaceInfo(_message.Message):
+    __slots__ = ("name", "completions", "clock", "estimators")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATORS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    completions: int
+    clock: int
+    estimators: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., completions: _Optional[int] = ..., clock: _Optional[int] = ..., estimators: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListNamespacesResponse(_message.Message):
+    __slots__ = ("namespaces",)
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    namespaces: _containers.RepeatedCompositeFieldContainer[NamespaceInfo]
+    def __init__(self, namespaces: _Optional[_Iterable[_Union[NamespaceInfo, _Mapping]]] = ...) -> None: ...

@@ -69,6 +69,11 @@ class PredictorStub:
                 request_serializer=tsched_dot_v1_dot_predictor__pb2.ResetNamespaceRequest.SerializeToString,
                 response_deserializer=tsched_dot_v1_dot_predictor__pb2.ResetNamespaceResponse.FromString,
                 _registered_method=True)
+        self.ListNamespaces = channel.unary_unary(
+                '/tsched.v1.Predictor/ListNamespaces',
+                request_serializer=tsched_dot_v1_dot_predictor__pb2.ListNamespacesRequest.SerializeToString,
+                response_deserializer=tsched_dot_v1_dot_predictor__pb2.ListNamespacesResponse.FromString,
+                _registered_method=True)
 
 
 class PredictorServicer:
@@ -129,6 +134,13 @@ class PredictorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListNamespaces(self, request, context):
+        """The namespaces this server holds that the caller may use, with their sizes and clocks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PredictorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +178,11 @@ def add_PredictorServicer_to_server(servicer, server):
                     servicer.ResetNamespace,
                     request_deserializer=tsched_dot_v1_dot_predictor__pb2.ResetNamespaceRequest.FromString,
                     response_serializer=tsched_dot_v1_dot_predictor__pb2.ResetNamespaceResponse.SerializeToString,
+            ),
+            'ListNamespaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNamespaces,
+                    request_deserializer=tsched_dot_v1_dot_predictor__pb2.ListNamespacesRequest.FromString,
+                    response_serializer=tsched_dot_v1_dot_predictor__pb2.ListNamespacesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +374,33 @@ class Predictor:
             '/tsched.v1.Predictor/ResetNamespace',
             tsched_dot_v1_dot_predictor__pb2.ResetNamespaceRequest.SerializeToString,
             tsched_dot_v1_dot_predictor__pb2.ResetNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNamespaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsched.v1.Predictor/ListNamespaces',
+            tsched_dot_v1_dot_predictor__pb2.ListNamespacesRequest.SerializeToString,
+            tsched_dot_v1_dot_predictor__pb2.ListNamespacesResponse.FromString,
             options,
             channel_credentials,
             insecure,
