@@ -7,7 +7,10 @@ returns the jobs to start now. They follow the Mu'alem & Feitelson digest:
   (shadow time and extra processors);
 - conservative: every waiting job holds a reservation; a job may start early
   only if it delays no reservation; reservations are compressed (moved earlier,
-  never later) whenever the profile frees up.
+  never later) whenever the profile frees up;
+- replan: Streit's planning-based CCS: reservations as in conservative
+  backfilling, but the whole plan is rebuilt in the queue's order at every
+  job end, so a reservation can move later.
 
 The backfill order says which waiting jobs are tried first for room that the
 queue order leaves: `queue` (the policy's order) or `sjf` (shortest estimate
@@ -27,8 +30,11 @@ from simulator.jobs import WaitingJob
 from simulator.machine import Machine
 from simulator.policies import shortest_first
 
-BACKFILLS = ("none", "easy", "conservative")
+BACKFILLS = ("none", "easy", "conservative", "replan")
 BACKFILL_ORDERS = ("queue", "sjf")
+#: Strategies a backfill order cannot act on: without backfilling no job is tried out of order, and a plan
+#: rebuilt at every job end is never compressed.
+ORDERLESS = ("none", "replan")
 
 
 class Backfill(ABC):
@@ -215,6 +221,47 @@ class Profile:
                 return anchor
             i = j
 
+    def place(self, size: int, duration: int) -> int:
+        """Reserve `size` processors for `duration` (>= 1) at the earliest time they are free; return that time.
+
+        The same slot as `earliest` from the profile's first step followed by
+        `reserve`, found and taken in one scan: every reservation is made from
+        "now", and a virtual schedule makes one per waiting job.
+        """
+        times, free = self.times, self.free
+        count = len(times)
+        i = 0
+        while True:
+            while free[i] < size:
+                i += 1  # the last step has every processor free, so this stops
+            start = times[i]
+            end = start + duration
+            j = i + 1
+            while j < count and times[j] < end and free[j] >= size:
+                j += 1
+            if j == count or times[j] >= end:
+                break
+            i = j
+        # The slot is steps i..j-1, `end` falls in step j-1: make it a boundary, take the processors, and merge
+        # the two ends if they became redundant (as `reserve` does).
+        if j == count or times[j] != end:
+            times.insert(j, end)
+            free.insert(j, free[j - 1])
+        for k in range(i, j):
+            free[k] -= size
+        if free[j] == free[j - 1]:
+            del times[j], free[j]
+        if i > 0 and free[i] == free[i - 1]:
+            del times[i], free[i]
+        return start
+
+    def copy(self) -> Profile:
+        """An independent profile with the same steps (a virtual schedule is planned on a copy)."""
+        twin = Profile.__new__(Profile)
+        twin.times = list(self.times)
+        twin.free = list(self.free)
+        return twin
+
     def _split(self, time: int) -> int:
         """Make `time` a step boundary; return its index."""
         times = self.times
@@ -311,9 +358,7 @@ class ConservativeBackfill(Backfill):
         reserved = self._reserved
         for job in queue:
             if job.index not in reserved:
-                start = profile.earliest(now, job.size, job.t_est)
-                profile.reserve(start, job.t_est, job.size)
-                reserved[job.index] = start
+                reserved[job.index] = profile.place(job.size, job.t_est)
         started = [job for job in queue if reserved[job.index] == now]
         for job in started:
             planned_end = now + machine.planned_runtime(job)
@@ -361,9 +406,7 @@ class ConservativeBackfill(Backfill):
             if before < 0 or room[before] < job.size:
                 continue
             profile.release(old, job.t_est, job.size)
-            start = profile.earliest(now, job.size, job.t_est)
-            profile.reserve(start, job.t_est, job.size)
-            reserved[job.index] = start
+            start = reserved[job.index] = profile.place(job.size, job.t_est)
             if start != old:
                 room = profile.prefix_room()
 
@@ -381,12 +424,42 @@ class ConservativeBackfill(Backfill):
         return profile
 
 
+class ReplanBackfill(ConservativeBackfill):
+    """Conservative backfilling as Streit's planning-based CCS does it: the plan is made again at every job end.
+
+    Every waiting job holds a reservation and a new job takes its earliest
+    slot, as under conservative backfilling; but whenever a job ends (early or
+    not), the plan is rebuilt from the running jobs with every waiting job
+    placed in the queue policy's order ("A rescheduling process is done every
+    time a job ends", Streit 2003). So the policy orders the whole plan, and a
+    reservation is no guarantee: a job can move later, and under SJF or LJF a
+    job can be passed over again and again. dynP's virtual schedules are this
+    plan, one per order.
+    """
+
+    name = "replan"
+
+    def __init__(self, order: str = "queue") -> None:
+        if order != "queue":
+            raise ValueError(
+                f"backfill order {order!r} has nothing to act on under 'replan': the plan is rebuilt in the queue's "
+                "order at every job end, never compressed"
+            )
+        super().__init__(order)
+
+    def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        if self._running.keys() - machine.running.keys():  # a job has ended since the last pass
+            self._rebuild(now, machine)
+        return super().select(now, queue, machine)
+
+
 def make_backfill(name: str, order: str = "queue") -> Backfill:
-    """The backfilling strategy called `name` (none, easy, conservative), trying candidates in `order`."""
+    """The backfilling strategy called `name` (none, easy, conservative, replan), trying candidates in `order`."""
     classes: dict[str, type[Backfill]] = {
         "none": NoBackfill,
         "easy": EasyBackfill,
         "conservative": ConservativeBackfill,
+        "replan": ReplanBackfill,
     }
     if name not in classes:
         raise ValueError(f"unknown backfilling {name!r}; choose one of {', '.join(BACKFILLS)}")

@@ -240,7 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
     trace_options(sim)
     sim.add_argument("--procs", type=int, help="machine size (default: the trace header's MaxProcs)")
     sim.add_argument("--policy", choices=POLICIES, default=_DEFAULTS.policy, help="queue policy")
-    sim.add_argument("--backfill", choices=BACKFILLS, default=_DEFAULTS.backfill, help="backfilling")
+    sim.add_argument(
+        "--backfill",
+        choices=BACKFILLS,
+        default=_DEFAULTS.backfill,
+        help="backfilling (replan: conservative with the whole plan rebuilt in the policy's order at every job end, "
+        "as Streit's CCS)",
+    )
     sim.add_argument("--estimator", default=ev.BASELINE_ESTIMATOR, metavar="SPEC", help="NAME or NAME:key=value,...")
     sim.add_argument(
         "--mode",

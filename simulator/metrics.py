@@ -32,6 +32,11 @@ def _shortness(wait: np.ndarray, t_req: np.ndarray, size: np.ndarray) -> np.ndar
     return 1.0 / t_req
 
 
+def _length(wait: np.ndarray, t_req: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """LJF: the longer the job, the higher its priority."""
+    return t_req
+
+
 #: A job's priority score at its start under each policy, as Tang's Eq. 4 weighs waits with it.
 #: Scores are computed from t_req, never from the estimate the scheduler planned with, so that runs
 #: of one policy with different estimators weigh every job alike (Tang's Eq. 5 uses t_req too).
@@ -39,6 +44,7 @@ PRIORITY_AT_START: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], np.n
     "fcfs": _waited,
     "wfp": wfp_score,
     "sjf": _shortness,
+    "ljf": _length,
 }
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from predictor.digests import sha256_of
 from predictor.errors import SpecError, UsageError
 from predictor.registry import make_estimator
-from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
+from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
 from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
 from simulator.traces.formats import read_trace
@@ -123,8 +123,9 @@ class EvaluationPlan:
             (self.corrections, CORRECTIONS, "--corrections"),
         ):
             split_choices(",".join(values), allowed, option)
-        if "none" in self.backfills and "sjf" in self.backfill_orders:
-            raise UsageError("--backfill none has no backfill order: leave sjf out of --backfill-order")
+        orderless = [backfill for backfill in self.backfills if backfill in ORDERLESS]
+        if orderless and "sjf" in self.backfill_orders:
+            raise UsageError(f"--backfill {orderless[0]} has no backfill order: leave sjf out of --backfill-order")
         if not self.load_factors or not all(0 < factor < float("inf") for factor in self.load_factors):
             raise UsageError(f"--load-factor: every factor must be a positive number, not {self.load_factors}")
 
@@ -259,7 +260,7 @@ def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task
             periods, plan.load_factors, plan.policies, plan.backfills, plan.backfill_orders
         )
         for month, load_factor, policy, backfill, order in configurations:
-            if backfill == "none" and order != "queue":
+            if backfill in ORDERLESS and order != "queue":
                 continue
             for spec, mode, correction in _runs(plan):
                 tasks.append(
