@@ -126,7 +126,7 @@ def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
         (["simulate", "--estimator", "percentil"], "unknown estimator 'percentil'"),
         (["simulate", "--procs", "0"], "positive processor count"),
         (["predict-eval", "--estimator", "percentile:q=5"], "q must be in [50, 100]; got 5.0"),
-        (["evaluate", "--policies", "lifo"], "'lifo' is not one of"),
+        (["evaluate", "--policies", "lifo"], "unknown policy 'lifo'; choose one of fcfs, wfp, sjf, ljf, dynp"),
         (
             ["predict", "--address", "127.0.0.1:1", "--user", "1", "--group", "1", "--request", "60", "--procs", "1"],
             "UNAVAILABLE",

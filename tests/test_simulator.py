@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simulator.backfill
+import simulator.dynp
 import simulator.jobs
 import simulator.machine
 import simulator.policies
@@ -490,7 +491,7 @@ def test_conservative_replan_does_not_starve_a_wide_job_on_ctc(traces_dir: Path)
 # ---------------------------------------------------------------------------------------------
 # The scheduler never sees actual runtimes
 
-SCHEDULER_MODULES = (simulator.policies, simulator.backfill, simulator.machine, simulator.jobs)
+SCHEDULER_MODULES = (simulator.policies, simulator.backfill, simulator.machine, simulator.jobs, simulator.dynp)
 RUNTIME_NAMES = {"t_act", "runtime", "_runtime", "FinishedJob"}
 
 
