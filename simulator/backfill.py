@@ -56,6 +56,15 @@ class Backfill(ABC):
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         """Jobs to start now, in start order. Does not change `machine`."""
 
+    def plan(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[int]:
+        """The start each job of `queue` is planned for if this pass takes the queue in that order; changes nothing.
+
+        dynP's virtual schedule. Without reservations of its own (none, EASY)
+        it is Streit's: every job in turn at its earliest slot after the
+        running jobs' expected ends.
+        """
+        return virtual_starts(Profile(now, machine.free, machine.expected_releases()), queue)
+
     def admit(self, job: WaitingJob) -> None:
         """`job` has joined the queue."""
         if self._shortest is not None:
@@ -307,6 +316,12 @@ class Profile:
         return min(self.free) < 0
 
 
+def virtual_starts(base: Profile, jobs: Iterable[WaitingJob]) -> list[int]:
+    """Start times of `jobs` planned in this order on a copy of `base`, each at its earliest slot for t_est."""
+    plan = base.copy()
+    return [plan.place(job.size, job.t_est) for job in jobs]
+
+
 class ConservativeBackfill(Backfill):
     """Conservative backfilling: every waiting job has a reservation no later job may delay.
 
@@ -365,6 +380,19 @@ class ConservativeBackfill(Backfill):
             self._hold(profile, now + job.t_est, planned_end, job.size)
             self._running[job.index] = (planned_end, job.size)
         return started
+
+    def plan(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[int]:
+        """The reservations this pass would hold in the order of `queue`: a dry run of `select` on the plan kept.
+
+        Reservations made earlier stay where they are unless compression moves
+        them, so an order shows only in what this pass would compress and place.
+        """
+        profile = self._profile
+        saved = (profile and profile.copy(), dict(self._reserved), dict(self._running), self._held_longer)
+        self.select(now, queue, machine)
+        starts = [self._reserved[job.index] for job in queue]
+        self._profile, self._reserved, self._running, self._held_longer = saved
+        return starts
 
     def _hold(self, profile: Profile, old_end: int, new_end: int, size: int) -> None:
         """A running job will hold its processors until `new_end`, not `old_end`."""

@@ -8,9 +8,17 @@ Two variants decide which policy orders the queue:
   FCFS (up to `upper`) or LJF (above);
 - self-tuning (Streit 2003): at each submission and each completion, with at
   least 2 jobs waiting, a virtual schedule of the whole queue is planned in
-  each of the three orders (from the running jobs' expected ends, every job at
-  its earliest slot), each is scored by a quality metric, and a decider
+  each of the three orders, each is scored by a quality metric, and a decider
   (Table 1: `simple` or `advanced`) picks the policy.
+
+A virtual schedule is the plan the backfilling would make in that order at
+this pass (`Backfill.plan`). Under `replan`, Streit's CCS, and without a plan
+of its own (none, EASY) that is Streit's: every job in turn at its earliest
+slot after the running jobs' expected ends. Conservative backfilling keeps the
+reservations it gave, so its virtual schedules are its own plan compressed and
+extended in that order: scoring a full replan there would choose for a
+schedule the scheduler never follows (on SDSC-SP2 the choice came out worse
+than each single policy; docs/dynp.md).
 
 The virtual schedules are planned with the estimates the scheduler has
 (`WaitingJob.t_est`: t_req, or t_sched from any estimator) and never see an
@@ -32,7 +40,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from simulator.backfill import Profile
+from simulator.backfill import Backfill
 from simulator.jobs import WaitingJob
 from simulator.machine import Machine
 from simulator.policies import FCFS, LJF, POLICIES, SJF, QueuePolicy, make_policy
@@ -147,12 +155,6 @@ def make_queue_policy(spec: str) -> QueuePolicy:
 
 
 # --- virtual schedules and their quality -----------------------------------------------------
-
-
-def virtual_starts(base: Profile, jobs: Sequence[WaitingJob]) -> list[int]:
-    """Start times of `jobs` planned in this order on a copy of `base`, each at its earliest slot for t_est."""
-    plan = base.copy()
-    return [plan.place(job.size, job.t_est) for job in jobs]
 
 
 #: A quality of a virtual schedule (lower is better): (jobs, their starts, when the running jobs are expected
@@ -324,16 +326,17 @@ class DynamicPolicy(QueuePolicy):
     def __len__(self) -> int:
         return len(self._orders[self.current])
 
-    def decide(self, now: int, machine: Machine, submitted: bool, completed: bool) -> None:
-        """Run the decider if this pass follows an event it runs at and enough jobs wait."""
+    def decide(self, now: int, machine: Machine, backfill: Backfill, submitted: bool, completed: bool) -> None:
+        """Run the decider if this pass follows an event it runs at and enough jobs wait; `backfill` plans the
+        virtual schedule of each order (`Backfill.plan`)."""
         if not (submitted or (completed and self.decides_on_completion)) or len(self) < self.min_backlog:
             return
-        choice, case = self._choose(now, machine)
+        choice, case = self._choose(now, machine, backfill)
         self.stats.record(len(self), self.current, choice, case)
         self.current = choice
 
     @abstractmethod
-    def _choose(self, now: int, machine: Machine) -> tuple[str, str | None]:
+    def _choose(self, now: int, machine: Machine, backfill: Backfill) -> tuple[str, str | None]:
         """The policy to use from now on, and the Table 1 case that chose it (None: no table)."""
 
 
@@ -346,7 +349,7 @@ class BasicDynP(DynamicPolicy):
     def __init__(self, config: DynPSpec) -> None:
         super().__init__(config, cases=False)
 
-    def _choose(self, now: int, machine: Machine) -> tuple[str, str | None]:
+    def _choose(self, now: int, machine: Machine, backfill: Backfill) -> tuple[str, str | None]:
         jobs = self.ordered(now)
         total = sum(job.t_est for job in jobs)  # compared as total <= bound x count: exact at the bounds
         if total <= self.config.lower * len(jobs):
@@ -366,15 +369,14 @@ class SelfTuningDynP(DynamicPolicy):
         super().__init__(config, cases=True)
         self._quality = QUALITY_METRICS[config.quality]
 
-    def _choose(self, now: int, machine: Machine) -> tuple[str, str | None]:
-        base = Profile(now, machine.free, machine.expected_releases())
-        busy_until = base.times[-1]  # the last step starts when the last running job is expected to end
+    def _choose(self, now: int, machine: Machine, backfill: Backfill) -> tuple[str, str | None]:
+        busy_until = max([now, *(end for end, _ in machine.expected_releases())])
         scores: dict[tuple[int, ...], Fraction] = {}  # orders that coincide share their schedule
         quality: dict[str, Fraction] = {}
         for policy in SWITCHED:
             jobs = self._orders[policy].ordered(now)
             key = tuple(job.index for job in jobs)
             if key not in scores:
-                scores[key] = self._quality(jobs, virtual_starts(base, jobs), busy_until)
+                scores[key] = self._quality(jobs, backfill.plan(now, jobs, machine), busy_until)
             quality[policy] = scores[key]
         return switch_to_best_policy(self.config.decider, quality["fcfs"], quality["sjf"], quality["ljf"], self.current)

@@ -129,7 +129,7 @@ def simulate(
         if use_prediction:
             machine.correct_overruns(now)
         if isinstance(queue, DynamicPolicy):
-            queue.decide(now, machine, submitted=bool(arrivals), completed=bool(finished))
+            queue.decide(now, machine, backfill, submitted=bool(arrivals), completed=bool(finished))
         for job in backfill.select(now, queue.ordered(now), machine):
             queue.remove(job)
             backfill.forget(job)

@@ -35,7 +35,7 @@ import simulator.dynp
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator import engine
-from simulator.backfill import Profile
+from simulator.backfill import Profile, make_backfill, virtual_starts
 from simulator.cli import main
 from simulator.dynp import (
     BasicDynP,
@@ -47,7 +47,6 @@ from simulator.dynp import (
     response_weighted_by_width,
     slowdown_weighted_by_area,
     switch_to_best_policy,
-    virtual_starts,
 )
 from simulator.engine import SimulationConfig, simulate
 from simulator.jobs import WaitingJob
@@ -187,6 +186,28 @@ def test_a_virtual_schedule_places_each_job_at_its_earliest_slot_in_the_order_gi
     assert base.free == [2, 6, 10]
 
 
+@pytest.mark.parametrize("backfill", ["conservative", "replan"])
+def test_a_planning_backfill_s_virtual_schedule_is_a_dry_run_of_its_pass(backfill: str) -> None:
+    # 10 processors. At 0: R (8 procs) starts for 100 s (t_est), W1 (6) is reserved after it at 100. At 50, R ends
+    # early and two jobs arrive: X (2 procs, 300 s) and Y (4, 30 s).
+    strategy = make_backfill(backfill)
+    machine = Machine(10)
+    r, w1 = WaitingJob(0, 1, 0, 8, 100, 100), WaitingJob(1, 2, 0, 6, 40, 40)
+    assert strategy.select(0, [r, w1], machine) == [r]
+    machine.start(r, 0)
+    strategy.forget(r)
+    machine.finish(0)
+    x, y = WaitingJob(2, 3, 50, 2, 300, 300), WaitingJob(3, 4, 50, 4, 30, 30)
+    # Every order moves W1 up to 50 (compression, or the rebuilt plan); X and Y share the 4 processors left then:
+    # X first leaves Y 2 processors until W1 ends at 90; Y first (ends at 80) makes X wait until 80.
+    orders = {"w1 x y": [w1, x, y], "w1 y x": [w1, y, x], "y w1 x": [y, w1, x]}
+    plans = {name: strategy.plan(50, order, machine) for name, order in orders.items()}
+    assert plans == {"w1 x y": [50, 50, 90], "w1 y x": [50, 50, 80], "y w1 x": [50, 50, 80]}
+    for name, order in orders.items():  # nothing was changed: each dry run starts from the same plan
+        assert strategy.plan(50, order, machine) == plans[name]
+    assert strategy.select(50, orders["w1 x y"], machine) == [w1, x]  # the pass makes the plan of its order
+
+
 def test_quality_metrics_of_a_virtual_schedule_worked_out_by_hand() -> None:
     # The LJF step of EPISODES below, from an empty machine at 0: S1 (1 proc, 50 s) and S2 (1 proc, 60 s) fit
     # beside each other, L (10 procs, 100 s) beside nothing. Submitted at -1: response = end + 1.
@@ -253,10 +274,12 @@ EPISODES: list[Spec] = [
 ]
 EPISODE_STARTS = [0, 130, 100, 110, 1000, 1100, 1100, 1110, 2000, 2200, 2100, 2200]
 #: Decisions: conservative backfilling passes at every arrival and completion with >= 2 jobs waiting:
-#: 1, 100, 110 (episode 1); 1001, 1100 (2); 2001, 2100, 2200 (3). Without a pass on a full machine: 100, 110, 1100,
-#: 2100, 2200.
+#: 1, 100, 110 (episode 1); 1001, 1100 (2); 2001, 2100, 2200 (3). Its virtual schedules are its own plan, in which
+#: the jobs of an episode were placed when they arrived; as every job ends when planned nothing is compressed
+#: later, so the orders differ only at the arrivals (1, 1001, 2001) and the other five decisions are case 1.
+#: Without a pass on a full machine (none, EASY): 100, 110, 1100, 2100, 2200, each planned afresh.
 EPISODE_CASES = {
-    "conservative": {"2_7": 3, "3_9": 2, "4c": 2, "1": 1},
+    "conservative": {"2_7": 1, "3_9": 1, "4c": 1, "1": 5},
     "easy": {"2_7": 2, "3_9": 1, "4c": 1, "1": 1},
     "none": {"2_7": 2, "3_9": 1, "4c": 1, "1": 1},
 }
@@ -278,6 +301,9 @@ def test_each_policy_wins_a_step(backfill: str, decider: str) -> None:
     if decider == "advanced":
         assert stats["switches"] == {"fcfs": 1, "sjf": 1, "ljf": 1}
         assert stats["jobs_started"] == {"fcfs": 5, "sjf": 4, "ljf": 3}
+    elif backfill == "conservative":  # every start is at a case-1 decision, where the simple decider takes FCFS
+        assert stats["switches"] == {"fcfs": 2, "sjf": 1, "ljf": 1}
+        assert stats["jobs_started"] == {"fcfs": 12, "sjf": 0, "ljf": 0}
     else:  # at 2200 (case 1) the simple decider takes FCFS for S1 and S2
         assert stats["switches"] == {"fcfs": 2, "sjf": 1, "ljf": 1}
         assert stats["jobs_started"] == {"fcfs": 7, "sjf": 4, "ljf": 1}
@@ -294,7 +320,8 @@ def test_no_single_policy_starts_the_episodes_as_dynp_does(policy: str, backfill
 
 def test_virtual_schedules_use_the_estimates_the_mode_gives() -> None:
     # Episode 2 with every request at 100 s: planned with t_req, the three orders are the same (ties by submit),
-    # so every decision is case 1. Planned with predictions equal to the runtimes (selective mode), FCFS wins.
+    # so every decision is case 1. Planned with predictions equal to the runtimes (selective mode), FCFS wins at
+    # the arrivals (at 100 the three jobs hold the reservations they got then: case 1).
     jobs: list[Spec] = [(0, 10, 100, 100), (1, 4, 100, 10), (1, 6, 100, 30), (1, 1, 100, 20)]
     predictions = {1: 100, 2: 10, 3: 30, 4: 20}
     cases = {}
@@ -303,7 +330,7 @@ def test_virtual_schedules_use_the_estimates_the_mode_gives() -> None:
         result = simulate(job_table(jobs), config, LocalSession(FixedEstimator(predictions)))
         assert result.dynp is not None
         cases[mode] = {case: count for case, count in result.dynp["cases"].items() if count}
-    assert cases == {"none": {"1": 2}, "selective": {"3_9": 2}}
+    assert cases == {"none": {"1": 2}, "selective": {"3_9": 1, "1": 1}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,7 +345,7 @@ def basic_decision(
     assert isinstance(policy, BasicDynP)
     for index, t_est in enumerate(t_ests):
         policy.add(WaitingJob(index, index + 1, 0, 1, t_est, t_est))
-    policy.decide(0, Machine(10), submitted=submitted, completed=completed)
+    policy.decide(0, Machine(10), make_backfill("easy"), submitted=submitted, completed=completed)
     return policy.current
 
 

@@ -46,6 +46,8 @@ IMPROVED_METRICS = (
     "avg_bounded_slowdown",
     "weighted_wait",
     "weighted_wait_wfp",
+    "artww",
+    "sldwa",
 )
 #: Tang et al.'s three metrics (their Figures 14-17).
 PAPER_METRICS = ("avg_wait", "avg_slowdown", "weighted_wait")
@@ -56,6 +58,8 @@ METRIC_TITLES = {
     "avg_bounded_slowdown": "bounded slowdown",
     "weighted_wait": "weighted wait",
     "weighted_wait_wfp": "weighted wait (WFP score)",
+    "artww": "ARTwW",
+    "sldwa": "SLDwA",
 }
 #: A run's baseline (`request` in mode `none`) shares these: the same scheduler on the same jobs.
 BASELINE_KEYS = ["trace", "month", "load_factor", "policy", "backfill", "backfill_order"]
@@ -311,7 +315,8 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
         "",
         "Improvement = (baseline - value) / baseline, positive is better; the baseline is `request` in mode "
         "`none` (the users' requests, as submitted) with the same policy, backfilling and backfill order. "
-        "Waits in minutes.",
+        "Waits and ARTwW (Streit's response time weighted by width) in minutes; SLDwA is Streit's slowdown "
+        "weighted by area.",
         "",
     ]
     whole = results[results["month"] == ""]
@@ -324,11 +329,13 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
                 "slowdown": table["avg_slowdown"],
                 "bounded slowdown": table["avg_bounded_slowdown"],
                 "weighted wait": table["weighted_wait"] / 60,
+                "ARTwW": table["artww"] / 60,
+                "SLDwA": table["sldwa"],
                 "utilization": table["utilization"],
                 "accuracy": table["prediction_accuracy_mean"],
                 **{
                     f"impr. {METRIC_TITLES[m]}": table[f"improvement_{m}"].map(_percent)
-                    for m in ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait")
+                    for m in ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait", "artww")
                 },
             }
         )
@@ -344,6 +351,8 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
                     "slowdown": ".2f",
                     "bounded slowdown": ".2f",
                     "weighted wait": ".1f",
+                    "ARTwW": ".1f",
+                    "SLDwA": ".2f",
                     "utilization": ".3f",
                     "accuracy": ".3f",
                 },
