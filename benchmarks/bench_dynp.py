@@ -3,7 +3,8 @@
 SDSC-SP2 (target: a whole replay with self-tuning dynP under 30 s and 500 MB
 on the project's 2-core machine), each configuration in a fresh process
 (`bench_simulator.measure`), beside the static policies it switches between
-as references. Usage:
+as references. The machine is shared, so beside the wall times the child's
+CPU time (user + system) says what a quiet machine would take. Usage:
 
     python benchmarks/bench_dynp.py [--traces DIR] [--trace NAME --procs N]
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 from pathlib import Path
 
 from bench_simulator import measure
@@ -41,12 +43,26 @@ def main() -> None:
         print(f"{path}: not found, nothing measured")
         return
     print(f"{args.trace}, load average {os.getloadavg()[0]:.1f} at the start")
-    print(f"{'policy':<22} {'backfill':<13} {'jobs':>7} {'load s':>7} {'sim s':>7} {'total s':>8} {'peak MB':>8}")
+    print(
+        f"{'policy':<22} {'backfill':<13} {'jobs':>7} {'load s':>7} {'sim s':>7} {'total s':>8} {'cpu s':>7} "
+        f"{'peak MB':>8}"
+    )
     for policy, backfill in CONFIGS:
+        before = _children_cpu()
         jobs, load, sim, peak = measure(str(path), args.procs, policy, backfill)
+        cpu = _children_cpu() - before
         total = load + sim
-        print(f"{policy:<22} {backfill:<13} {jobs:>7} {load:>7.2f} {sim:>7.2f} {total:>8.2f} {peak:>8.0f}", flush=True)
+        print(
+            f"{policy:<22} {backfill:<13} {jobs:>7} {load:>7.2f} {sim:>7.2f} {total:>8.2f} {cpu:>7.2f} {peak:>8.0f}",
+            flush=True,
+        )
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the finished child processes so far (`measure` waits for its child)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

@@ -15,10 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import settings
 from test_simulator import (
-    CORRECTIONS,
     RUNTIME_NAMES,
     SCHEDULER_MODULES,
     FixedEstimator,
@@ -26,9 +24,10 @@ from test_simulator import (
     assert_schedule_invariants,
     job_table,
     names_in_code,
+    random_runs,
     session_for,
+    simulate_random,
     starts,
-    workloads,
 )
 
 import simulator.dynp
@@ -408,12 +407,7 @@ DYNP_SPECS = [
 @pytest.mark.parametrize("backfill", ["easy", "conservative", "replan"])
 @pytest.mark.parametrize("policy", DYNP_SPECS)
 @settings(max_examples=25, deadline=None)
-@given(
-    workload=workloads(),
-    estimator=st.sampled_from(["request", "oracle", "guess"]),
-    mode=st.sampled_from(["none", "regular", "selective"]),
-    correction=st.sampled_from(CORRECTIONS),
-)
+@random_runs
 def test_dynp_schedule_invariants_on_random_workloads(
     policy: str,
     backfill: str,
@@ -422,12 +416,7 @@ def test_dynp_schedule_invariants_on_random_workloads(
     mode: str,
     correction: str,
 ) -> None:
-    procs, specs, guesses = workload
-    table = job_table(specs)
-    session = session_for(estimator, table, guesses)
-    config = SimulationConfig(procs, policy, backfill, mode, correction)
-    result = simulate(table, config, session)
-    assert_schedule_invariants(table, result, session, config)
+    table, result = simulate_random(SimulationConfig(1, policy, backfill, mode, correction), workload, estimator)
     assert result.dynp is not None
     assert sum(result.dynp["jobs_started"].values()) == len(table)
 
