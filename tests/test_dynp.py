@@ -485,3 +485,31 @@ def test_artww_and_sldwa_worked_out_by_hand() -> None:
     assert {key: value for key, value in dynamic.items() if key != "weighted_wait"} == {
         key: value for key, value in metrics.items() if key != "weighted_wait"
     }
+
+
+def test_evaluate_runs_dynp_beside_the_static_policies_at_each_load(tmp_path: Path) -> None:
+    from simulator.evaluation.execution import run_evaluation
+    from simulator.evaluation.plan import Backend, EvaluationPlan, TraceInput, split_policies
+    from simulator.traces.workload import generate_workload
+
+    trace = TraceInput("small", generate_workload(jobs=300, procs=64, load=0.7, seed=5), "generated")
+    policies = split_policies("fcfs,ljf,dynp:quality=sldwa,dynp,dynp:variant=basic")
+    assert policies == (
+        "fcfs",
+        "ljf",
+        "dynp:variant=self-tuning,decider=advanced,quality=sldwa",
+        "dynp:variant=self-tuning,decider=advanced,quality=artww",
+        "dynp:variant=basic,lower=7200,upper=9000",
+    )
+    plan = EvaluationPlan(
+        estimators=("last2",), policies=policies, backfills=("conservative",), modes=("regular",), load_factors=(1, 1.5)
+    )
+    run_evaluation([trace], plan, tmp_path, Backend(in_process=True), show_progress=False)
+    results = pd.read_csv(tmp_path / "results.csv")
+    assert len(results) == 5 * 2 * 2  # policy x load x (baseline, last2)
+    dynamic = results["policy"].str.startswith("dynp")
+    assert results.loc[dynamic, "dynp_decisions"].notna().all() and results.loc[~dynamic, "dynp_decisions"].isna().all()
+    started = results.loc[dynamic, ["dynp_jobs_started_fcfs", "dynp_jobs_started_sjf", "dynp_jobs_started_ljf"]]
+    assert (started.sum(axis=1) == 300).all()
+    assert results[["artww", "sldwa"]].notna().all().all()
+    assert "ARTwW" in (tmp_path / "report.md").read_text()
