@@ -322,6 +322,15 @@ def virtual_starts(base: Profile, jobs: Iterable[WaitingJob]) -> list[int]:
     return [plan.place(job.size, job.t_est) for job in jobs]
 
 
+#: A conservative plan: the profile, the reservations, the running jobs' holds, whether a hold grew.
+_PlanState = tuple[Profile | None, dict[int, int], dict[int, tuple[int, int]], bool]
+
+
+def _pass_key(now: int, queue: list[WaitingJob], machine: Machine) -> tuple[int, int, tuple[int, ...]]:
+    """What a pass's outcome depends on beyond the plan itself: the time, the machine, the order."""
+    return now, machine.free, tuple(job.index for job in queue)
+
+
 class ConservativeBackfill(Backfill):
     """Conservative backfilling: every waiting job has a reservation no later job may delay.
 
@@ -349,6 +358,9 @@ class ConservativeBackfill(Backfill):
         self._reserved: dict[int, int] = {}  # trace index -> reserved start
         self._running: dict[int, tuple[int, int]] = {}  # trace index -> (expected end, size) in the profile
         self._held_longer = False  # a running job's hold grew since the plan was last checked
+        # Dry runs of the coming pass (`plan`): (now, free processors, order) -> the state after it, and the jobs
+        # it started. The pass that follows in one of those orders takes its outcome instead of computing it again.
+        self._dry_runs: dict[tuple[int, int, tuple[int, ...]], tuple[_PlanState, list[WaitingJob]]] = {}
 
     def forget(self, job: WaitingJob) -> None:
         super().forget(job)
@@ -358,6 +370,16 @@ class ConservativeBackfill(Backfill):
         return min(self._reserved.values(), default=None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        dry_run = self._dry_runs.pop(_pass_key(now, queue, machine), None)
+        self._dry_runs.clear()
+        if dry_run is not None:
+            state, started = dry_run
+            self._profile, self._reserved, self._running, self._held_longer = state
+            return started
+        return self._pass(now, queue, machine)
+
+    def _pass(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        """Bring the plan up to date, place the new jobs, and start the jobs reserved for now."""
         profile = self._profile
         if profile is None:
             profile = self._profile = Profile(now, machine.free, machine.expected_releases())
@@ -389,8 +411,10 @@ class ConservativeBackfill(Backfill):
         """
         profile = self._profile
         saved = (profile and profile.copy(), dict(self._reserved), dict(self._running), self._held_longer)
-        self.select(now, queue, machine)
+        started = self._pass(now, queue, machine)
         starts = [self._reserved[job.index] for job in queue]
+        after = (self._profile, self._reserved, self._running, self._held_longer)
+        self._dry_runs[_pass_key(now, queue, machine)] = (after, started)
         self._profile, self._reserved, self._running, self._held_longer = saved
         return starts
 
@@ -475,10 +499,10 @@ class ReplanBackfill(ConservativeBackfill):
             )
         super().__init__(order)
 
-    def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+    def _pass(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         if self._running.keys() - machine.running.keys():  # a job has ended since the last pass
             self._rebuild(now, machine)
-        return super().select(now, queue, machine)
+        return super()._pass(now, queue, machine)
 
 
 def make_backfill(name: str, order: str = "queue") -> Backfill:
