@@ -7,7 +7,10 @@ returns the jobs to start now. They follow the Mu'alem & Feitelson digest:
   (shadow time and extra processors);
 - conservative: every waiting job holds a reservation; a job may start early
   only if it delays no reservation; reservations are compressed (moved earlier,
-  never later) whenever the profile frees up.
+  never later) whenever the profile frees up;
+- replan: Streit's planning-based CCS: reservations as in conservative
+  backfilling, but the whole plan is rebuilt in the queue's order at every
+  job end, so a reservation can move later.
 
 The backfill order says which waiting jobs are tried first for room that the
 queue order leaves: `queue` (the policy's order) or `sjf` (shortest estimate
@@ -27,8 +30,11 @@ from simulator.jobs import WaitingJob
 from simulator.machine import Machine
 from simulator.policies import shortest_first
 
-BACKFILLS = ("none", "easy", "conservative")
+BACKFILLS = ("none", "easy", "conservative", "replan")
 BACKFILL_ORDERS = ("queue", "sjf")
+#: Strategies a backfill order cannot act on: without backfilling no job is tried out of order, and a plan
+#: rebuilt at every job end is never compressed.
+ORDERLESS = ("none", "replan")
 
 
 class Backfill(ABC):
@@ -49,6 +55,15 @@ class Backfill(ABC):
     @abstractmethod
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         """Jobs to start now, in start order. Does not change `machine`."""
+
+    def plan(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[int]:
+        """The start each job of `queue` is planned for if this pass takes the queue in that order; changes nothing.
+
+        dynP's virtual schedule. Without reservations of its own (none, EASY)
+        it is Streit's: every job in turn at its earliest slot after the
+        running jobs' expected ends.
+        """
+        return virtual_starts(Profile(now, machine.free, machine.expected_releases()), queue)
 
     def admit(self, job: WaitingJob) -> None:
         """`job` has joined the queue."""
@@ -215,6 +230,47 @@ class Profile:
                 return anchor
             i = j
 
+    def place(self, size: int, duration: int) -> int:
+        """Reserve `size` processors for `duration` (>= 1) at the earliest time they are free; return that time.
+
+        The same slot as `earliest` from the profile's first step followed by
+        `reserve`, found and taken in one scan: every reservation is made from
+        "now", and a virtual schedule makes one per waiting job.
+        """
+        times, free = self.times, self.free
+        count = len(times)
+        i = 0
+        while True:
+            while free[i] < size:
+                i += 1  # the last step has every processor free, so this stops
+            start = times[i]
+            end = start + duration
+            j = i + 1
+            while j < count and times[j] < end and free[j] >= size:
+                j += 1
+            if j == count or times[j] >= end:
+                break
+            i = j
+        # The slot is steps i..j-1, `end` falls in step j-1: make it a boundary, take the processors, and merge
+        # the two ends if they became redundant (as `reserve` does).
+        if j == count or times[j] != end:
+            times.insert(j, end)
+            free.insert(j, free[j - 1])
+        for k in range(i, j):
+            free[k] -= size
+        if free[j] == free[j - 1]:
+            del times[j], free[j]
+        if i > 0 and free[i] == free[i - 1]:
+            del times[i], free[i]
+        return start
+
+    def copy(self) -> Profile:
+        """An independent profile with the same steps (a virtual schedule is planned on a copy)."""
+        twin = Profile.__new__(Profile)
+        twin.times = list(self.times)
+        twin.free = list(self.free)
+        return twin
+
     def _split(self, time: int) -> int:
         """Make `time` a step boundary; return its index."""
         times = self.times
@@ -260,6 +316,21 @@ class Profile:
         return min(self.free) < 0
 
 
+def virtual_starts(base: Profile, jobs: Iterable[WaitingJob]) -> list[int]:
+    """Start times of `jobs` planned in this order on a copy of `base`, each at its earliest slot for t_est."""
+    plan = base.copy()
+    return [plan.place(job.size, job.t_est) for job in jobs]
+
+
+#: A conservative plan: the profile, the reservations, the running jobs' holds, whether a hold grew.
+_PlanState = tuple[Profile | None, dict[int, int], dict[int, tuple[int, int]], bool]
+
+
+def _pass_key(now: int, queue: list[WaitingJob], machine: Machine) -> tuple[int, int, tuple[int, ...]]:
+    """What a pass's outcome depends on beyond the plan itself: the time, the machine, the order."""
+    return now, machine.free, tuple(job.index for job in queue)
+
+
 class ConservativeBackfill(Backfill):
     """Conservative backfilling: every waiting job has a reservation no later job may delay.
 
@@ -287,6 +358,9 @@ class ConservativeBackfill(Backfill):
         self._reserved: dict[int, int] = {}  # trace index -> reserved start
         self._running: dict[int, tuple[int, int]] = {}  # trace index -> (expected end, size) in the profile
         self._held_longer = False  # a running job's hold grew since the plan was last checked
+        # Dry runs of the coming pass (`plan`): (now, free processors, order) -> the state after it, and the jobs
+        # it started. The pass that follows in one of those orders takes its outcome instead of computing it again.
+        self._dry_runs: dict[tuple[int, int, tuple[int, ...]], tuple[_PlanState, list[WaitingJob]]] = {}
 
     def forget(self, job: WaitingJob) -> None:
         super().forget(job)
@@ -296,6 +370,16 @@ class ConservativeBackfill(Backfill):
         return min(self._reserved.values(), default=None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        dry_run = self._dry_runs.pop(_pass_key(now, queue, machine), None)
+        self._dry_runs.clear()
+        if dry_run is not None:
+            state, started = dry_run
+            self._profile, self._reserved, self._running, self._held_longer = state
+            return started
+        return self._pass(now, queue, machine)
+
+    def _pass(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        """Bring the plan up to date, place the new jobs, and start the jobs reserved for now."""
         profile = self._profile
         if profile is None:
             profile = self._profile = Profile(now, machine.free, machine.expected_releases())
@@ -311,15 +395,28 @@ class ConservativeBackfill(Backfill):
         reserved = self._reserved
         for job in queue:
             if job.index not in reserved:
-                start = profile.earliest(now, job.size, job.t_est)
-                profile.reserve(start, job.t_est, job.size)
-                reserved[job.index] = start
+                reserved[job.index] = profile.place(job.size, job.t_est)
         started = [job for job in queue if reserved[job.index] == now]
         for job in started:
             planned_end = now + machine.planned_runtime(job)
             self._hold(profile, now + job.t_est, planned_end, job.size)
             self._running[job.index] = (planned_end, job.size)
         return started
+
+    def plan(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[int]:
+        """The reservations this pass would hold in the order of `queue`: a dry run of `select` on the plan kept.
+
+        Reservations made earlier stay where they are unless compression moves
+        them, so an order shows only in what this pass would compress and place.
+        """
+        profile = self._profile
+        saved = (profile and profile.copy(), dict(self._reserved), dict(self._running), self._held_longer)
+        started = self._pass(now, queue, machine)
+        starts = [self._reserved[job.index] for job in queue]
+        after = (self._profile, self._reserved, self._running, self._held_longer)
+        self._dry_runs[_pass_key(now, queue, machine)] = (after, started)
+        self._profile, self._reserved, self._running, self._held_longer = saved
+        return starts
 
     def _hold(self, profile: Profile, old_end: int, new_end: int, size: int) -> None:
         """A running job will hold its processors until `new_end`, not `old_end`."""
@@ -361,9 +458,7 @@ class ConservativeBackfill(Backfill):
             if before < 0 or room[before] < job.size:
                 continue
             profile.release(old, job.t_est, job.size)
-            start = profile.earliest(now, job.size, job.t_est)
-            profile.reserve(start, job.t_est, job.size)
-            reserved[job.index] = start
+            start = reserved[job.index] = profile.place(job.size, job.t_est)
             if start != old:
                 room = profile.prefix_room()
 
@@ -381,12 +476,42 @@ class ConservativeBackfill(Backfill):
         return profile
 
 
+class ReplanBackfill(ConservativeBackfill):
+    """Conservative backfilling as Streit's planning-based CCS does it: the plan is made again at every job end.
+
+    Every waiting job holds a reservation and a new job takes its earliest
+    slot, as under conservative backfilling; but whenever a job ends (early or
+    not), the plan is rebuilt from the running jobs with every waiting job
+    placed in the queue policy's order ("A rescheduling process is done every
+    time a job ends", Streit 2003). So the policy orders the whole plan, and a
+    reservation is no guarantee: a job can move later, and under SJF or LJF a
+    job can be passed over again and again. dynP's virtual schedules are this
+    plan, one per order.
+    """
+
+    name = "replan"
+
+    def __init__(self, order: str = "queue") -> None:
+        if order != "queue":
+            raise ValueError(
+                f"backfill order {order!r} has nothing to act on under 'replan': the plan is rebuilt in the queue's "
+                "order at every job end, never compressed"
+            )
+        super().__init__(order)
+
+    def _pass(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        if self._running.keys() - machine.running.keys():  # a job has ended since the last pass
+            self._rebuild(now, machine)
+        return super()._pass(now, queue, machine)
+
+
 def make_backfill(name: str, order: str = "queue") -> Backfill:
-    """The backfilling strategy called `name` (none, easy, conservative), trying candidates in `order`."""
+    """The backfilling strategy called `name` (none, easy, conservative, replan), trying candidates in `order`."""
     classes: dict[str, type[Backfill]] = {
         "none": NoBackfill,
         "easy": EasyBackfill,
         "conservative": ConservativeBackfill,
+        "replan": ReplanBackfill,
     }
     if name not in classes:
         raise ValueError(f"unknown backfilling {name!r}; choose one of {', '.join(BACKFILLS)}")

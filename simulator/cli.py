@@ -24,6 +24,7 @@ from predictor import cli as predictor_cli
 from predictor.cli import fraction, output_file, positive_number, write_json
 from predictor.errors import TschedError, UsageError
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
+from simulator.dynp import DYNAMIC, canonical_policy
 from simulator.engine import SimulationConfig
 from simulator.evaluation import plan as ev
 from simulator.experiment import DEFAULT_MAX_FALLBACK_SHARE
@@ -31,6 +32,12 @@ from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
 from simulator.traces.swf import Trace
 
+#: How --policy and --policies describe a policy SPEC.
+POLICY_HELP = (
+    f"{', '.join(POLICIES)}, or {DYNAMIC}[:key=value,...]: Streit's dynP, variant=self-tuning "
+    "(decider=simple|advanced, quality=art|artww|sldwa|makespan; default advanced, artww) or variant=basic "
+    "(lower, upper: seconds, default 7200, 9000)"
+)
 EXIT_USER_ERROR = 2
 #: `--trace -`: SWF lines on standard input (a scheduler's finished jobs piped to `tsched observe`).
 STDIN = "-"
@@ -67,6 +74,14 @@ def read_trace_option(args: argparse.Namespace) -> Trace:
     )
 
 
+def policy_spec(text: str) -> str:
+    """An argparse type: a policy SPEC, checked and spelled out in full."""
+    try:
+        return canonical_policy(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def default_mode(estimator: str) -> str:
     """An estimator without --mode is used where the product uses it (waiting jobs: selective); the users'
     requests need no mode."""
@@ -84,10 +99,17 @@ def _format_summary(summary: dict[str, Any]) -> str:
         + (f", load x{summary['load_factor']:g}" if summary["load_factor"] != 1 else ""),
         f"jobs       {summary['jobs']}" + (f"  (skipped: {skipped})" if skipped else ""),
         f"wait       {summary['avg_wait']:.0f} s average   weighted wait {summary['weighted_wait']:.0f} s",
-        f"response   {summary['avg_response']:.0f} s average",
-        f"slowdown   {summary['avg_slowdown']:.2f} average   bounded {summary['avg_bounded_slowdown']:.2f}",
+        f"response   {summary['avg_response']:.0f} s average   weighted by width (ARTwW) {summary['artww']:.0f} s",
+        f"slowdown   {summary['avg_slowdown']:.2f} average   bounded {summary['avg_bounded_slowdown']:.2f}   "
+        f"weighted by area (SLDwA) {summary['sldwa']:.2f}",
         f"machine    utilization {summary['utilization']:.3f}   makespan {summary['makespan'] / 86400:.1f} days",
     ]
+    dynp = summary["dynp"]
+    if dynp is not None:
+        lines.append(
+            f"dynP       {dynp['decisions']} decisions (kept {dynp['kept']}, mean backlog {dynp['mean_backlog']:.1f}), "
+            f"switches to {_per_policy(dynp['switches'])}; jobs started with {_per_policy(dynp['jobs_started'])}"
+        )
     p = summary["prediction"]
     lines.append(
         f"estimates  accuracy mean {p['accuracy_mean']:.3f} median {p['accuracy_median']:.3f}, "
@@ -100,6 +122,10 @@ def _format_summary(summary: dict[str, Any]) -> str:
             "t_req: the service did not answer"
         )
     return "\n".join(lines)
+
+
+def _per_policy(counts: dict[str, int]) -> str:
+    return " / ".join(f"{policy} {count}" for policy, count in counts.items())
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -167,7 +193,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     plan = ev.EvaluationPlan(
         estimators=tuple(ev.split_specs(args.estimators)) if args.estimators else ev.DEFAULT_ESTIMATORS,
-        policies=ev.split_choices(args.policies, POLICIES, "--policies"),
+        policies=ev.split_policies(args.policies),
         backfills=ev.split_choices(args.backfill, BACKFILLS, "--backfill"),
         modes=ev.split_choices(args.modes, ev.PREDICTION_MODES, "--modes"),
         monthly=args.monthly,
@@ -258,8 +284,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     trace_options(sim)
     sim.add_argument("--procs", type=int, help="machine size (default: the trace header's MaxProcs)")
-    sim.add_argument("--policy", choices=POLICIES, default=_DEFAULTS.policy, help="queue policy")
-    sim.add_argument("--backfill", choices=BACKFILLS, default=_DEFAULTS.backfill, help="backfilling")
+    sim.add_argument(
+        "--policy", type=policy_spec, default=_DEFAULTS.policy, metavar="SPEC", help=f"queue policy: {POLICY_HELP}"
+    )
+    sim.add_argument(
+        "--backfill",
+        choices=BACKFILLS,
+        default=_DEFAULTS.backfill,
+        help="backfilling (replan: conservative with the whole plan rebuilt in the policy's order at every job end, "
+        "as Streit's CCS)",
+    )
     sim.add_argument("--estimator", default=ev.BASELINE_ESTIMATOR, metavar="SPEC", help="NAME or NAME:key=value,...")
     sim.add_argument(
         "--mode",
@@ -363,7 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated estimator SPECs; repeatable (default: {','.join(ev.DEFAULT_ESTIMATORS)})",
     )
     evl.add_argument(
-        "--policies", default=",".join(ev.DEFAULT_POLICIES), metavar="P,...", help=f"from {', '.join(POLICIES)}"
+        "--policies",
+        default=",".join(ev.DEFAULT_POLICIES),
+        metavar="SPEC,...",
+        help=f"comma-separated queue policies: {POLICY_HELP}",
     )
     evl.add_argument(
         "--backfill", default=",".join(ev.DEFAULT_BACKFILLS), metavar="B,...", help=f"from {', '.join(BACKFILLS)}"

@@ -7,13 +7,16 @@ arrivals in a single `sync` call per instant, so it never learns a runtime
 before the simulated job has finished.
 
 Actual runtimes live only in this module (`_runtime`); the queue policy and
-backfilling see `WaitingJob` / `RunningJob`, which have no runtime field.
+backfilling see `WaitingJob` / `RunningJob`, which have no runtime field. A
+dynP policy (`simulator.dynp`) decides which order the queue is listed in at
+each pass that follows a submission or a completion, just before the pass.
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,9 +25,9 @@ from predictor.frames import REQUEST_COLUMNS, finished_from_frame, jobs_to_reque
 from predictor.jobs import FinishedJob
 from predictor.session import PredictionSession
 from simulator.backfill import make_backfill
+from simulator.dynp import DynamicPolicy, make_queue_policy
 from simulator.jobs import WaitingJob
 from simulator.machine import Machine
-from simulator.policies import make_policy
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class SimulationConfig:
     """How the simulated scheduler works."""
 
     procs: int
-    policy: str = "fcfs"  # fcfs | wfp | sjf
+    policy: str = "fcfs"  # fcfs | wfp | sjf | ljf | dynp[:key=value,...] (simulator.dynp)
     backfill: str = "easy"  # none | easy | conservative
     mode: str = "none"  # none | regular | selective
     correction: str = "request"  # request | tsafrir | cobalt | double (regular mode only)
@@ -47,6 +50,7 @@ class SimulationResult:
     jobs: pd.DataFrame  # job_id, user, group, size, submit, start, end, wait, run, t_req, t_sched
     skipped: dict[str, int] = field(default_factory=dict)
     predictor_fallbacks: int = 0
+    dynp: dict[str, Any] | None = None  # what a dynP policy did (DynPStats.summary); None for the others
 
 
 _NEVER = 2**62
@@ -80,7 +84,7 @@ def simulate(
     t_sched = [0] * count
 
     machine = Machine(config.procs, config.mode, config.correction)
-    queue = make_policy(config.policy)
+    queue = make_queue_policy(config.policy)
     backfill = make_backfill(config.backfill, config.backfill_order)
     use_prediction = config.mode != "none"
     completions: list[tuple[int, int]] = []
@@ -124,6 +128,8 @@ def simulate(
             continue
         if use_prediction:
             machine.correct_overruns(now)
+        if isinstance(queue, DynamicPolicy):
+            queue.decide(now, machine, backfill, submitted=bool(arrivals), completed=bool(finished))
         for job in backfill.select(now, queue.ordered(now), machine):
             queue.remove(job)
             backfill.forget(job)
@@ -151,4 +157,5 @@ def simulate(
     result["run"] = result["end"] - result["start"]
     result["t_req"] = jobs["t_req"].to_numpy()
     result["t_sched"] = np.asarray(t_sched, dtype=np.int64)
-    return SimulationResult(config, result, skipped, session.fallbacks)
+    dynp = queue.stats.summary() if isinstance(queue, DynamicPolicy) else None
+    return SimulationResult(config, result, skipped, session.fallbacks, dynp)

@@ -127,6 +127,7 @@ def run_simulation(
         "jobs": len(result.jobs),
         "skipped": {**trace.skipped, **result.skipped},
         **scheduling_metrics(result.jobs, config.procs, config.policy),
+        "dynp": result.dynp,
         "predictor_fallbacks": result.predictor_fallbacks,
         "predictor_fallback_share": fallback_share,
         "prediction": prediction_metrics(result.jobs),

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.scoring import summarize
+from simulator.dynp import is_dynamic
 from simulator.policies import POLICIES, wfp_score
 
 SCHEDULING_METRICS = (
@@ -19,6 +20,8 @@ SCHEDULING_METRICS = (
     "weighted_wait_wfp",
     "utilization",
     "makespan",
+    "artww",
+    "sldwa",
 )
 
 
@@ -32,6 +35,11 @@ def _shortness(wait: np.ndarray, t_req: np.ndarray, size: np.ndarray) -> np.ndar
     return 1.0 / t_req
 
 
+def _length(wait: np.ndarray, t_req: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """LJF: the longer the job, the higher its priority."""
+    return t_req
+
+
 #: A job's priority score at its start under each policy, as Tang's Eq. 4 weighs waits with it.
 #: Scores are computed from t_req, never from the estimate the scheduler planned with, so that runs
 #: of one policy with different estimators weigh every job alike (Tang's Eq. 5 uses t_req too).
@@ -39,19 +47,24 @@ PRIORITY_AT_START: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], np.n
     "fcfs": _waited,
     "wfp": wfp_score,
     "sjf": _shortness,
+    "ljf": _length,
 }
 
 
 def scheduling_metrics(jobs: pd.DataFrame, procs: int, policy: str) -> dict[str, float]:
-    """Wait, response, slowdowns, weighted waits, utilization and makespan of a run under `policy`.
+    """Wait, response, slowdowns, weighted waits, utilization, makespan, ARTwW and SLDwA of a run under `policy`.
 
     `weighted_wait` is Tang's Eq. 4 with P_i the job's priority score at its
     start under the policy used (`PRIORITY_AT_START`): it says how well the
-    jobs that policy favours were served. `weighted_wait_wfp` weighs with the
-    WFP score whatever the policy, so that runs of different policies compare.
+    jobs that policy favours were served. dynP switches between policies whose
+    scores have different units (seconds waited, 1/t_req, t_req), so no one
+    score weighs its jobs: its `weighted_wait` is NaN. `weighted_wait_wfp`
+    weighs with the WFP score whatever the policy, so that runs of different
+    policies compare. ARTwW and SLDwA are Streit's (docs/definitions.md).
     """
-    if policy not in PRIORITY_AT_START:
-        raise ValueError(f"no weighted wait for policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    dynamic = is_dynamic(policy)
+    if policy not in PRIORITY_AT_START and not dynamic:
+        raise ValueError(f"no weighted wait for policy {policy!r}; choose one of {', '.join(POLICIES)} or dynp")
     if jobs.empty:
         return dict.fromkeys(SCHEDULING_METRICS, 0.0)
     wait = jobs["wait"].to_numpy(dtype=np.float64)
@@ -67,15 +80,18 @@ def scheduling_metrics(jobs: pd.DataFrame, procs: int, policy: str) -> dict[str,
         "avg_response": float(response.mean()),
         "avg_slowdown": float((response / np.maximum(run, 1)).mean()),
         "avg_bounded_slowdown": float(np.maximum(1.0, response / np.maximum(run, 10)).mean()),
-        "weighted_wait": _weighted_mean(wait, PRIORITY_AT_START[policy](wait, t_req, size)),
+        "weighted_wait": np.nan if dynamic else _weighted_mean(wait, PRIORITY_AT_START[policy](wait, t_req, size)),
         "weighted_wait_wfp": _weighted_mean(wait, wfp_score(wait, t_req, size)),
         "utilization": float((size * run).sum() / (procs * span)),
         "makespan": float(last_end - first_submit),
+        "artww": _weighted_mean(response, size),
+        "sldwa": _weighted_mean(response / np.maximum(run, 1), size * run),
     }
 
 
 def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
-    """sum(values x weights) / sum(weights); 0 when every weight is 0 (no job waited, under FCFS or WFP)."""
+    """sum(values x weights) / sum(weights); 0 when every weight is 0 (no job waited under FCFS or WFP; no job
+    ran for SLDwA)."""
     total = weights.sum()
     return float((values * weights).sum() / total) if total > 0 else 0.0
 

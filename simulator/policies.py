@@ -1,21 +1,22 @@
 """Queue policies: the order in which waiting jobs are considered.
 
 Jobs arrive in (submit, job id) order, so FCFS is the arrival order and never
-needs sorting. SJF's key is fixed at submission, so it is kept in a sorted
-container. WFP's score grows with waiting time, so it is recomputed once per
-scheduling pass, vectorised. Ties are broken by submit time, then job id.
+needs sorting. SJF's and LJF's keys are fixed at submission, so they are kept
+in sorted containers. WFP's score grows with waiting time, so it is recomputed
+once per scheduling pass, vectorised. Ties are broken by submit time, then job id.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 from sortedcontainers import SortedKeyList
 
 from simulator.jobs import WaitingJob
 
-POLICIES = ("fcfs", "wfp", "sjf")
+POLICIES = ("fcfs", "wfp", "sjf", "ljf")
 
 
 class QueuePolicy(ABC):
@@ -86,13 +87,18 @@ def shortest_first(job: WaitingJob) -> tuple[int, int, int]:
     return job.t_est, job.submit, job.job_id
 
 
+def longest_first(job: WaitingJob) -> tuple[int, int, int]:
+    """LJF's sort key, fixed at submission: t_est descending, then, as SJF, submit time and job id."""
+    return -job.t_est, job.submit, job.job_id
+
+
 class SJF(QueuePolicy):
     """Shortest (estimated) job first."""
 
     name = "sjf"
 
-    def __init__(self) -> None:
-        self._jobs: SortedKeyList = SortedKeyList(key=shortest_first)
+    def __init__(self, key: Callable[[WaitingJob], tuple[int, int, int]] = shortest_first) -> None:
+        self._jobs: SortedKeyList = SortedKeyList(key=key)
 
     def add(self, job: WaitingJob) -> None:
         self._jobs.add(job)
@@ -107,9 +113,18 @@ class SJF(QueuePolicy):
         return len(self._jobs)
 
 
+class LJF(SJF):
+    """Longest (estimated) job first: Streit's third policy, which leaves the most room for backfilling."""
+
+    name = "ljf"
+
+    def __init__(self) -> None:
+        super().__init__(longest_first)
+
+
 def make_policy(name: str) -> QueuePolicy:
-    """The queue policy called `name` (fcfs, wfp, sjf)."""
-    classes = {"fcfs": FCFS, "wfp": WFP, "sjf": SJF}
+    """The queue policy called `name` (fcfs, wfp, sjf, ljf)."""
+    classes: dict[str, type[QueuePolicy]] = {"fcfs": FCFS, "wfp": WFP, "sjf": SJF, "ljf": LJF}
     if name not in classes:
         raise ValueError(f"unknown queue policy {name!r}; choose one of {', '.join(POLICIES)}")
     return classes[name]()

@@ -128,7 +128,13 @@ def reaches(graph: dict[str, set[str]], source: str, forbidden: str) -> list[str
         ("predictor", "simulator"),
         *[
             (scheduler, other)
-            for scheduler in ("simulator.policies", "simulator.backfill", "simulator.machine", "simulator.jobs")
+            for scheduler in (
+                "simulator.policies",
+                "simulator.backfill",
+                "simulator.machine",
+                "simulator.jobs",
+                "simulator.dynp",
+            )
             for other in ("simulator.engine", "simulator.evaluation", "simulator.experiment", "predictor")
         ],
         ("predictor.estimators", "predictor.service"),

@@ -162,7 +162,7 @@ def test_simulate_through_a_server_waits_for_trainings_and_equals_in_process(
         (["simulate", "--estimator", "percentil"], "unknown estimator 'percentil'"),
         (["simulate", "--procs", "0"], "positive processor count"),
         (["predict-eval", "--estimator", "percentile:q=5"], "q must be in [50, 100]; got 5.0"),
-        (["evaluate", "--policies", "lifo"], "'lifo' is not one of"),
+        (["evaluate", "--policies", "lifo"], "unknown policy 'lifo'; choose one of fcfs, wfp, sjf, ljf, dynp"),
         (
             ["predict", "--address", "127.0.0.1:1", "--user", "1", "--group", "1", "--request", "60", "--procs", "1"],
             "UNAVAILABLE",

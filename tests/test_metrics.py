@@ -70,8 +70,8 @@ def test_weighted_wait_uses_the_priority_score_of_the_policy_used(policy: str, w
 
 
 def test_weighted_wait_needs_a_known_policy() -> None:
-    with pytest.raises(ValueError, match="policy 'ljf'"):
-        scheduling_metrics(three_jobs(), procs=4, policy="ljf")
+    with pytest.raises(ValueError, match="policy 'lifo'"):
+        scheduling_metrics(three_jobs(), procs=4, policy="lifo")
 
 
 def test_bounded_slowdown_is_never_below_one():

@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simulator.backfill
+import simulator.dynp
 import simulator.jobs
 import simulator.machine
 import simulator.policies
@@ -490,7 +491,7 @@ def test_conservative_replan_does_not_starve_a_wide_job_on_ctc(traces_dir: Path)
 # ---------------------------------------------------------------------------------------------
 # The scheduler never sees actual runtimes
 
-SCHEDULER_MODULES = (simulator.policies, simulator.backfill, simulator.machine, simulator.jobs)
+SCHEDULER_MODULES = (simulator.policies, simulator.backfill, simulator.machine, simulator.jobs, simulator.dynp)
 RUNTIME_NAMES = {"t_act", "runtime", "_runtime", "FinishedJob"}
 
 
@@ -683,15 +684,32 @@ def workloads(draw) -> tuple[int, list[Spec], list[int]]:
 EXACT_OR_OVER = [("oracle", "regular"), ("request", "none")]
 
 
-@pytest.mark.parametrize(("backfill", "order"), BACKFILL_ORDERS)
-@pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
-@settings(max_examples=40, deadline=None)
-@given(
+#: Random workloads replayed with any estimator, mode and correction (for `simulate_random`).
+random_runs = given(
     workload=workloads(),
     estimator=st.sampled_from(["request", "oracle", "guess"]),
     mode=st.sampled_from(["none", "regular", "selective"]),
     correction=st.sampled_from(CORRECTIONS),
 )
+
+
+def simulate_random(
+    config: SimulationConfig, workload: tuple[int, list[Spec], list[int]], estimator: str
+) -> tuple[pd.DataFrame, SimulationResult]:
+    """Replay a random workload on its own machine size with `config`'s scheduler; check the invariants."""
+    procs, specs, guesses = workload
+    table = job_table(specs)
+    session = session_for(estimator, table, guesses)
+    config = dataclasses.replace(config, procs=procs)
+    result = simulate(table, config, session)
+    assert_schedule_invariants(table, result, session, config)
+    return table, result
+
+
+@pytest.mark.parametrize(("backfill", "order"), BACKFILL_ORDERS)
+@pytest.mark.parametrize("policy", ["fcfs", "wfp", "sjf"])
+@settings(max_examples=40, deadline=None)
+@random_runs
 def test_schedule_invariants_on_random_workloads(
     policy: str,
     backfill: str,
@@ -701,11 +719,7 @@ def test_schedule_invariants_on_random_workloads(
     mode: str,
     correction: str,
 ) -> None:
-    procs, specs, guesses = workload
-    table = job_table(specs)
-    session = session_for(estimator, table, guesses)
-    config = SimulationConfig(procs, policy, backfill, mode, correction, order)
-    assert_schedule_invariants(table, simulate(table, config, session), session, config)
+    simulate_random(SimulationConfig(1, policy, backfill, mode, correction, order), workload, estimator)
 
 
 @pytest.mark.parametrize(("estimator", "mode"), EXACT_OR_OVER)

@@ -122,13 +122,23 @@ def _forget_namespace(address: str, namespace: str, credentials: Credentials | N
         client.reset_namespace(namespace)
 
 
+def flat_columns(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested values as flat CSV columns: {"switches": {"sjf": 3}} under `dynp` is `dynp_switches_sjf`."""
+    columns: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}_{key}"
+        columns |= flat_columns(name, value) if isinstance(value, Mapping) else {name: value}
+    return columns
+
+
 def result_row(label: str, summary: Mapping[str, Any]) -> dict[str, Any]:
     """One flat results.csv row from `run_simulation`'s summary: parameters, then every metric."""
-    row = {key: value for key, value in summary.items() if key not in ("trace", "skipped", "prediction")}
+    row = {key: value for key, value in summary.items() if key not in ("trace", "skipped", "prediction", "dynp")}
     row["trace"] = label
     row["month"] = summary["month"] or ""
     row["skipped"] = "; ".join(f"{reason}: {count}" for reason, count in summary["skipped"].items())
     row.update({f"prediction_{key}": value for key, value in summary["prediction"].items()})
+    row.update(flat_columns("dynp", summary["dynp"] or {}))
     order = [
         "trace",
         "month",

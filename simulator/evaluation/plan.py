@@ -17,9 +17,9 @@ import numpy as np
 from predictor.digests import sha256_of
 from predictor.errors import SpecError, UsageError
 from predictor.registry import make_estimator
-from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
+from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
+from simulator.dynp import canonical_policy
 from simulator.machine import CORRECTIONS, MODES
-from simulator.policies import POLICIES
 from simulator.traces.formats import read_trace
 from simulator.traces.sitelog import SizeUnit
 from simulator.traces.swf import Trace
@@ -54,8 +54,9 @@ BUILTIN_LABEL = "synthetic"
 DEFAULT_REPORT_FOLDER = "tsched-report"
 
 
-def split_specs(texts: Iterable[str]) -> list[str]:
-    """Estimator SPECs from comma-separated lists, e.g. `request,percentile:q=95,window=60d,last2`.
+def split_specs(texts: Iterable[str], option: str = "--estimators", what: str = "estimator") -> list[str]:
+    """SPECs from comma-separated lists, e.g. `request,percentile:q=95,window=60d,last2` (estimators) or
+    `fcfs,dynp:decider=simple,quality=sldwa` (policies).
 
     A SPEC's own parameters are comma-separated too, so an item of the form
     `key=value` (with no `:`) continues the SPEC before it.
@@ -65,14 +66,24 @@ def split_specs(texts: Iterable[str]) -> list[str]:
         first = len(specs)
         for item in (part.strip() for part in text.split(",")):
             if not item:
-                raise SpecError(f"--estimators {text!r}: empty item")
+                raise SpecError(f"{option} {text!r}: empty item")
             if "=" in item and ":" not in item:
                 if len(specs) == first:
-                    raise SpecError(f"--estimators {text!r}: parameter {item!r} follows no estimator name")
+                    raise SpecError(f"{option} {text!r}: parameter {item!r} follows no {what} name")
                 specs[-1] += "," + item
             else:
                 specs.append(item)
     return list(dict.fromkeys(specs))
+
+
+def split_policies(text: str) -> tuple[str, ...]:
+    """Policy SPECs from a comma-separated list, each checked and spelled out in full (simulator.dynp), without
+    repeats: `dynp` and `dynp:decider=advanced` are one policy."""
+    specs = split_specs([text], "--policies", "policy")
+    try:
+        return tuple(dict.fromkeys(canonical_policy(spec) for spec in specs))
+    except ValueError as error:
+        raise UsageError(f"--policies: {error}") from None
 
 
 def split_numbers(text: str, option: str) -> tuple[float, ...]:
@@ -115,16 +126,20 @@ class EvaluationPlan:
         """Refuse a bad SPEC, policy, backfilling, order, correction, mode or load before anything runs."""
         for spec in self.estimators:
             make_estimator(spec)
+        if not self.policies:
+            raise UsageError("--policies: no policy given")
+        for policy in self.policies:
+            split_policies(policy)
         for values, allowed, option in (
-            (self.policies, POLICIES, "--policies"),
             (self.backfills, BACKFILLS, "--backfill"),
             (self.modes, PREDICTION_MODES, "--modes"),
             (self.backfill_orders, BACKFILL_ORDERS, "--backfill-order"),
             (self.corrections, CORRECTIONS, "--corrections"),
         ):
             split_choices(",".join(values), allowed, option)
-        if "none" in self.backfills and "sjf" in self.backfill_orders:
-            raise UsageError("--backfill none has no backfill order: leave sjf out of --backfill-order")
+        orderless = [backfill for backfill in self.backfills if backfill in ORDERLESS]
+        if orderless and "sjf" in self.backfill_orders:
+            raise UsageError(f"--backfill {orderless[0]} has no backfill order: leave sjf out of --backfill-order")
         if not self.load_factors or not all(0 < factor < float("inf") for factor in self.load_factors):
             raise UsageError(f"--load-factor: every factor must be a positive number, not {self.load_factors}")
 
@@ -288,7 +303,7 @@ def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task
             periods, plan.load_factors, plan.policies, plan.backfills, plan.backfill_orders
         )
         for month, load_factor, policy, backfill, order in configurations:
-            if backfill == "none" and order != "queue":
+            if backfill in ORDERLESS and order != "queue":
                 continue
             for spec, mode, correction in _runs(plan):
                 tasks.append(

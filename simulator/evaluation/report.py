@@ -52,6 +52,8 @@ METRIC_TITLES = {
     "avg_bounded_slowdown": "bounded slowdown",
     "weighted_wait": "weighted wait",
     "weighted_wait_wfp": "weighted wait (WFP score)",
+    "artww": "ARTwW",
+    "sldwa": "SLDwA",
 }
 #: Below this mean wait (seconds) the baseline hardly queues: ratios of its waits say nothing.
 LITTLE_QUEUEING_SECONDS = 60.0
@@ -71,6 +73,16 @@ METRIC_DEFINITIONS: dict[str, tuple[str, str, str]] = {
     "weighted_wait_wfp": ("seconds", "lower", "the same weighted with the WFP score whatever the policy"),
     "utilization": ("fraction", "higher", "sum(size x run) / (processors x (last end - first submit))"),
     "makespan": ("seconds", "lower", "last end - first submit"),
+    "artww": (
+        "seconds",
+        "lower",
+        "Streit's ARTwW: mean response weighted by the job's width, sum(size x response) / sum(size)",
+    ),
+    "sldwa": (
+        "ratio",
+        "lower",
+        "Streit's SLDwA: slowdown weighted by the job's area, sum(size x run x slowdown) / sum(size x run)",
+    ),
     "accuracy_mean": ("fraction", "higher", "Tang et al.'s Eq. 3 accuracy of t_sched, mean over the jobs"),
     "accuracy_median": ("fraction", "higher", "Tang et al.'s Eq. 3 accuracy of t_sched, median over the jobs"),
     "underestimated": ("fraction", "lower", "jobs whose t_sched was below their runtime"),
@@ -293,11 +305,25 @@ _DERIVED_COLUMNS: tuple[tuple[str, str | None, str, str], ...] = (
 )
 
 
+#: dynP's counts (JSON `dynp`, flattened): a name, or a prefix ending in "_" followed by a policy or a case.
+DYNP_COLUMNS: dict[str, tuple[str, str]] = {
+    "dynp_decisions": ("decisions", "dynP: scheduling decisions (Streit's tries of switches)"),
+    "dynp_kept": ("decisions", "dynP: decisions that kept the current policy"),
+    "dynp_mean_backlog": ("jobs", "dynP: mean number of waiting jobs at a decision (Streit's Table 5)"),
+    "dynp_switches_": ("decisions", "dynP: switches to {}"),
+    "dynp_jobs_started_": ("jobs", "dynP: jobs started while the policy was {}"),
+    "dynp_cases_": ("decisions", "dynP: decisions in Table 1's case {}"),
+}
+
+
 def describe_column(column: str) -> tuple[str, str, str]:
     """(unit, which way is better, meaning) of a CSV column of the report."""
     if column in PARAMETER_COLUMNS:
         unit, meaning = PARAMETER_COLUMNS[column]
         return unit, "-", meaning
+    for name, (unit, meaning) in DYNP_COLUMNS.items():
+        if column == name or (name.endswith("_") and column.startswith(name)):
+            return unit, "-", meaning.format(column.removeprefix(name))
     for prefix, derived_unit, better, meaning in _DERIVED_COLUMNS:
         metric = column.removeprefix(prefix)
         if column.startswith(prefix) and metric in METRIC_DEFINITIONS:
@@ -418,7 +444,8 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
         "",
         "Improvement = (baseline - value) / baseline, positive is better; the baseline is `request` in mode "
         "`none` (the users' requests, as submitted) with the same policy, backfilling and backfill order. "
-        "Waits in minutes.",
+        "Waits and ARTwW (Streit's response time weighted by width) in minutes; SLDwA is Streit's slowdown "
+        "weighted by area.",
         "",
     ]
     whole = results[results["month"] == ""]
@@ -431,11 +458,13 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
                 "slowdown": table["avg_slowdown"],
                 "bounded slowdown": table["avg_bounded_slowdown"],
                 "weighted wait": table["weighted_wait"] / 60,
+                "ARTwW": table["artww"] / 60,
+                "SLDwA": table["sldwa"],
                 "utilization": table["utilization"],
                 "accuracy": table["prediction_accuracy_mean"],
                 **{
                     f"impr. {METRIC_TITLES[m]}": table[f"improvement_{m}"].map(_percent)
-                    for m in ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait")
+                    for m in ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait", "artww")
                 },
             }
         )
@@ -451,6 +480,8 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
                     "slowdown": ".2f",
                     "bounded slowdown": ".2f",
                     "weighted wait": ".1f",
+                    "ARTwW": ".1f",
+                    "SLDwA": ".2f",
                     "utilization": ".3f",
                     "accuracy": ".3f",
                 },
