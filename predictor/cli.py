@@ -1,4 +1,4 @@
-"""The predictor's commands: `serve`, `predict`, `predict-eval` and `train`.
+"""The predictor's commands: `serve`, `predict`, `forecast`, `predict-eval` and `train`.
 
 Thin adapters over the domain code. They are mounted into the `tsched` entry
 point (`simulator.cli`), which also supplies how a `--trace` is read: reading
@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from predictor.errors import UsageError
+from predictor.forecasting import QueueState
 from predictor.frames import TraceLike
 
 #: Reads the trace the parsed options name (`--trace`, `--lenient`, ...; no --trace: the built-in workload).
@@ -119,6 +121,82 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"basis {answer['basis']}  fallback {str(answer['fallback']).lower()}"
         )
     return 0
+
+
+def read_queue_state(path: str) -> QueueState:
+    """A scheduler's state from a JSON file (docs/queue-time.md): `now`, `machine_procs`, `running` (jobs with
+    their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job."""
+    from predictor.forecasting import StartedJob
+    from predictor.jobs import JOB_FIELDS, JobRequest
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path}: not JSON: {error}") from None
+
+    def number(where: str, mapping: Any, key: str, default: int | None = None) -> int:
+        value = mapping.get(key, default) if isinstance(mapping, dict) else None
+        if value is None:
+            raise UsageError(f"{path}: {where}{key} is required")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UsageError(f"{path}: {where}{key} must be a whole number, got {value!r}")
+        return value
+
+    def job(where: str, item: Any) -> JobRequest:
+        return JobRequest(*(number(where, item, field.name, field.unset) for field in JOB_FIELDS))
+
+    def listed(key: str) -> list[Any]:
+        items = data.get(key, []) if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise UsageError(f"{path}: {key} must be a list of jobs")
+        return items
+
+    running = [
+        StartedJob(job(f"running[{index}].", item), number(f"running[{index}].", item, "start"))
+        for index, item in enumerate(listed("running"))
+    ]
+    waiting = [job(f"waiting[{index}].", item) for index, item in enumerate(listed("waiting"))]
+    return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting)
+
+
+def cmd_forecast(args: argparse.Namespace) -> int:
+    from predictor.forecasting import Scheduler
+    from predictor.service.client import PredictorClient
+
+    state = read_queue_state(args.state)
+    with PredictorClient(args.address, args.timeout) as client:
+        answer = client.forecast_start(
+            state,
+            Scheduler(args.policy, args.backfill, args.backfill_order),
+            namespace=args.namespace,
+            estimator=args.estimator or "",
+            lower_quantile=args.lower_quantile,
+        )
+    rows = [forecast._asdict() for forecast in answer.forecasts]
+    if args.json:
+        print(
+            json.dumps(
+                {"estimator": answer.estimator, "namespace": answer.namespace, "now": answer.now, "forecasts": rows}
+            )
+        )
+        return 0
+    print(f"now {answer.now}  namespace {answer.namespace}  estimator {answer.estimator}")
+    print(f"{'job':>10} {'start':>12} {'wait':>10} {'lower':>10} {'upper':>10}")
+    for row in rows:
+        waits = [_duration(row[key] - answer.now) for key in ("start", "lower", "upper")]
+        print(f"{row['job_id']:>10} {row['start']:>12} {waits[0]:>10} {waits[1]:>10} {waits[2]:>10}")
+    return 0
+
+
+def _duration(seconds: int) -> str:
+    """A wait as people read it: 45s, 12m, 3.5h, 2.1d."""
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 86_400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
 
 
 def positive_number(text: str) -> float:
@@ -223,3 +301,32 @@ def add_commands(
     )
     predict.add_argument("--json", action="store_true", help="print the answer as JSON")
     predict.set_defaults(handler=cmd_predict)
+
+    forecast = commands.add_parser(
+        "forecast", help="ask a running service when each waiting job will start", formatter_class=formatter
+    )
+    forecast.add_argument("--address", required=True, metavar="HOST:PORT", help="the predictor service")
+    forecast.add_argument(
+        "--state",
+        required=True,
+        metavar="FILE.json",
+        help="the scheduler's state: now, machine_procs, running, waiting",
+    )
+    forecast.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
+    forecast.add_argument(
+        "--estimator", metavar="SPEC", help="estimator SPEC for the runtimes (default: the server's first)"
+    )
+    forecast.add_argument("--policy", default="fcfs", help="the scheduler's queue policy: fcfs, wfp or sjf")
+    forecast.add_argument("--backfill", default="easy", help="its backfilling: easy, conservative or none")
+    forecast.add_argument("--backfill-order", default="queue", help="its backfill order: queue or sjf")
+    forecast.add_argument(
+        "--lower-quantile",
+        type=float,
+        metavar="Q",
+        help="lifetime quantile of the lower bound (default: the server's, 0.1)",
+    )
+    forecast.add_argument(
+        "--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help="seconds to wait for the answer"
+    )
+    forecast.add_argument("--json", action="store_true", help="print the answer as JSON")
+    forecast.set_defaults(handler=cmd_forecast)
