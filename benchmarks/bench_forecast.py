@@ -74,14 +74,16 @@ def _submit(job: JobRequest) -> int:
     return job.submit
 
 
-def timed(call: Callable[[], object], repeat: int) -> float:
-    """Median milliseconds of `repeat` calls."""
-    times = []
+def timed(call: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Median wall and CPU milliseconds of `repeat` calls: on a machine shared with other work the CPU time
+    is this process's own cost, the wall time what a caller waited."""
+    wall, cpu = [], []
     for _ in range(repeat):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         call()
-        times.append((time.perf_counter() - began) * 1e3)
-    return statistics.median(times)
+        wall.append((time.perf_counter() - began) * 1e3)
+        cpu.append((time.process_time() - began_cpu) * 1e3)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def main() -> None:
@@ -95,17 +97,20 @@ def main() -> None:
     ends = [max(started.start + started.job.t_req, state.now + 1) for started in state.running]
     runtimes = [job.t_req for job in state.waiting]
     for scheduler in SCHEDULERS:
-        milliseconds = timed(lambda s=scheduler: forecast_starts(state, s, ends, runtimes), args.repeat)
-        print(f"one forward run, {scheduler.policy} + {scheduler.backfill}: {milliseconds:.1f} ms")
+        wall, cpu = timed(lambda s=scheduler: forecast_starts(state, s, ends, runtimes), args.repeat)
+        print(f"one forward run, {scheduler.policy} + {scheduler.backfill}: {wall:.1f} ms ({cpu:.1f} ms CPU)")
 
     install_start_forecaster(FORWARD_SIMULATION)
     for spec in ("request", "percentile"):
         core = PredictorCore([spec])
         core.observe("bench", history, lambda: None)
         core.forecast_start("bench", "", state, SCHEDULERS[0])  # fits the lifetime models, as the day's first call
-        milliseconds = timed(lambda c=core: c.forecast_start("bench", "", state, SCHEDULERS[0]), args.repeat)
-        verdict = "meets" if milliseconds < TARGET_MS else "misses"
-        print(f"ForecastStart in-process ({spec}, fcfs + easy, with bounds): {milliseconds:.1f} ms ({verdict} < 50 ms)")
+        wall, cpu = timed(lambda c=core: c.forecast_start("bench", "", state, SCHEDULERS[0]), args.repeat)
+        verdict = "meets" if wall < TARGET_MS else "misses"
+        print(
+            f"ForecastStart in-process ({spec}, fcfs + easy, with bounds): {wall:.1f} ms "
+            f"({cpu:.1f} ms CPU; {verdict} < 50 ms)"
+        )
         core.trainer.shutdown()
 
 

@@ -158,16 +158,35 @@ def _short_scenario(
     runtimes = list(waiting_estimates)
     if lifetimes is None:
         return ends, runtimes
-    for position, started in enumerate(state.running):
-        model = lifetimes(started.job)
-        if model is not None:
-            short = started.start + _ceil(model.conditional_quantile(quantile, now - started.start))
-            ends[position] = max(now + 1, min(ends[position], short))
-    for position, job in enumerate(state.waiting):
-        model = lifetimes(job)
-        if model is not None:
-            runtimes[position] = max(1, min(runtimes[position], _ceil(model.conditional_quantile(quantile, 0.0))))
+    running_short = _quantiles(
+        [lifetimes(started.job) for started in state.running], [now - s for _, s in state.running], quantile
+    )
+    for position, (started, lived) in enumerate(zip(state.running, running_short, strict=True)):
+        if lived is not None:
+            ends[position] = max(now + 1, min(ends[position], started.start + lived))
+    waiting_short = _quantiles([lifetimes(job) for job in state.waiting], [0] * len(state.waiting), quantile)
+    for position, lived in enumerate(waiting_short):
+        if lived is not None:
+            runtimes[position] = max(1, min(runtimes[position], lived))
     return ends, runtimes
+
+
+def _quantiles(models: Sequence[LifetimeModel | None], ages: Sequence[int], quantile: float) -> list[int | None]:
+    """Each job's conditional lifetime quantile at its age (seconds, rounded up), None without a model.
+
+    Jobs share their class's model object: one vectorised call per model, not one per job (a forecast's
+    queue holds up to thousands of jobs and only a few classes).
+    """
+    members: dict[int, tuple[LifetimeModel, list[int]]] = {}
+    for position, model in enumerate(models):
+        if model is not None:
+            members.setdefault(id(model), (model, []))[1].append(position)
+    lived: list[int | None] = [None] * len(models)
+    for model, positions in members.values():
+        values = np.ceil(model.conditional_quantile(quantile, np.array([ages[i] for i in positions], dtype=np.float64)))
+        for position, value in zip(positions, values.tolist(), strict=True):
+            lived[position] = int(value)
+    return lived
 
 
 def _ceil(seconds: np.ndarray | float) -> int:
