@@ -32,8 +32,10 @@ from simulator.traces.swf import Trace
 from simulator.waiteval import PROTOCOLS
 
 #: What `wait-eval` compares without --forecaster: Downey's combined predictor, the forecast `squeue --start`
-#: gives, and the forward simulation with the project's best runtime estimates for it (docs/queue-time.md).
-DEFAULT_FORECASTERS = ("downey", "forward:estimator=request", "forward:estimator=lgbm-quantile")
+#: gives, and the forward simulation with the runtime estimates that forecast best (docs/queue-time.md: the
+#: mean of the user's last two runtimes, a point estimate, beat the median models and the conservative
+#: lgbm-quantile that backfilling wants).
+DEFAULT_FORECASTERS = ("downey", "forward:estimator=request", "forward:estimator=last2")
 EXIT_USER_ERROR = 2
 EXIT_TASK_FAILED = 1
 _DEFAULTS = SimulationConfig(procs=1)
