@@ -131,11 +131,15 @@ def read_queue_state(path: str) -> QueueState:
 
     try:
         data = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise UsageError(f"--state {path}: cannot read it: {error.strerror}") from None
     except json.JSONDecodeError as error:
         raise UsageError(f"{path}: not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a JSON object with now, machine_procs, running and waiting")
 
     def number(where: str, mapping: Any, key: str, default: int | None = None) -> int:
-        value = mapping.get(key, default) if isinstance(mapping, dict) else None
+        value = mapping.get(key, default)
         if value is None:
             raise UsageError(f"{path}: {where}{key} is required")
         if not isinstance(value, int) or isinstance(value, bool):
@@ -143,10 +147,12 @@ def read_queue_state(path: str) -> QueueState:
         return value
 
     def job(where: str, item: Any) -> JobRequest:
+        if not isinstance(item, dict):
+            raise UsageError(f"{path}: {where.rstrip('.')} must be a JSON object (a job), got {item!r}")
         return JobRequest(*(number(where, item, field.name, field.unset) for field in JOB_FIELDS))
 
     def listed(key: str) -> list[Any]:
-        items = data.get(key, []) if isinstance(data, dict) else None
+        items = data.get(key, [])
         if not isinstance(items, list):
             raise UsageError(f"{path}: {key} must be a list of jobs")
         return items

@@ -404,3 +404,8 @@ def test_tsched_forecast_reads_a_state_file(server: str, tmp_path: Path, capsys:
     path.write_text(json.dumps({"now": 5, "machine_procs": 8, "waiting": [{"job_id": 1, "submit": "x"}]}))
     assert main(arguments) == 2
     assert "waiting[0].submit must be a whole number, got 'x'" in capsys.readouterr().err
+    path.write_text("[1, 2]")
+    assert main(arguments) == 2
+    assert "expected a JSON object with now, machine_procs, running and waiting" in capsys.readouterr().err
+    assert main(["forecast", "--address", server, "--state", str(tmp_path / "absent.json")]) == 2
+    assert "absent.json: cannot read it: No such file or directory" in capsys.readouterr().err
