@@ -8,7 +8,7 @@ job's age a, the lifetime is then distributed as
 
     Pr{L > t | L > a} = (ln t_max - ln t) / (ln t_max - ln a),
 
-whose median is sqrt(t_max * a) and whose mean is (t_max - a) / (ln t_max - ln a).
+whose median is sqrt(t_max * a). `predictor.downey.RunningAges` evaluates it for many jobs at once.
 His section 5.4 extends this to several stages (a cdf that is piecewise
 linear in ln t) for queues whose distribution is not a straight line.
 
@@ -99,17 +99,6 @@ class LifetimeModel:
         value: np.ndarray = np.interp(np.log(np.maximum(t, 1e-300)), self.log_knots, self.cdf_knots)
         return value
 
-    def conditional_cdf(self, t: np.ndarray | float, age: np.ndarray | float) -> np.ndarray:
-        """Pr{L < t | L > age} (Downey's Eq. 3; with stages, his section 5.4's mixture by Bayes' theorem).
-
-        A job past the model's t_max is certain to end at once (the model has no mass beyond it).
-        """
-        reached = self.cdf(age)
-        left = 1.0 - reached
-        with np.errstate(divide="ignore", invalid="ignore"):
-            value = np.where(left > 0, (self.cdf(t) - reached) / left, 1.0)
-        return np.where(np.asarray(t) >= np.asarray(age), np.clip(value, 0.0, 1.0), 0.0)
-
     def conditional_quantile(self, q: float, age: np.ndarray | float) -> np.ndarray:
         """The lifetime t with Pr{L < t | L > age} = q: for one stage t_max^q * age^(1-q), the median
         sqrt(t_max * age) (Downey's Eq. 4) once the age is past t_min."""
@@ -133,21 +122,6 @@ class LifetimeModel:
         knots = np.append(self.log_knots[inside], log_limit)
         cdf = np.append(self.cdf_knots[inside], self.cdf(limit))
         return LifetimeModel(knots, cdf / cdf[-1], self.r_squared)
-
-    def conditional_mean(self, age: np.ndarray | float) -> np.ndarray:
-        """E[L | L > age]: for one stage (t_max - a) / (ln t_max - ln a) past t_min, as Downey gives it.
-
-        Stage i has density w_i / (t (v_i - u_i)) on [e^u_i, e^v_i], so the part of it above the age
-        contributes w_i (e^v_i - e^max(u_i, ln a)) / (v_i - u_i) to the integral of t.
-        """
-        ages = np.asarray(age, dtype=np.float64)
-        lower, upper = self.log_knots[:-1], self.log_knots[1:]
-        weights = np.diff(self.cdf_knots)
-        start = np.clip(np.log(np.maximum(ages, 1e-300))[..., None], lower, upper)
-        mass = (weights * (np.exp(upper) - np.exp(start)) / (upper - lower)).sum(axis=-1)
-        left = 1.0 - self.cdf(ages)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(left > 0, mass / left, ages)
 
 
 def fit_lifetimes(lifetimes: np.ndarray, stages: int = 1, trim: float = 0.1) -> LifetimeModel | None:
