@@ -33,7 +33,7 @@ from simulator.waiteval import PROTOCOLS
 
 #: What `wait-eval` compares without --forecaster: Downey's combined predictor, the forecast `squeue --start`
 #: gives, and the forward simulation with a point estimate of runtimes (docs/queue-time.md: the mean of the
-#: user's last two runtimes forecast best on SDSC-Par-1996 and within 0.04 of the LightGBM median model on
+#: user's last two runtimes forecast best on SDSC-Par-1996 and within 0.05 of the LightGBM median model on
 #: CTC-SP2, at a fraction of its cost).
 DEFAULT_FORECASTERS = ("downey", "forward:estimator=request", "forward:estimator=last2")
 EXIT_USER_ERROR = 2
