@@ -1,4 +1,4 @@
-"""The predictor's commands: `serve`, `predict`, `predict-eval` and `train`.
+"""The predictor's commands: `serve`, `predict`, `forecast`, `predict-eval` and `train`.
 
 Thin adapters over the domain code. They are mounted into the `tsched` entry
 point (`simulator.cli`), which also supplies how a `--trace` is read: reading
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from predictor.errors import UsageError
+from predictor.forecasting import QueueState
 from predictor.frames import TraceLike
 
 if TYPE_CHECKING:
@@ -267,6 +268,88 @@ def id_or_name(text: str) -> int | str:
         return text
 
 
+def read_queue_state(path: str) -> QueueState:
+    """A scheduler's state from a JSON file (docs/queue-time.md): `now`, `machine_procs`, `running` (jobs with
+    their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job."""
+    from predictor.forecasting import StartedJob
+    from predictor.jobs import JOB_FIELDS, JobRequest
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise UsageError(f"--state {path}: cannot read it: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path}: not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a JSON object with now, machine_procs, running and waiting")
+
+    def number(where: str, mapping: Any, key: str, default: int | None = None) -> int:
+        value = mapping.get(key, default)
+        if value is None:
+            raise UsageError(f"{path}: {where}{key} is required")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UsageError(f"{path}: {where}{key} must be a whole number, got {value!r}")
+        return value
+
+    def job(where: str, item: Any) -> JobRequest:
+        if not isinstance(item, dict):
+            raise UsageError(f"{path}: {where.rstrip('.')} must be a JSON object (a job), got {item!r}")
+        return JobRequest(*(number(where, item, field.name, field.unset) for field in JOB_FIELDS))
+
+    def listed(key: str) -> list[Any]:
+        items = data.get(key, [])
+        if not isinstance(items, list):
+            raise UsageError(f"{path}: {key} must be a list of jobs")
+        return items
+
+    running = [
+        StartedJob(job(f"running[{index}].", item), number(f"running[{index}].", item, "start"))
+        for index, item in enumerate(listed("running"))
+    ]
+    waiting = [job(f"waiting[{index}].", item) for index, item in enumerate(listed("waiting"))]
+    return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting)
+
+
+def cmd_forecast(args: argparse.Namespace) -> int:
+    from predictor.forecasting import Scheduler
+    from predictor.service.client import PredictorClient
+
+    state = read_queue_state(args.state)
+    with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
+        answer = client.forecast_start(
+            state,
+            Scheduler(args.policy, args.backfill, args.backfill_order),
+            namespace=args.namespace,
+            estimator=args.estimator or "",
+            lower_quantile=args.lower_quantile,
+        )
+    rows = [forecast._asdict() for forecast in answer.forecasts]
+    if args.json:
+        print(
+            json.dumps(
+                {"estimator": answer.estimator, "namespace": answer.namespace, "now": answer.now, "forecasts": rows}
+            )
+        )
+        return 0
+    print(f"now {answer.now}  namespace {answer.namespace}  estimator {answer.estimator}")
+    print(f"{'job':>10} {'start':>12} {'wait':>10} {'lower':>10} {'upper':>10}")
+    for row in rows:
+        waits = [_duration(row[key] - answer.now) for key in ("start", "lower", "upper")]
+        print(f"{row['job_id']:>10} {row['start']:>12} {waits[0]:>10} {waits[1]:>10} {waits[2]:>10}")
+    return 0
+
+
+def _duration(seconds: int) -> str:
+    """A wait as people read it: 45s, 12m, 3.5h, 2.1d."""
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 86_400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
+
+
 def positive_number(text: str) -> float:
     """An argparse type: a finite number above 0 (seconds, a factor)."""
     try:
@@ -431,3 +514,29 @@ def add_commands(
         action.set_defaults(handler=cmd_namespaces)
     for action in (show, reset):
         action.add_argument("name", metavar="NAMESPACE", help="the namespace")
+
+    forecast = commands.add_parser(
+        "forecast", help="ask a running service when each waiting job will start", formatter_class=formatter
+    )
+    _service_options(forecast, "seconds to wait for the answer")
+    forecast.add_argument(
+        "--state",
+        required=True,
+        metavar="FILE.json",
+        help="the scheduler's state: now, machine_procs, running, waiting",
+    )
+    forecast.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
+    forecast.add_argument(
+        "--estimator", metavar="SPEC", help="estimator SPEC for the runtimes (default: the server's first)"
+    )
+    forecast.add_argument("--policy", default="fcfs", help="the scheduler's queue policy: fcfs, wfp or sjf")
+    forecast.add_argument("--backfill", default="easy", help="its backfilling: easy, conservative or none")
+    forecast.add_argument("--backfill-order", default="queue", help="its backfill order: queue or sjf")
+    forecast.add_argument(
+        "--lower-quantile",
+        type=float,
+        metavar="Q",
+        help="lifetime quantile of the lower bound (default: the server's, 0.1)",
+    )
+    forecast.add_argument("--json", action="store_true", help="print the answer as JSON")
+    forecast.set_defaults(handler=cmd_forecast)

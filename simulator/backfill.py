@@ -354,7 +354,7 @@ class ConservativeBackfill(Backfill):
 
     def __init__(self, order: str = "queue") -> None:
         super().__init__(order)
-        self._profile: Profile | None = None  # made at the first pass, from the machine then
+        self._profile: Profile | None = None  # made at the first pass, from the machine and its running jobs then
         self._reserved: dict[int, int] = {}  # trace index -> reserved start
         self._running: dict[int, tuple[int, int]] = {}  # trace index -> (expected end, size) in the profile
         self._held_longer = False  # a running job's hold grew since the plan was last checked
@@ -381,8 +381,8 @@ class ConservativeBackfill(Backfill):
     def _pass(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         """Bring the plan up to date, place the new jobs, and start the jobs reserved for now."""
         profile = self._profile
-        if profile is None:
-            profile = self._profile = Profile(now, machine.free, machine.expected_releases())
+        if profile is None:  # the first pass, maybe on a machine already running jobs (a forecast's)
+            profile = self._rebuild(now, machine)
         compress = self._learn_from_machine(profile, now, machine)
         profile.advance(now)
         # A grown hold may have made a reservation infeasible; if the job has ended since, it did not.

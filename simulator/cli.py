@@ -31,6 +31,7 @@ from simulator.experiment import DEFAULT_MAX_FALLBACK_SHARE
 from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
 from simulator.traces.swf import Trace
+from simulator.waiteval import PROTOCOLS
 
 #: How --policy and --policies describe a policy SPEC.
 POLICY_HELP = (
@@ -38,6 +39,11 @@ POLICY_HELP = (
     "(decider=simple|advanced, quality=art|artww|sldwa|makespan; default advanced, artww) or variant=basic "
     "(lower, upper: seconds, default 7200, 9000)"
 )
+#: What `wait-eval` compares without --forecaster: Downey's combined predictor, the forecast `squeue --start`
+#: gives, and the forward simulation with a point estimate of runtimes (docs/queue-time.md: the mean of the
+#: user's last two runtimes forecast best on SDSC-Par-1996 and within 0.05 of the LightGBM median model on
+#: CTC-SP2, at a fraction of its cost).
+DEFAULT_FORECASTERS = ("downey", "forward:estimator=request", "forward:estimator=last2")
 EXIT_USER_ERROR = 2
 #: `--trace -`: SWF lines on standard input (a scheduler's finished jobs piped to `tsched observe`).
 STDIN = "-"
@@ -224,6 +230,30 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     except ev.TaskError as error:
         print(f"tsched: error: {error}", file=sys.stderr)
         return EXIT_TASK_FAILED
+    return 0
+
+
+def cmd_wait_eval(args: argparse.Namespace) -> int:
+    from predictor.forecasting import Scheduler
+    from simulator.forecasters import make_forecaster
+    from simulator.waiteval import format_report, run_wait_evaluation, scatter_plot
+
+    scheduler = Scheduler(args.policy, args.backfill, args.backfill_order)
+    specs = args.forecaster or list(DEFAULT_FORECASTERS)
+    for spec in specs:
+        make_forecaster(spec, scheduler, {})  # a bad SPEC fails before the trace is read
+    trace = load_trace(args)
+    truth = dict(zip(trace.jobs["job_id"].tolist(), trace.jobs["t_act"].tolist(), strict=True))  # the oracle's
+    forecasters = [make_forecaster(spec, scheduler, truth) for spec in specs]
+    report, questions = run_wait_evaluation(
+        trace.path, trace.jobs, trace.machine_procs(args.procs), scheduler, forecasters, args.protocol
+    )
+    print(format_report(report))
+    write_json(args.json, report)
+    if args.plot:
+        scatter_plot(questions, report, args.plot)
+    if args.questions_csv:
+        questions.to_csv(args.questions_csv, index=False)
     return 0
 
 
@@ -441,12 +471,50 @@ def build_parser() -> argparse.ArgumentParser:
     evl.add_argument("--in-process", action="store_true", help="predict in-process instead of through the service")
     evl.set_defaults(handler=cmd_evaluate)
 
+    wait = commands.add_parser(
+        "wait-eval",
+        help="replay a trace and score queue-time forecasters (when will each job start?)",
+        formatter_class=formatter,
+    )
+    trace_options(wait)
+    wait.add_argument("--procs", type=int, help="machine size (default: the trace header's MaxProcs)")
+    wait.add_argument("--policy", choices=POLICIES, default=_DEFAULTS.policy, help="queue policy")
+    wait.add_argument("--backfill", choices=BACKFILLS, default=_DEFAULTS.backfill, help="backfilling")
+    wait.add_argument(
+        "--backfill-order", choices=BACKFILL_ORDERS, default=_DEFAULTS.backfill_order, help="backfill candidates' order"
+    )
+    wait.add_argument(
+        "--forecaster",
+        action="append",
+        metavar="SPEC",
+        help="downey-a, downey-b, downey (combined), or forward:estimator=SPEC (estimator= last: the rest is the "
+        f"estimator's SPEC); repeat for several (default: {' '.join(DEFAULT_FORECASTERS)})",
+    )
+    wait.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="submit",
+        help="ask at each submission, or when a job is first at the head of the queue and cannot start (Downey's)",
+    )
+    wait.add_argument("--json", type=output_file, metavar="OUT", help="write the report as JSON")
+    wait.add_argument("--plot", type=output_file, metavar="OUT.png", help="draw Downey's Figure 4 per forecaster")
+    wait.add_argument(
+        "--questions-csv", type=output_file, metavar="OUT", help="write one row per question with every forecast"
+    )
+    wait.set_defaults(handler=cmd_wait_eval)
+
     predictor_cli.add_commands(commands, load_trace, trace_options)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from predictor.service.forecasts import install_start_forecaster
+    from simulator.forecast import FORWARD_SIMULATION
+
     args = build_parser().parse_args(argv)
+    # The composition root: a service started here (`tsched serve`) forecasts with the simulator's forward
+    # simulation, which `predictor` never imports.
+    install_start_forecaster(FORWARD_SIMULATION)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)

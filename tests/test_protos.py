@@ -43,4 +43,5 @@ def test_generated_modules_import_as_a_package() -> None:
         "ListEstimators",
         "ResetNamespace",
         "ListNamespaces",
+        "ForecastStart",
     }

@@ -36,6 +36,12 @@ def readme_commands() -> list[str]:
     return commands
 
 
+def readme_files() -> dict[str, str]:
+    """The files README's shell blocks write with `cat > NAME <<'TAG'` (the queue state `tsched forecast` reads)."""
+    blocks = "".join(re.findall(r"```sh\n(.*?)```", README.read_text(), re.S))
+    return {name: text for name, tag, text in re.findall(r"cat > (\S+) <<'(\w+)'\n(.*?\n)\2\n", blocks, re.S)}
+
+
 def cheap(command: str) -> bool:
     words = shlex.split(command)[1:]
     return any(" ".join(words).startswith(name) for name in CHEAP) and not set(words) & set(COSTLY)
@@ -75,10 +81,15 @@ def test_a_readme_example_runs_as_written(
 
 
 @pytest.mark.slow
-def test_the_readme_service_examples_run_as_written(request: pytest.FixtureRequest) -> None:
-    """`tsched predict`, `observe`, `namespaces` and `simulate --predictor-address`, against a server of the
-    test's own in place of README's 127.0.0.1:50051."""
+def test_the_readme_service_examples_run_as_written(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tsched predict`, `observe`, `namespaces`, `forecast` and `simulate --predictor-address`, against a
+    server of the test's own in place of README's 127.0.0.1:50051, with the files README writes first."""
     assert len(SERVICE_COMMANDS) >= 5
+    monkeypatch.chdir(tmp_path)
+    for name, text in readme_files().items():
+        (tmp_path / name).write_text(text)
     running, port = start_server("127.0.0.1:0")
     try:
         for command in SERVICE_COMMANDS:

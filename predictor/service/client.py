@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.errors import SpecError, TschedError, UsageError
+from predictor.forecasting import QueueState, Scheduler
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
 from predictor.registry import parse_spec
@@ -29,10 +30,13 @@ from predictor.service.codec import (
     add_completions,
     add_jobs,
     add_names,
+    forecast_request,
     job_message,
     prediction_from,
+    start_forecasts_from,
     sync_request,
 )
+from predictor.service.forecasts import ForecastAnswer
 from predictor.service.security import read_token_file
 
 log = logging.getLogger("tsched.client")
@@ -320,6 +324,23 @@ class PredictorClient:
                 return found
         served = ", ".join(info["name"] for info in listed)
         raise SpecError(f"unknown estimator {name!r}: the predictor service at {self.address} serves {served}")
+
+    def forecast_start(
+        self,
+        state: QueueState,
+        scheduler: Scheduler | None = None,
+        *,
+        namespace: str = "",
+        estimator: str = "",
+        lower_quantile: float | None = None,
+        timeout: float | None = None,
+    ) -> ForecastAnswer:
+        """When each waiting job of `state` will start, with bounds, under `scheduler` (default: FCFS + EASY)."""
+        request = forecast_request(state, scheduler or Scheduler(), namespace, estimator, lower_quantile)
+        response: pb.ForecastStartResponse = self._call(self._stub.ForecastStart, request, timeout)
+        return ForecastAnswer(
+            start_forecasts_from(response.forecasts), response.estimator, response.namespace, response.now
+        )
 
     def health(self, service: str = "", timeout: float | None = None) -> str:
         """The grpc.health.v1 status name (SERVING, NOT_SERVING, ...)."""

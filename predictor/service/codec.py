@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from predictor.errors import InvalidRequest
+from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, StartedJob, StartForecast
 from predictor.jobs import (
     JOB_FIELD_NAMES,
     JOB_FIELDS,
@@ -29,6 +30,7 @@ from predictor.jobs import (
     Prediction,
 )
 from predictor.proto import pb
+from predictor.service.forecasts import check_counts
 
 #: Room in a message besides its jobs and completions: the namespace and SPEC strings, and framing.
 _MESSAGE_SLACK_BYTES = 4096
@@ -275,3 +277,69 @@ def add_names(message: pb.Job, user: str | None, group: str | None, account: str
         message.group_name = group or ""
         message.account = account or ""
     return message
+
+
+# --- queue-time forecasts ------------------------------------------------------------------------
+
+
+def forecast_question(request: pb.ForecastStartRequest) -> tuple[QueueState, Scheduler, float]:
+    """A ForecastStart request as the scheduler's state, its scheduler and the lower bound's quantile.
+
+    Checks each message (presence, bounds, batch sizes); `predictor.service.forecasts.check_state`
+    checks how the fields relate (starts before now, jobs within the machine).
+    """
+    for name in ("now", "machine_procs"):
+        if not request.HasField(name):
+            raise InvalidRequest(f"{name} is required")
+    check_counts(len(request.running), len(request.waiting))  # before decoding them
+    running = []
+    for index, message in enumerate(request.running):
+        place = f"running[{index}]"
+        if not message.HasField("job"):
+            raise InvalidRequest(f"{place}.job is required")
+        if not message.HasField("start"):
+            raise InvalidRequest(f"{place}.start is required")
+        running.append(StartedJob(job_request(message.job, f"{place}.job"), message.start))
+    waiting = [job_request(job, "waiting", index) for index, job in enumerate(request.waiting)]
+    state = QueueState(request.now, request.machine_procs, running, waiting)
+    defaults = Scheduler()
+    scheduler = Scheduler(
+        request.policy or defaults.policy,
+        request.backfill or defaults.backfill,
+        request.backfill_order or defaults.backfill_order,
+    )
+    quantile = request.lower_quantile if request.HasField("lower_quantile") else DEFAULT_LOWER_QUANTILE
+    return state, scheduler, quantile
+
+
+def forecast_request(
+    state: QueueState,
+    scheduler: Scheduler,
+    namespace: str,
+    estimator: str,
+    lower_quantile: float | None = None,
+) -> pb.ForecastStartRequest:
+    request = pb.ForecastStartRequest(
+        namespace=namespace,
+        estimator=estimator,
+        now=state.now,
+        machine_procs=state.procs,
+        policy=scheduler.policy,
+        backfill=scheduler.backfill,
+        backfill_order=scheduler.backfill_order,
+        lower_quantile=lower_quantile,
+    )
+    for started in state.running:
+        request.running.add(job=job_message(started.job), start=started.start)
+    add_jobs(request.waiting, state.waiting)
+    return request
+
+
+def add_start_forecasts(field: Any, forecasts: Sequence[StartForecast]) -> None:
+    add = field.add
+    for forecast in forecasts:
+        add(job_id=forecast.job_id, start=forecast.start, lower=forecast.lower, upper=forecast.upper)
+
+
+def start_forecasts_from(messages: Sequence[pb.StartForecast]) -> list[StartForecast]:
+    return [StartForecast(m.job_id, m.start, m.lower, m.upper) for m in messages]

@@ -33,6 +33,7 @@ the adapter (`servicer`) maps to status codes.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import re
@@ -55,10 +56,12 @@ from predictor.errors import (
 )
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
+from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, forecast_with_bounds
 from predictor.history import HistoryDiscardedError
 from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobName, JobRequest, Prediction
 from predictor.registry import available, make_estimator, parse_spec
 from predictor.service import records, snapshots
+from predictor.service.forecasts import ForecastAnswer, NamespaceLifetimes, check_state, installed_start_forecaster
 from predictor.service.limits import Limits, MemoryWatch
 from predictor.service.quoting import clip, quote
 from predictor.service.state import COMPLETIONS, CompletionStore, StateError, StoredNamespace
@@ -455,6 +458,46 @@ class PredictorCore:
             predictions = [] if estimator is None else held.predict(estimator, submitted, truth, no_deadline)
             self._maybe_snapshot(held)
         return Answer(predictions, resolved.canonical, held.name, clock, accepted, duplicates)
+
+    def forecast_start(
+        self,
+        namespace: str,
+        spec: str,
+        state: QueueState,
+        scheduler: Scheduler,
+        lower_quantile: float = DEFAULT_LOWER_QUANTILE,
+        truth: dict[int, int] | None = None,
+        check_deadline: DeadlineCheck = no_deadline,
+    ) -> ForecastAnswer:
+        """Each waiting job's forecast start and bounds: the scheduler run forward from `state`, each job running
+        for the t_sched the namespace's estimator gives it at `state.now` (docs/queue-time.md). Learns nothing."""
+        forecaster = installed_start_forecaster()
+        if forecaster is None:
+            raise FailedPrecondition("this server cannot forecast: it was started without the forward simulation")
+        try:
+            forecaster.check(scheduler)
+        except ValueError as error:
+            raise InvalidRequest(str(error)) from None
+        if not 0 < lower_quantile < 1:
+            raise InvalidRequest(f"lower_quantile must be in (0, 1), got {lower_quantile}")
+        check_state(state)
+        asked = [job._replace(submit=state.now) for job in (*(s.job for s in state.running), *state.waiting)]
+        answer = self.predict(namespace, spec, asked, truth, check_deadline)
+        held = self.namespace(namespace)
+        with held:
+            lifetimes = self._forecast_lifetimes.lookup(held, held.name, held.history, state.now)
+        check_deadline()
+        estimates = [prediction.t_sched for prediction in answer.predictions]
+        running = len(state.running)
+        forecasts = forecast_with_bounds(
+            forecaster, state, scheduler, (estimates[:running], estimates[running:]), lifetimes, lower_quantile
+        )
+        check_deadline()
+        return ForecastAnswer(forecasts, answer.estimator, answer.namespace, state.now)
+
+    @functools.cached_property
+    def _forecast_lifetimes(self) -> NamespaceLifetimes:
+        return NamespaceLifetimes()
 
     def describe(self, namespace: str) -> dict[str, Any]:
         """The estimators the server can build, its defaults, and what `namespace` holds (if it exists)."""

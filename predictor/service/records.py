@@ -56,6 +56,8 @@ class History:
         self._rows = np.empty((64, COMPLETION_WIDTH), dtype=_DTYPE) if rows is None else np.array(rows, dtype=_DTYPE)
         self._start = 0
         self._stop = 0 if rows is None else len(rows)
+        #: Completions ever appended (evicted ones included): how a reader finds the ones it has not seen.
+        self.appended = self._stop
 
     def __len__(self) -> int:
         return self._stop - self._start
@@ -79,6 +81,11 @@ class History:
             self._rows, self._start, self._stop = grown, 0, len(self)
         self._rows[self._stop : self._stop + len(new)] = new
         self._stop += len(new)
+        self.appended += len(new)
+
+    def newest(self, count: int) -> list[FinishedJob]:
+        """The `count` latest completions held (all of them if fewer), in end order."""
+        return completions_from(self._rows[max(self._start, self._stop - count) : self._stop])
 
     def since(self, end: int) -> list[FinishedJob]:
         """The completions that ended at or after `end`."""

@@ -247,3 +247,21 @@ class PredictorServicer(rpc.PredictorServicer):
         self, request: pb.ListNamespacesRequest, context: grpc.ServicerContext
     ) -> pb.ListNamespacesResponse:
         return pb.ListNamespacesResponse(namespaces=[pb.NamespaceInfo(**info) for info in self.core.namespaces()])
+
+    @unary
+    def ForecastStart(
+        self, request: pb.ForecastStartRequest, context: grpc.ServicerContext
+    ) -> pb.ForecastStartResponse:
+        spec = self.core.spec(request.estimator)
+        state, scheduler, lower_quantile = codec.forecast_question(request)
+        truth = None
+        if spec.evaluation_only:
+            truth = codec.actual_runtimes(request.waiting, "waiting")
+            for index, running in enumerate(request.running):
+                truth.update(codec.actual_runtimes((running.job,), f"running[{index}].job", indexed=False))
+        answer = self.core.forecast_start(
+            request.namespace, request.estimator, state, scheduler, lower_quantile, truth, deadline_of(context)
+        )
+        response = pb.ForecastStartResponse(estimator=answer.estimator, namespace=answer.namespace, now=answer.now)
+        codec.add_start_forecasts(response.forecasts, answer.forecasts)
+        return response

@@ -217,3 +217,59 @@ class ListNamespacesResponse(_message.Message):
     NAMESPACES_FIELD_NUMBER: _ClassVar[int]
     namespaces: _containers.RepeatedCompositeFieldContainer[NamespaceInfo]
     def __init__(self, namespaces: _Optional[_Iterable[_Union[NamespaceInfo, _Mapping]]] = ...) -> None: ...
+
+class RunningJob(_message.Message):
+    __slots__ = ("job", "start")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    start: int
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., start: _Optional[int] = ...) -> None: ...
+
+class ForecastStartRequest(_message.Message):
+    __slots__ = ("namespace", "estimator", "now", "machine_procs", "running", "waiting", "policy", "backfill", "backfill_order", "lower_quantile")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_PROCS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_ORDER_FIELD_NUMBER: _ClassVar[int]
+    LOWER_QUANTILE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    estimator: str
+    now: int
+    machine_procs: int
+    running: _containers.RepeatedCompositeFieldContainer[RunningJob]
+    waiting: _containers.RepeatedCompositeFieldContainer[Job]
+    policy: str
+    backfill: str
+    backfill_order: str
+    lower_quantile: float
+    def __init__(self, namespace: _Optional[str] = ..., estimator: _Optional[str] = ..., now: _Optional[int] = ..., machine_procs: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., waiting: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., policy: _Optional[str] = ..., backfill: _Optional[str] = ..., backfill_order: _Optional[str] = ..., lower_quantile: _Optional[float] = ...) -> None: ...
+
+class StartForecast(_message.Message):
+    __slots__ = ("job_id", "start", "lower", "upper")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    LOWER_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    start: int
+    lower: int
+    upper: int
+    def __init__(self, job_id: _Optional[int] = ..., start: _Optional[int] = ..., lower: _Optional[int] = ..., upper: _Optional[int] = ...) -> None: ...
+
+class ForecastStartResponse(_message.Message):
+    __slots__ = ("forecasts", "estimator", "namespace", "now")
+    FORECASTS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    forecasts: _containers.RepeatedCompositeFieldContainer[StartForecast]
+    estimator: str
+    namespace: str
+    now: int
+    def __init__(self, forecasts: _Optional[_Iterable[_Union[StartForecast, _Mapping]]] = ..., estimator: _Optional[str] = ..., namespace: _Optional[str] = ..., now: _Optional[int] = ...) -> None: ...

@@ -74,6 +74,11 @@ class PredictorStub:
                 request_serializer=tsched_dot_v1_dot_predictor__pb2.ListNamespacesRequest.SerializeToString,
                 response_deserializer=tsched_dot_v1_dot_predictor__pb2.ListNamespacesResponse.FromString,
                 _registered_method=True)
+        self.ForecastStart = channel.unary_unary(
+                '/tsched.v1.Predictor/ForecastStart',
+                request_serializer=tsched_dot_v1_dot_predictor__pb2.ForecastStartRequest.SerializeToString,
+                response_deserializer=tsched_dot_v1_dot_predictor__pb2.ForecastStartResponse.FromString,
+                _registered_method=True)
 
 
 class PredictorServicer:
@@ -141,6 +146,17 @@ class PredictorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForecastStart(self, request, context):
+        """When will each waiting job start? The scheduler's queue policy and
+        backfilling run forward from the state it sends, every job running for
+        the namespace estimator's t_sched; the bounds come from the same run with
+        every job at its request (upper) and at a low quantile of Downey's
+        conditional lifetime (lower). Learns nothing (docs/queue-time.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PredictorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -183,6 +199,11 @@ def add_PredictorServicer_to_server(servicer, server):
                     servicer.ListNamespaces,
                     request_deserializer=tsched_dot_v1_dot_predictor__pb2.ListNamespacesRequest.FromString,
                     response_serializer=tsched_dot_v1_dot_predictor__pb2.ListNamespacesResponse.SerializeToString,
+            ),
+            'ForecastStart': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForecastStart,
+                    request_deserializer=tsched_dot_v1_dot_predictor__pb2.ForecastStartRequest.FromString,
+                    response_serializer=tsched_dot_v1_dot_predictor__pb2.ForecastStartResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -401,6 +422,33 @@ class Predictor:
             '/tsched.v1.Predictor/ListNamespaces',
             tsched_dot_v1_dot_predictor__pb2.ListNamespacesRequest.SerializeToString,
             tsched_dot_v1_dot_predictor__pb2.ListNamespacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForecastStart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsched.v1.Predictor/ForecastStart',
+            tsched_dot_v1_dot_predictor__pb2.ForecastStartRequest.SerializeToString,
+            tsched_dot_v1_dot_predictor__pb2.ForecastStartResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,122 @@
+"""Speed of a queue-time forecast (issue 17 target: 1,000 waiting jobs on 338 processors in < 50 ms in-process).
+
+The state is synthetic but shaped like CTC-SP2's busiest hours: the machine
+full of running jobs and 1,000 jobs waiting, sizes and requests drawn from
+CTC-like mixes (many small jobs, requests from minutes to 18 hours). Measured,
+each the median of `--repeat` runs:
+
+- one forward run of the simulator's scheduler (`forecast_starts`), per scheduler;
+- a whole `ForecastStart` in-process (`PredictorCore.forecast_start`): the
+  estimator's predictions for every job, then the three forward runs behind a
+  forecast and its bounds, with Downey's lifetime models of the namespace's
+  history (fitted at the first call, as a server does once a day).
+
+The target is judged on the process's CPU time: the forecast is one thread, so
+on an idle machine its wall time is its CPU time, while on this shared 2-core
+machine the wall time mostly measures the other work.
+
+    python benchmarks/bench_forecast.py [--waiting 1000] [--procs 338] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from predictor.forecasting import QueueState, Scheduler, StartedJob
+from predictor.jobs import FinishedJob, JobRequest
+from predictor.service.core import PredictorCore
+from predictor.service.forecasts import install_start_forecaster
+from simulator.forecast import FORWARD_SIMULATION, forecast_starts
+
+TARGET_MS = 50.0
+SIZES = np.array([1, 1, 1, 2, 4, 8, 8, 16, 16, 32, 64, 128])
+REQUESTS = np.array([600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 18 * 3600])
+SCHEDULERS = (Scheduler("fcfs", "easy"), Scheduler("wfp", "easy"), Scheduler("fcfs", "conservative"))
+
+
+def make_state(waiting: int, procs: int, seed: int = 17) -> tuple[QueueState, list[FinishedJob]]:
+    """A full machine, `waiting` jobs in FCFS order, and 2,000 finished jobs of the same users as history."""
+    rng = np.random.default_rng(seed)
+    now = 40 * 86_400
+
+    def job(job_id: int, submit: int) -> JobRequest:
+        return JobRequest(
+            job_id,
+            submit,
+            user=int(rng.integers(0, 80)),
+            group=int(rng.integers(0, 10)),
+            t_req=int(rng.choice(REQUESTS)),
+            procs=int(min(procs, rng.choice(SIZES))),
+            queue=int(rng.integers(0, 3)),
+        )
+
+    history = []
+    for index in range(2_000):
+        request = job(index, now - 30 * 86_400 + index * 1_200)
+        runtime = int(request.t_req * rng.uniform(0.01, 1.0))
+        history.append(FinishedJob(request, request.submit + 60 + runtime, runtime))
+    history.sort(key=lambda finished: finished.end)
+    running: list[StartedJob] = []
+    held = 0
+    while True:
+        candidate = job(10_000 + len(running), now - int(rng.integers(600, 40_000)))
+        if held + candidate.procs > procs:
+            break
+        held += candidate.procs
+        start = candidate.submit + int(rng.integers(0, 600))
+        running.append(StartedJob(candidate._replace(t_req=max(candidate.t_req, now - start + 60)), start))
+    queued = sorted((job(20_000 + index, now - int(rng.integers(0, 86_400))) for index in range(waiting)), key=_submit)
+    return QueueState(now, procs, running, queued), history
+
+
+def _submit(job: JobRequest) -> int:
+    return job.submit
+
+
+def timed(call: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Median wall and CPU milliseconds of `repeat` calls: on a machine shared with other work the CPU time
+    is this process's own cost, the wall time what a caller waited."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        began, began_cpu = time.perf_counter(), time.process_time()
+        call()
+        wall.append((time.perf_counter() - began) * 1e3)
+        cpu.append((time.process_time() - began_cpu) * 1e3)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--waiting", type=int, default=1_000)
+    parser.add_argument("--procs", type=int, default=338)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    state, history = make_state(args.waiting, args.procs)
+    print(f"{len(state.waiting)} waiting, {len(state.running)} running on {state.procs} processors")
+    ends = [max(started.start + started.job.t_req, state.now + 1) for started in state.running]
+    runtimes = [job.t_req for job in state.waiting]
+    for scheduler in SCHEDULERS:
+        wall, cpu = timed(lambda s=scheduler: forecast_starts(state, s, ends, runtimes), args.repeat)
+        print(f"one forward run, {scheduler.policy} + {scheduler.backfill}: {wall:.1f} ms ({cpu:.1f} ms CPU)")
+
+    install_start_forecaster(FORWARD_SIMULATION)
+    for spec in ("request", "percentile"):
+        core = PredictorCore([spec])
+        core.observe("bench", history, lambda: None)
+        core.forecast_start("bench", "", state, SCHEDULERS[0])  # fits the lifetime models, as the day's first call
+        wall, cpu = timed(lambda c=core: c.forecast_start("bench", "", state, SCHEDULERS[0]), args.repeat)
+        verdict = "meets" if cpu < TARGET_MS else "misses"
+        print(
+            f"ForecastStart in-process ({spec}, fcfs + easy, with bounds): {cpu:.1f} ms CPU, {verdict} < 50 ms "
+            f"({wall:.1f} ms wall)"
+        )
+        core.trainer.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Queue-time forecasts: a scheduler's state at an instant, and forecast starts with their bounds.
+
+A forecast answers "when will each waiting job start?" from what a scheduler
+knows at `now`: the machine size, the running jobs (each as submitted, and
+when it started) and the waiting jobs in the scheduler's priority order. No
+job's runtime is part of it: runtimes enter only as estimates.
+
+The forward simulation that turns a state and runtime estimates into start
+times runs the simulator's own queue policies and backfilling
+(`simulator.forecast.forecast_starts`). `predictor` never imports the
+simulator, so that function reaches the service through the `StartForecaster`
+port defined here: the `tsched` entry point, which composes both packages,
+installs it. This module holds the part both the service and `tsched
+wait-eval` share: how estimates become expected ends of running jobs, and the
+three runs behind a forecast with bounds (docs/queue-time.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from predictor.jobs import JobRequest
+from predictor.lifetimes import LifetimeModel
+
+#: The Downey-model quantile of each job's lifetime the lower bound assumes.
+DEFAULT_LOWER_QUANTILE = 0.1
+
+
+class StartedJob(NamedTuple):
+    """A running job: as it was submitted, and when it started."""
+
+    job: JobRequest
+    start: int
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What a scheduler knows at `now`: its machine, the running jobs, and the waiting jobs in priority order."""
+
+    now: int
+    procs: int
+    running: Sequence[StartedJob]
+    waiting: Sequence[JobRequest]
+
+    @property
+    def free(self) -> int:
+        return self.procs - sum(started.job.procs for started in self.running)
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """How the forecast scheduler chooses jobs: queue policy, backfilling and backfill order, by name
+    (`simulator.policies.POLICIES`, `simulator.backfill.BACKFILLS`, `BACKFILL_ORDERS`). It plans with
+    the users' requests, as the schedulers it stands for do."""
+
+    policy: str = "fcfs"
+    backfill: str = "easy"
+    backfill_order: str = "queue"
+
+
+class StartForecaster(Protocol):
+    """The forward simulation a forecast runs (`simulator.forecast.FORWARD_SIMULATION`)."""
+
+    def check(self, scheduler: Scheduler) -> None:
+        """Raise ValueError, naming the field (policy, backfill, backfill_order), for a scheduler it cannot run."""
+
+    def starts(
+        self,
+        state: QueueState,
+        scheduler: Scheduler,
+        running_ends: Sequence[int],
+        waiting_runtimes: Sequence[int],
+    ) -> list[int]:
+        """Run `scheduler` forward from `state`: running job i ends at `running_ends[i]` (> now), waiting job j
+        runs `waiting_runtimes[j]` seconds once started; each waiting job's start, in `state.waiting` order."""
+
+
+#: The lifetime model of a job's class, when there is one.
+LifetimeLookup = Callable[[JobRequest], LifetimeModel | None]
+
+
+def running_ends(state: QueueState, estimates: Sequence[int], lifetimes: LifetimeLookup | None) -> list[int]:
+    """When each running job is expected to end, from its runtime estimate.
+
+    A job still within its estimate ends at start + estimate. One that has
+    outlived it is past what the estimate knows: it ends at its start plus the
+    median of Downey's conditional lifetime given its age (capped at its
+    request, when a job is killed), or at its request without a model.
+    Every end is after `now`: the job is running.
+    """
+    now = state.now
+    ends = []
+    for started, estimate in zip(state.running, estimates, strict=True):
+        start, t_req = started.start, started.job.t_req
+        end = start + estimate
+        if end <= now:
+            model = lifetimes(started.job) if lifetimes is not None else None
+            end = start + t_req if model is None else start + min(t_req, _ceil(model.conditional_median(now - start)))
+        ends.append(max(end, now + 1))
+    return ends
+
+
+class StartForecast(NamedTuple):
+    """A waiting job's forecast start, and the bounds around it (times, seconds)."""
+
+    job_id: int
+    start: int
+    lower: int
+    upper: int
+
+
+def forecast_with_bounds(
+    forecaster: StartForecaster,
+    state: QueueState,
+    scheduler: Scheduler,
+    estimates: tuple[Sequence[int], Sequence[int]],
+    lifetimes: LifetimeLookup | None,
+    lower_quantile: float = DEFAULT_LOWER_QUANTILE,
+) -> list[StartForecast]:
+    """Each waiting job's start from three forward runs of the same scheduler (docs/queue-time.md).
+
+    - start: every job runs its estimate (`estimates` = (running, waiting));
+    - upper: every job runs to its request, what `squeue --start` assumes;
+    - lower: every job runs the `lower_quantile` of Downey's conditional lifetime for its class and
+      age, where that is shorter than its estimate (without a model, the estimate).
+
+    The bounds enclose the start: lower = min(lower run, start), upper = max(upper run, start).
+    """
+    running_estimates, waiting_estimates = estimates
+    point_ends = running_ends(state, running_estimates, lifetimes)
+    starts = forecaster.starts(state, scheduler, point_ends, waiting_estimates)
+    request_ends = [max(started.start + started.job.t_req, state.now + 1) for started in state.running]
+    latest = forecaster.starts(state, scheduler, request_ends, [job.t_req for job in state.waiting])
+    short_ends, short_runtimes = _short_scenario(state, point_ends, waiting_estimates, lifetimes, lower_quantile)
+    earliest = forecaster.starts(state, scheduler, short_ends, short_runtimes)
+    return [
+        StartForecast(job.job_id, start, min(low, start), max(high, start))
+        for job, start, low, high in zip(state.waiting, starts, earliest, latest, strict=True)
+    ]
+
+
+def _short_scenario(
+    state: QueueState,
+    point_ends: Sequence[int],
+    waiting_estimates: Sequence[int],
+    lifetimes: LifetimeLookup | None,
+    quantile: float,
+) -> tuple[list[int], list[int]]:
+    """Ends of the running jobs and runtimes of the waiting ones if each lived only its lifetime quantile."""
+    if not 0 < quantile < 1:
+        raise ValueError(f"the lower bound's quantile must be in (0, 1), got {quantile}")
+    now = state.now
+    ends = list(point_ends)
+    runtimes = list(waiting_estimates)
+    if lifetimes is None:
+        return ends, runtimes
+    running_short = _quantiles(
+        [lifetimes(started.job) for started in state.running], [now - s for _, s in state.running], quantile
+    )
+    for position, (started, lived) in enumerate(zip(state.running, running_short, strict=True)):
+        if lived is not None:
+            ends[position] = max(now + 1, min(ends[position], started.start + lived))
+    waiting_short = _quantiles([lifetimes(job) for job in state.waiting], [0] * len(state.waiting), quantile)
+    for position, lived in enumerate(waiting_short):
+        if lived is not None:
+            runtimes[position] = max(1, min(runtimes[position], lived))
+    return ends, runtimes
+
+
+def _quantiles(models: Sequence[LifetimeModel | None], ages: Sequence[int], quantile: float) -> list[int | None]:
+    """Each job's conditional lifetime quantile at its age (seconds, rounded up), None without a model.
+
+    Jobs share their class's model object: one vectorised call per model, not one per job (a forecast's
+    queue holds up to thousands of jobs and only a few classes).
+    """
+    members: dict[int, tuple[LifetimeModel, list[int]]] = {}
+    for position, model in enumerate(models):
+        if model is not None:
+            members.setdefault(id(model), (model, []))[1].append(position)
+    lived: list[int | None] = [None] * len(models)
+    for model, positions in members.values():
+        values = np.ceil(model.conditional_quantile(quantile, np.array([ages[i] for i in positions], dtype=np.float64)))
+        for position, value in zip(positions, values.tolist(), strict=True):
+            lived[position] = int(value)
+    return lived
+
+
+def _ceil(seconds: np.ndarray | float) -> int:
+    return int(np.ceil(float(seconds)))

@@ -1,0 +1,410 @@
+"""Queue-time forecasts: Downey's lifetime model and predictors, the forward simulation, wait-eval and ForecastStart."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from predictor.downey import RunningAges, combined, downey_wait, predictor_a, predictor_b
+from predictor.errors import SpecError
+from predictor.forecasting import QueueState, Scheduler, StartedJob, forecast_with_bounds
+from predictor.jobs import FinishedJob, JobRequest
+from predictor.lifetimes import LifetimeModel, QueueLifetimes, fit_lifetimes
+from predictor.proto import pb, rpc
+from predictor.service import forecasts
+from predictor.service.client import PredictorClient, PredictorError
+from predictor.service.codec import job_message
+from predictor.service.server import start_server
+from simulator.cli import main
+from simulator.forecast import FORWARD_SIMULATION, forecast_starts
+from simulator.forecasters import make_forecaster
+from simulator.jobs import WaitingJob
+from simulator.policies import WFP, wfp_score
+from simulator.traces.swf import write_swf
+from simulator.traces.workload import generate_workload
+from simulator.waiteval import Schedule, ask_forecasters, replay_schedule
+
+#: t_min = 10 s, t_max = 10,000 s: cdf(t) = (ln t - ln 10) / ln 1000.
+MODEL = LifetimeModel.uniform_log(-math.log(10) / math.log(1000), 1 / math.log(1000))
+
+
+# --- Downey's conditional lifetime model, by hand ----------------------------------------------
+
+
+def test_the_one_stage_model_gives_downeys_formulas() -> None:
+    assert MODEL.t_min == pytest.approx(10) and MODEL.t_max == pytest.approx(10_000)
+    assert float(MODEL.cdf(100.0)) == pytest.approx(1 / 3)
+    # Eq. 3: Pr{L < t | L > a} = (ln t - ln a) / (ln t_max - ln a), as the predictors evaluate it
+    assert running([100], [1]).completion(900.0)[0] == pytest.approx(0.5)
+    # Eq. 4: the conditional median is sqrt(t_max * a)
+    assert float(MODEL.conditional_median(100.0)) == pytest.approx(1000)
+    assert float(MODEL.conditional_median(400.0)) == pytest.approx(2000)
+    # a job past t_max ends at once; below t_min the age tells nothing
+    assert running([20_000], [1]).completion(1.0)[0] == 1.0
+    assert float(MODEL.conditional_median(1.0)) == pytest.approx(math.sqrt(10 * 10_000))
+
+
+def test_a_fit_recovers_a_uniform_log_distribution_and_two_stages_fit_a_bimodal_one() -> None:
+    levels = (np.arange(2000) + 0.5) / 2000
+    one = fit_lifetimes(10 * 1000**levels)
+    assert one is not None and one.stages == 1
+    assert one.t_min == pytest.approx(10, rel=0.02) and one.t_max == pytest.approx(10_000, rel=0.02)
+    assert one.r_squared > 0.999
+    # 40% of jobs uniform in ln t on [10 s, 3 h], 60% on [3 h, 15 h]: Downey's long queue (his Figure 5)
+    short, long = 0.4, 0.6
+    bimodal = np.where(
+        levels < short, 10 * (10_800 / 10) ** (levels / short), 10_800 * (54_000 / 10_800) ** ((levels - short) / long)
+    )
+    single, double = fit_lifetimes(bimodal), fit_lifetimes(bimodal, stages=2)
+    assert single is not None and double is not None and double.stages == 2
+    assert double.r_squared > 0.999 > single.r_squared
+    assert math.exp(double.log_knots[1]) == pytest.approx(10_800, rel=0.15)
+    assert float(double.cdf_knots[1]) == pytest.approx(short, abs=0.05)
+
+
+def test_the_multistage_conditional_distribution_is_bayes_over_the_stages() -> None:
+    two = LifetimeModel(np.log([10.0, 1000.0, 100_000.0]), np.array([0.0, 0.5, 1.0]))
+    # past the first stage only the second is left: its own one-stage median
+    assert float(two.conditional_median(5000.0)) == pytest.approx(math.sqrt(100_000 * 5000))
+    # at age 100, a quarter of the mass is gone: Pr{L < 1000 | L > 100} = (0.5 - 0.25) / 0.75
+    ages = RunningAges.of(np.array([100.0]), np.array([1]), [two])
+    assert ages.completion(900.0)[0] == pytest.approx(1 / 3)
+
+
+def test_models_are_fitted_per_queue_on_a_trailing_window_of_finished_jobs() -> None:
+    lifetimes = QueueLifetimes(window=1000, refit=1, min_jobs=2)
+
+    def finished(job_id: int, queue: int, end: int, runtime: int) -> FinishedJob:
+        return FinishedJob(JobRequest(job_id, 0, 1, 1, 100_000, 1, queue), end, runtime)
+
+    short = [finished(i, 1, 10 + i, 10 + 10 * i) for i in range(20)]
+    long = [finished(100 + i, 2, 40 + i, 1000 + 100 * i) for i in range(20)]
+    for job in sorted(short + long, key=lambda job: job.end):
+        lifetimes.observe(job)
+    lifetimes.refresh(100)
+    queue_one, queue_two = (lifetimes.model(JobRequest(0, 0, 1, 1, 1, 1, queue)) for queue in (1, 2))
+    assert queue_one is not None and queue_two is not None and queue_one.t_max < queue_two.t_min
+    assert lifetimes.model(JobRequest(0, 0, 1, 1, 1, 1, queue=9)) is not None  # the pooled model
+    lifetimes.refresh(1045)  # the window has dropped queue 1's jobs and half of queue 2's
+    assert lifetimes.model(JobRequest(0, 0, 1, 1, 1, 1, 1)) == lifetimes.model(JobRequest(0, 0, 1, 1, 1, 1, 9))
+    with pytest.raises(ValueError, match="observe in end order"):
+        lifetimes.observe(finished(999, 1, 5, 1))
+
+
+# --- Downey's predictors, by hand --------------------------------------------------------------
+
+
+def running(ages: list[float], sizes: list[int]) -> RunningAges:
+    return RunningAges.of(np.array(ages), np.array(sizes), [MODEL] * len(ages))
+
+
+def test_predictor_a_is_the_median_time_until_a_benefactor_ends() -> None:
+    # one benefactor of age 100: its conditional median lifetime is 1000, 900 s from now
+    assert predictor_a(running([100], [10]), 5) == pytest.approx(900, abs=1)
+    # two: (1 - P(x))^2 = 1/2, P(x) = ln((100 + x) / 100) / ln 100
+    expected = 100 * 100 ** (1 - 1 / math.sqrt(2)) - 100
+    assert predictor_a(running([100, 100], [10, 10]), 5) == pytest.approx(expected, abs=1)
+    assert predictor_a(running([100, 100], [4, 4]), 5) is None  # no benefactor
+    assert predictor_a(running([100], [10]), 0) == 0.0
+
+
+def test_predictor_b_releases_processors_continuously() -> None:
+    # 20 processors at P(x) each: 20 P(x) = 10 at the median
+    assert predictor_b(running([100, 100], [10, 10]), 10) == pytest.approx(900, abs=1)
+    assert predictor_b(running([100], [10]), 11) is None  # not enough processors running
+
+
+def test_the_combined_predictor_switches_at_32_processors() -> None:
+    jobs = running([100, 400, 100], [40, 40, 8])
+    assert combined(jobs, 31) == predictor_a(jobs, 31)
+    assert combined(jobs, 32) == predictor_b(jobs, 32)
+    assert combined(running([100, 100], [10, 10]), 12) == predictor_b(running([100, 100], [10, 10]), 12)  # A cannot
+
+
+def test_downey_counts_the_jobs_ahead_and_the_free_processors() -> None:
+    state = QueueState(
+        1000,
+        32,
+        [StartedJob(JobRequest(1, 0, 1, 1, 9000, 24), 900)],
+        [JobRequest(2, 950, 1, 1, 100, 4), JobRequest(3, 960, 1, 1, 100, 8)],
+    )
+
+    def lookup(job: JobRequest) -> LifetimeModel:
+        return MODEL
+
+    assert downey_wait(state, 0, lookup) == 0.0  # 8 free processors
+    assert downey_wait(state, 1, lookup, "a") == pytest.approx(900, abs=1)  # n' = 4 + 8 - 8 = 4
+    with pytest.raises(ValueError, match="choose one of a, b, combined"):
+        downey_wait(state, 1, lookup, "c")
+
+
+# --- the forward simulation --------------------------------------------------------------------
+
+
+def state_at(schedule: Schedule, procs: int, scheduler: Scheduler, now: int) -> tuple[QueueState, list[int], list[int]]:
+    """The scheduler's state at `now` (before its pass), the actual ends of the running jobs and the actual
+    runtimes of the waiting ones, as the engine's schedule gives them."""
+    from simulator.policies import make_policy
+
+    queue = make_policy(scheduler.policy)
+    started, ends = [], []
+    for index, request in enumerate(schedule.requests):
+        start, end = int(schedule.start[index]), int(schedule.end[index])
+        if request.submit <= now <= start:
+            queue.add(WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, request.t_req))
+        elif start < now < end:
+            started.append(StartedJob(request, start))
+            ends.append(end)
+    waiting = [schedule.requests[job.index] for job in queue.ordered(now)]
+    runtimes = [int(schedule.end[job.index] - schedule.start[job.index]) for job in queue.ordered(now)]
+    return QueueState(now, procs, started, waiting), ends, runtimes
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [Scheduler("fcfs", "easy"), Scheduler("wfp", "easy"), Scheduler("fcfs", "none"), Scheduler("sjf", "easy")],
+    ids=lambda scheduler: f"{scheduler.policy}+{scheduler.backfill}",
+)
+def test_with_exact_runtimes_and_no_later_arrival_the_forecast_is_the_schedule(scheduler: Scheduler) -> None:
+    trace = generate_workload(jobs=400, procs=64, load=0.95, seed=3)
+    schedule = replay_schedule(trace.jobs, 64, scheduler)
+    now = schedule.requests[-1].submit  # every job has arrived
+    state, ends, runtimes = state_at(schedule, 64, scheduler, now)
+    assert len(state.waiting) > 20 and state.running
+    by_id = {request.job_id: int(start) for request, start in zip(schedule.requests, schedule.start, strict=True)}
+    assert forecast_starts(state, scheduler, ends, runtimes) == [by_id[job.job_id] for job in state.waiting]
+
+
+def test_bounds_enclose_the_forecast_and_requests_give_the_upper_bound() -> None:
+    trace = generate_workload(jobs=400, procs=64, load=0.95, seed=3)
+    scheduler = Scheduler()
+    schedule = replay_schedule(trace.jobs, 64, scheduler)
+    state, _, _ = state_at(schedule, 64, scheduler, schedule.requests[-1].submit)
+    requests = ([started.job.t_req for started in state.running], [job.t_req for job in state.waiting])
+    for forecast in forecast_with_bounds(FORWARD_SIMULATION, state, scheduler, requests, lambda job: MODEL):
+        assert forecast.lower <= forecast.start == forecast.upper
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(1, 500), st.integers(1, 16)), min_size=1, max_size=40),
+    st.lists(st.integers(0, 39), max_size=30),
+    st.integers(0, 200),
+)
+def test_wfp_orders_as_a_full_sort(jobs: list[tuple[int, int, int]], removals: list[int], extra: int) -> None:
+    """WFP keeps arrays between passes; its order is still the stable sort of the arrival order by score."""
+    queue, kept = WFP(), []
+    for index, (submit, t_est, size) in enumerate(sorted(jobs)):
+        job = WaitingJob(index, index, submit, size, t_est, t_est)
+        queue.add(job)
+        kept.append(job)
+        if index % 3 == 2:
+            queue.ordered(60)  # extends the arrays between arrivals
+    for position in removals:
+        if position < len(kept):
+            queue.remove(kept.pop(position))
+            queue.ordered(60)
+    now = 60 + extra
+    submit, t_est, size = np.array([[job.submit, job.t_est, job.size] for job in kept]).reshape(-1, 3).T
+    scores = wfp_score(now - submit, t_est, size)
+    assert queue.ordered(now) == [kept[i] for i in np.argsort(-scores, kind="stable")]
+    assert len(queue) == len(kept)
+
+
+# --- wait-eval ---------------------------------------------------------------------------------
+
+
+def test_forecasters_see_no_future() -> None:
+    """Changing every job submitted after T leaves every forecast asked before T unchanged."""
+    trace = generate_workload(jobs=700, procs=64, load=0.9, seed=11)
+    cut = int(trace.jobs["submit"].iloc[450])
+    changed = trace.jobs.copy()
+    later = changed["submit"] > cut
+    changed.loc[later, "t_act"] = np.maximum(1, changed.loc[later, "t_act"] // 3)
+    changed.loc[later, "procs"] = np.minimum(64, changed.loc[later, "procs"] * 2)
+    specs = ["downey", "downey-a:by=none,stages=2", "forward:estimator=percentile", "forward:estimator=last2"]
+    scheduler = Scheduler()
+    tables = []
+    for jobs in (trace.jobs, changed):
+        schedule = replay_schedule(jobs, 64, scheduler)
+        forecasters = [make_forecaster(spec, scheduler) for spec in specs]
+        tables.append(ask_forecasters(schedule, 64, scheduler, forecasters, "submit"))
+    before = [table.loc[table["asked_at"] < cut].drop(columns="start") for table in tables]
+    assert len(before[0]) > 300
+    assert before[0][specs].notna().to_numpy().mean() > 0.5
+    pd.testing.assert_frame_equal(before[0], before[1])
+
+
+def test_wait_eval_writes_the_report_and_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = generate_workload(jobs=500, procs=64, load=0.9, seed=5)
+    path = tmp_path / "small.swf"
+    write_swf(trace, path)
+    specs = ["downey", "forward:estimator=request", "forward:estimator=oracle"]
+    arguments = ["wait-eval", "--trace", str(path), "--policy", "fcfs", "--backfill", "none", "--protocol", "head"]
+    out, plot = tmp_path / "report.json", tmp_path / "scatter.png"
+    assert main([*arguments, *(f"--forecaster={spec}" for spec in specs), "--json", str(out), "--plot", str(plot)]) == 0
+    report = json.loads(out.read_text())
+    assert {"trace", "jobs", "results"} <= set(report) and report["jobs"] == 500
+    assert [result["forecaster"] for result in report["results"]] == specs
+    keys = {"forecaster", "protocol", "predictions", "correlation", "log_correlation", "median_abs_error"}
+    for result in report["results"]:
+        assert keys | {"mean_abs_error", "within_2x"} <= set(result) and result["protocol"] == "head"
+    oracle = report["results"][2]
+    assert oracle["correlation"] == pytest.approx(1) and oracle["median_abs_error"] == 0  # FCFS: no later job counts
+    assert plot.stat().st_size > 10_000
+    assert "forward:estimator=oracle" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("nope", "unknown forecaster 'nope'"),
+        ("downey:q=1", "has no parameter 'q'"),
+        ("downey:stages=0", "stages must be a whole number from 1"),
+        ("downey:by=size", "by must be none or distinct fields"),
+        ("forward:overrun=never", "overrun must be one of downey, request"),
+        ("forward:estimator=nope", "estimator= comes last"),
+        ("forward:estimator=oracle", "only an evaluation has"),
+        ("downey:window", "expected key=value"),
+    ],
+)
+def test_bad_forecaster_specs_are_refused_with_the_choices(spec: str, words: str) -> None:
+    with pytest.raises(SpecError, match=words):
+        make_forecaster(spec, Scheduler())
+
+
+# --- ForecastStart ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    previous = forecasts.install_start_forecaster(FORWARD_SIMULATION)
+    running_server, port = start_server("127.0.0.1:0", default_estimators=["request", "percentile"])
+    yield f"127.0.0.1:{port}"
+    running_server.stop(0).wait()
+    forecasts.install_start_forecaster(previous)
+
+
+def small_state() -> QueueState:
+    return QueueState(
+        10_000,
+        64,
+        [
+            StartedJob(JobRequest(1, 8_000, 1, 1, 7_200, 48), 8_500),
+            StartedJob(JobRequest(2, 9_000, 2, 1, 600, 8), 9_100),
+        ],
+        [
+            JobRequest(3, 9_500, 1, 1, 3_600, 32),
+            JobRequest(4, 9_600, 3, 1, 300, 8),
+            JobRequest(5, 9_700, 2, 1, 900, 64),
+        ],
+    )
+
+
+def test_forecast_start_answers_each_waiting_job_with_bounds(server: str) -> None:
+    with PredictorClient(server, timeout=10) as client:
+        answer = client.forecast_start(small_state(), estimator="request", namespace="forecasts")
+    assert [forecast.job_id for forecast in answer.forecasts] == [3, 4, 5]
+    assert answer.estimator == "request" and answer.namespace == "forecasts"
+    # requests as runtimes: job 3 (32 processors) waits for job 1's end at 15,700, job 4 backfills now, and
+    # job 5 needs the whole machine once job 3 has run its hour
+    assert [(forecast.start, forecast.upper) for forecast in answer.forecasts] == [
+        (15_700, 15_700),
+        (10_000, 10_000),
+        (19_300, 19_300),
+    ]
+    assert all(forecast.lower <= forecast.start for forecast in answer.forecasts)
+
+
+def request_of(**changes: object) -> pb.ForecastStartRequest:
+    state = small_state()
+    request = pb.ForecastStartRequest(now=state.now, machine_procs=state.procs)
+    for started in state.running:
+        request.running.add(job=job_message(started.job), start=started.start)
+    request.waiting.extend(job_message(job) for job in state.waiting)
+    for name, value in changes.items():
+        if value is None:
+            request.ClearField(name)
+        else:
+            setattr(request, name, value)
+    return request
+
+
+@pytest.mark.parametrize(
+    ("request_message", "words"),
+    [
+        (request_of(now=None), "now is required"),
+        (request_of(machine_procs=0), "machine_procs must be in [1,"),
+        (request_of(machine_procs=40), "running jobs hold 56 processors"),
+        (request_of(now=9_050), "running[1].start (9100) must lie between"),
+        (request_of(policy="lifo"), "policy: 'lifo' is not one of fcfs, wfp, sjf"),
+        (request_of(backfill="none", backfill_order="sjf"), "backfill_order"),
+        (request_of(lower_quantile=1.0), "lower_quantile must be in (0, 1)"),
+        (request_of(estimator="nope"), "unknown estimator"),
+    ],
+)
+def test_bad_forecast_requests_are_invalid_arguments(
+    server: str, request_message: pb.ForecastStartRequest, words: str
+) -> None:
+    with grpc.insecure_channel(server) as channel, pytest.raises(grpc.RpcError) as raised:
+        rpc.PredictorStub(channel).ForecastStart(request_message, timeout=5)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert words in raised.value.details()
+
+
+def test_forecast_work_is_bounded(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(forecasts, "MAX_FORECAST_WAITING", 2)
+    with PredictorClient(server, timeout=10) as client, pytest.raises(PredictorError) as raised:
+        client.forecast_start(small_state())
+    assert raised.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "waiting holds 3 jobs; at most 2 per forecast" in raised.value.details
+
+
+def test_a_server_without_the_forward_simulation_refuses_forecasts() -> None:
+    previous = forecasts.install_start_forecaster(None)
+    running_server, port = start_server("127.0.0.1:0", default_estimators=["request"])
+    try:
+        with PredictorClient(f"127.0.0.1:{port}", timeout=10) as client, pytest.raises(PredictorError) as raised:
+            client.forecast_start(small_state())
+        assert raised.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        running_server.stop(0).wait()
+        forecasts.install_start_forecaster(previous)
+
+
+def test_tsched_forecast_reads_a_state_file(server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = small_state()
+    path = tmp_path / "state.json"
+    path.write_text(
+        json.dumps(
+            {
+                "now": state.now,
+                "machine_procs": state.procs,
+                "running": [{**started.job._asdict(), "start": started.start} for started in state.running],
+                "waiting": [job._asdict() for job in state.waiting],
+            }
+        )
+    )
+    arguments = ["forecast", "--address", server, "--state", str(path), "--estimator", "request"]
+    assert main([*arguments, "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert [row["start"] for row in answer["forecasts"]] == [15_700, 10_000, 19_300]
+    assert main(arguments) == 0
+    assert "2.6h" in capsys.readouterr().out  # job 5 waits 9,300 s
+    path.write_text(json.dumps({"now": 5, "machine_procs": 8, "waiting": [{"job_id": 1, "submit": "x"}]}))
+    assert main(arguments) == 2
+    assert "waiting[0].submit must be a whole number, got 'x'" in capsys.readouterr().err
+    path.write_text("[1, 2]")
+    assert main(arguments) == 2
+    assert "expected a JSON object with now, machine_procs, running and waiting" in capsys.readouterr().err
+    assert main(["forecast", "--address", server, "--state", str(tmp_path / "absent.json")]) == 2
+    assert "absent.json: cannot read it: No such file or directory" in capsys.readouterr().err
