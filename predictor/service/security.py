@@ -59,6 +59,7 @@ ACCESS_BY_METHOD: Mapping[str, Access] = {
     "ListEstimators": Access.USE,
     "ResetNamespace": Access.RESET,
     "ListNamespaces": Access.LIST,
+    "ForecastStart": Access.USE,
 }
 
 
