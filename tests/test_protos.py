@@ -42,4 +42,5 @@ def test_generated_modules_import_as_a_package() -> None:
         "SyncStream",
         "ListEstimators",
         "ResetNamespace",
+        "Status",
     }

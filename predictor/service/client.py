@@ -247,6 +247,11 @@ class PredictorClient:
             "clock": response.clock,
         }
 
+    def status(self, namespace: str = "", timeout: float | None = None) -> dict[str, Any]:
+        """How `namespace` and the server are doing (`Status`), as plain data: every field, zeros included."""
+        response = self._call(self._stub.Status, pb.StatusRequest(namespace=namespace), timeout)
+        return _plain(response)
+
     def reset_namespace(self, namespace: str = "", timeout: float | None = None) -> int:
         """Forget a namespace's history; return how many completions it held."""
         request = pb.ResetNamespaceRequest(namespace=namespace)
@@ -337,6 +342,18 @@ class SyncStream:
                 self._timed_out = True
                 self._responses.cancel()
                 return
+
+
+def _plain(message: Any) -> dict[str, Any]:
+    """A message as a dict of its fields (numbers stay numbers; repeated messages become lists of dicts)."""
+    plain: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is not None:
+            plain[field.name] = [_plain(item) for item in value]
+        else:
+            plain[field.name] = list(value) if field.is_repeated else value
+    return plain
 
 
 def predict_once(

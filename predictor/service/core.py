@@ -60,6 +60,7 @@ from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
 from predictor.registry import available, make_estimator, parse_spec
 from predictor.service import records, snapshots
 from predictor.service.limits import Limits, MemoryWatch
+from predictor.service.live import LiveScores, LiveSummary
 from predictor.service.quoting import clip, quote
 from predictor.service.state import COMPLETIONS, CompletionStore, StateError, StoredNamespace
 
@@ -97,9 +98,14 @@ class Trainer(futures.ThreadPoolExecutor):
     def __init__(self) -> None:
         super().__init__(max_workers=TRAINING_THREADS, thread_name_prefix="tsched-train")
         self._slots = threading.BoundedSemaphore(TRAINING_THREADS + QUEUED_TRAININGS)
+        self._runs_lock = threading.Lock()
+        #: Trainings started since the server started (the metrics' training runs).
+        self.runs = 0
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
         self._slots.acquire()
+        with self._runs_lock:
+            self.runs += 1
         try:
             future = super().submit(fn, *args, **kwargs)
         except BaseException:
@@ -164,6 +170,12 @@ class Namespace:
     last_seq: int = 0
     retired: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Predictions answered, and how many of them were t_req for lack of history, since the server started.
+    predictions: int = 0
+    fallbacks: int = 0
+
+    def __post_init__(self) -> None:
+        self.live = LiveScores(self.limits.live_window, self.limits.live_pending)
 
     def __enter__(self) -> Namespace:
         self.lock.acquire()
@@ -249,6 +261,7 @@ class Namespace:
             for job in completions:
                 observe(job)
         self.history.extend(completions)
+        self.live.completed(completions)
         self.history.evict(completions[-1].end - self.limits.history_window_seconds, self.limits.max_history)
 
     def predict(
@@ -270,6 +283,19 @@ class Namespace:
             except HistoryDiscardedError as error:
                 raise FailedPrecondition(str(error)) from None
         return predictions
+
+
+@dataclass(frozen=True)
+class NamespaceStatus:
+    """A namespace at a glance: its history, clock, answers and live scores (metrics, `tsched status`)."""
+
+    name: str
+    completions: int
+    clock: int
+    predictions: int
+    fallbacks: int
+    pending: int
+    estimators: list[LiveSummary]
 
 
 @dataclass(frozen=True)
@@ -362,6 +388,7 @@ class PredictorCore:
                 self._maybe_snapshot(held)
             else:
                 predictions = held.predict(estimator, asked, truth, check_deadline)
+            self._remember(held, resolved, asked, predictions)
         return Answer(predictions, resolved.canonical, held.name, clock)
 
     def observe(self, namespace: str, batch: list[FinishedJob], check_deadline: DeadlineCheck) -> tuple[int, int]:
@@ -390,6 +417,7 @@ class PredictorCore:
             estimator = held.estimator(resolved) if jobs else None
             accepted, duplicates, submitted, clock = self._record(held, batch, jobs, resolved, moves_clock=True)
             predictions = [] if estimator is None else held.predict(estimator, submitted, truth, no_deadline)
+            self._remember(held, resolved, submitted, predictions)
             self._maybe_snapshot(held)
         return Answer(predictions, resolved.canonical, held.name, clock, accepted, duplicates)
 
@@ -415,6 +443,32 @@ class PredictorCore:
                 )
         return description
 
+    def status(self, namespace: str) -> NamespaceStatus | None:
+        """What `namespace` holds and how its estimators did on its latest completions (None if it does not exist)."""
+        held = self._namespaces.get(namespace or DEFAULT_NAMESPACE)
+        if held is None:
+            return None
+        with held:
+            return NamespaceStatus(
+                held.name,
+                len(held.history),
+                held.clock,
+                held.predictions,
+                held.fallbacks,
+                held.live.pending,
+                held.live.summaries(),
+            )
+
+    @property
+    def namespace_count(self) -> int:
+        return len(self._namespaces)
+
+    def overview(self) -> list[NamespaceStatus]:
+        """The status of the `metrics_namespaces` namespaces with the most history."""
+        largest = sorted(self._namespaces.values(), key=lambda namespace: len(namespace.history), reverse=True)
+        statuses = (self.status(namespace.name) for namespace in largest[: self.limits.metrics_namespaces])
+        return [status for status in statuses if status is not None]
+
     def reset(self, namespace: str) -> int:
         """Forget a namespace (stored history included); return how many completions it held."""
         name = namespace or DEFAULT_NAMESPACE
@@ -439,6 +493,21 @@ class PredictorCore:
             self._store.close()
 
     # --- recording ---
+
+    def _remember(
+        self, held: Namespace, spec: ResolvedSpec, jobs: Sequence[JobRequest], predictions: Sequence[Prediction]
+    ) -> None:
+        """Count the answers and keep them for the live scores (not for a transient namespace, nor near the
+        memory ceiling: scoring must never refuse a prediction)."""
+        if held.transient or not predictions:
+            return
+        held.predictions += len(predictions)
+        held.fallbacks += sum(prediction.fallback for prediction in predictions)
+        try:
+            self.memory.check_growth(f"live scores of namespace {quote(held.name)}")
+        except ResourceExhausted:
+            return
+        held.live.predicted(spec.canonical, jobs, predictions)
 
     def _record(
         self,

@@ -57,6 +57,7 @@ ACCESS_BY_METHOD: Mapping[str, Access] = {
     "SyncStream": Access.USE,
     "ListEstimators": Access.USE,
     "ResetNamespace": Access.RESET,
+    "Status": Access.USE,
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -29,8 +29,11 @@ from predictor.errors import (
 from predictor.jobs import UNSET_SUBMIT
 from predictor.proto import pb, rpc
 from predictor.service import codec
-from predictor.service.core import Answer, DeadlineCheck, PredictorCore
+from predictor.service.core import DEFAULT_NAMESPACE, Answer, DeadlineCheck, PredictorCore
 from predictor.service.quoting import RefusalLog, clip
+
+if TYPE_CHECKING:
+    from predictor.service.metrics import CallMetrics
 
 log = logging.getLogger("tsched.service")
 refusals = RefusalLog(log)
@@ -131,8 +134,9 @@ def _with_predictions(response: AnswerMessage, answer: Answer) -> AnswerMessage:
 class PredictorServicer(rpc.PredictorServicer):
     """The generated gRPC interface, served by a `PredictorCore`."""
 
-    def __init__(self, core: PredictorCore) -> None:
+    def __init__(self, core: PredictorCore, calls: CallMetrics | None = None) -> None:
         self.core = core
+        self.calls = calls
         self.max_batch = core.limits.max_batch
 
     @unary
@@ -229,3 +233,35 @@ class PredictorServicer(rpc.PredictorServicer):
         self, request: pb.ResetNamespaceRequest, context: grpc.ServicerContext
     ) -> pb.ResetNamespaceResponse:
         return pb.ResetNamespaceResponse(forgotten=self.core.reset(request.namespace))
+
+    @unary
+    def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusResponse:
+        status = self.core.status(request.namespace)
+        response = pb.StatusResponse(
+            namespace=request.namespace or DEFAULT_NAMESPACE,
+            namespaces=self.core.namespace_count,
+            training_runs=self.core.trainer.runs,
+            calls=[pb.CallCount(rpc=rpc, code=code, count=count) for rpc, code, count in self._counts()],
+        )
+        if status is not None:
+            response.namespace_exists = True
+            response.completions = status.completions
+            response.clock = status.clock
+            response.predictions = status.predictions
+            response.fallbacks = status.fallbacks
+            response.estimators.extend(
+                pb.EstimatorStatus(
+                    estimator=summary.estimator,
+                    scored=summary.scored,
+                    accuracy=summary.accuracy,
+                    underestimated=summary.underestimated,
+                    bad_estimates=summary.bad_estimates,
+                    fallbacks=summary.fallbacks,
+                    pending=summary.pending,
+                )
+                for summary in status.estimators
+            )
+        return response
+
+    def _counts(self) -> list[tuple[str, str, int]]:
+        return [] if self.calls is None else self.calls.counts()

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tsched/v1/predictor.proto\x12\ttsched.v1\"\xb1\x02\n\x03Job\x12\x13\n\x06job_id\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06submit\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x11\n\x04user\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\x05group\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x12\n\x05t_req\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12\x12\n\x05procs\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x12\n\x05queue\x18\x07 \x01(\x03H\x06\x88\x01\x01\x12\x17\n\nexecutable\x18\x08 \x01(\x03H\x07\x88\x01\x01\x12\x1b\n\x0e\x61\x63tual_runtime\x18\t \x01(\x03H\x08\x88\x01\x01\x42\t\n\x07_job_idB\t\n\x07_submitB\x07\n\x05_userB\x08\n\x06_groupB\x08\n\x06_t_reqB\x08\n\x06_procsB\x08\n\x06_queueB\r\n\x0b_executableB\x11\n\x0f_actual_runtime\"e\n\nCompletion\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.tsched.v1.Job\x12\x10\n\x03\x65nd\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x14\n\x07runtime\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\x06\n\x04_endB\n\n\x08_runtime\"^\n\nPrediction\x12\x0f\n\x07t_sched\x18\x01 \x01(\x03\x12\x13\n\x06\x66\x61\x63tor\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x62\x61sis\x18\x03 \x01(\x03\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\x08\x42\t\n\x07_factor\"S\n\x0ePredictRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x1b\n\x03job\x18\x03 \x01(\x0b\x32\x0e.tsched.v1.Job\"r\n\x0fPredictResponse\x12)\n\nprediction\x18\x01 \x01(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x0e\n\x06submit\x18\x03 \x01(\x03\x12\x11\n\tnamespace\x18\x04 \x01(\t\"Y\n\x13PredictBatchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x1c\n\x04jobs\x18\x03 \x03(\x0b\x32\x0e.tsched.v1.Job\"U\n\x14PredictBatchResponse\x12*\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\"Z\n\x19ObserveCompletionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12*\n\x0b\x63ompletions\x18\x02 \x03(\x0b\x32\x15.tsched.v1.Completion\"B\n\x1aObserveCompletionsResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"\x82\x01\n\x0bSyncRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12*\n\x0b\x63ompletions\x18\x03 \x03(\x0b\x32\x15.tsched.v1.Completion\x12!\n\tsubmitted\x18\x04 \x03(\x0b\x32\x0e.tsched.v1.Job\"s\n\x0cSyncResponse\x12*\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x03\x12\x12\n\nduplicates\x18\x04 \x01(\x03\"*\n\x15ListEstimatorsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"3\n\x12\x45stimatorParameter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65\x66\x61ult\x18\x02 \x01(\t\"\x8f\x01\n\rEstimatorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\nparameters\x18\x02 \x03(\x0b\x32\x1d.tsched.v1.EstimatorParameter\x12\x17\n\x0f\x65valuation_only\x18\x03 \x01(\x08\x12\x0f\n\x07\x61llowed\x18\x04 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\"\xb4\x01\n\x16ListEstimatorsResponse\x12,\n\nestimators\x18\x01 \x03(\x0b\x32\x18.tsched.v1.EstimatorInfo\x12\x15\n\rdefault_specs\x18\x02 \x03(\t\x12\x18\n\x10namespace_exists\x18\x03 \x01(\x08\x12\x17\n\x0fnamespace_specs\x18\x04 \x03(\t\x12\x13\n\x0b\x63ompletions\x18\x05 \x01(\x03\x12\r\n\x05\x63lock\x18\x06 \x01(\x03\"*\n\x15ResetNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"+\n\x16ResetNamespaceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x03\x32\xab\x04\n\tPredictor\x12@\n\x07Predict\x12\x19.tsched.v1.PredictRequest\x1a\x1a.tsched.v1.PredictResponse\x12O\n\x0cPredictBatch\x12\x1e.tsched.v1.PredictBatchRequest\x1a\x1f.tsched.v1.PredictBatchResponse\x12\x61\n\x12ObserveCompletions\x12$.tsched.v1.ObserveCompletionsRequest\x1a%.tsched.v1.ObserveCompletionsResponse\x12\x37\n\x04Sync\x12\x16.tsched.v1.SyncRequest\x1a\x17.tsched.v1.SyncResponse\x12\x41\n\nSyncStream\x12\x16.tsched.v1.SyncRequest\x1a\x17.tsched.v1.SyncResponse(\x01\x30\x01\x12U\n\x0eListEstimators\x12 .tsched.v1.ListEstimatorsRequest\x1a!.tsched.v1.ListEstimatorsResponse\x12U\n\x0eResetNamespace\x12 .tsched.v1.ResetNamespaceRequest\x1a!.tsched.v1.ResetNamespaceResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tsched/v1/predictor.proto\x12\ttsched.v1\"\xb1\x02\n\x03Job\x12\x13\n\x06job_id\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x06submit\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x11\n\x04user\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\x05group\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x12\n\x05t_req\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12\x12\n\x05procs\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x12\n\x05queue\x18\x07 \x01(\x03H\x06\x88\x01\x01\x12\x17\n\nexecutable\x18\x08 \x01(\x03H\x07\x88\x01\x01\x12\x1b\n\x0e\x61\x63tual_runtime\x18\t \x01(\x03H\x08\x88\x01\x01\x42\t\n\x07_job_idB\t\n\x07_submitB\x07\n\x05_userB\x08\n\x06_groupB\x08\n\x06_t_reqB\x08\n\x06_procsB\x08\n\x06_queueB\r\n\x0b_executableB\x11\n\x0f_actual_runtime\"e\n\nCompletion\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.tsched.v1.Job\x12\x10\n\x03\x65nd\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x14\n\x07runtime\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\x06\n\x04_endB\n\n\x08_runtime\"^\n\nPrediction\x12\x0f\n\x07t_sched\x18\x01 \x01(\x03\x12\x13\n\x06\x66\x61\x63tor\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\r\n\x05\x62\x61sis\x18\x03 \x01(\x03\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\x08\x42\t\n\x07_factor\"S\n\x0ePredictRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x1b\n\x03job\x18\x03 \x01(\x0b\x32\x0e.tsched.v1.Job\"\xcc\x01\n\x0fPredictResponse\x12)\n\nprediction\x18\x01 \x01(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x0e\n\x06submit\x18\x03 \x01(\x03\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12&\n\tquantiles\x18\x05 \x03(\x0b\x32\x13.tsched.v1.Quantile\x12\x1c\n\x0fp_underestimate\x18\x06 \x01(\x01H\x00\x88\x01\x01\x42\x12\n\x10_p_underestimate\"0\n\x08Quantile\x12\x13\n\x0bprobability\x18\x01 \x01(\x01\x12\x0f\n\x07runtime\x18\x02 \x01(\x03\"Y\n\x13PredictBatchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x1c\n\x04jobs\x18\x03 \x03(\x0b\x32\x0e.tsched.v1.Job\"U\n\x14PredictBatchResponse\x12*\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\"Z\n\x19ObserveCompletionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12*\n\x0b\x63ompletions\x18\x02 \x03(\x0b\x32\x15.tsched.v1.Completion\"B\n\x1aObserveCompletionsResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"\x82\x01\n\x0bSyncRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\testimator\x18\x02 \x01(\t\x12*\n\x0b\x63ompletions\x18\x03 \x03(\x0b\x32\x15.tsched.v1.Completion\x12!\n\tsubmitted\x18\x04 \x03(\x0b\x32\x0e.tsched.v1.Job\"s\n\x0cSyncResponse\x12*\n\x0bpredictions\x18\x01 \x03(\x0b\x32\x15.tsched.v1.Prediction\x12\x11\n\testimator\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x03\x12\x12\n\nduplicates\x18\x04 \x01(\x03\"*\n\x15ListEstimatorsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"3\n\x12\x45stimatorParameter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65\x66\x61ult\x18\x02 \x01(\t\"\x8f\x01\n\rEstimatorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\nparameters\x18\x02 \x03(\x0b\x32\x1d.tsched.v1.EstimatorParameter\x12\x17\n\x0f\x65valuation_only\x18\x03 \x01(\x08\x12\x0f\n\x07\x61llowed\x18\x04 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\"\xb4\x01\n\x16ListEstimatorsResponse\x12,\n\nestimators\x18\x01 \x03(\x0b\x32\x18.tsched.v1.EstimatorInfo\x12\x15\n\rdefault_specs\x18\x02 \x03(\t\x12\x18\n\x10namespace_exists\x18\x03 \x01(\x08\x12\x17\n\x0fnamespace_specs\x18\x04 \x03(\t\x12\x13\n\x0b\x63ompletions\x18\x05 \x01(\x03\x12\r\n\x05\x63lock\x18\x06 \x01(\x03\"*\n\x15ResetNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"+\n\x16ResetNamespaceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x03\"\"\n\rStatusRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\x99\x01\n\x0f\x45stimatorStatus\x12\x11\n\testimator\x18\x01 \x01(\t\x12\x0e\n\x06scored\x18\x02 \x01(\x03\x12\x10\n\x08\x61\x63\x63uracy\x18\x03 \x01(\x01\x12\x16\n\x0eunderestimated\x18\x04 \x01(\x01\x12\x15\n\rbad_estimates\x18\x05 \x01(\x01\x12\x11\n\tfallbacks\x18\x06 \x01(\x01\x12\x0f\n\x07pending\x18\x07 \x01(\x03\"5\n\tCallCount\x12\x0b\n\x03rpc\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\"\x89\x02\n\x0eStatusResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x18\n\x10namespace_exists\x18\x02 \x01(\x08\x12\x13\n\x0b\x63ompletions\x18\x03 \x01(\x03\x12\r\n\x05\x63lock\x18\x04 \x01(\x03\x12\x13\n\x0bpredictions\x18\x05 \x01(\x03\x12\x11\n\tfallbacks\x18\x06 \x01(\x03\x12.\n\nestimators\x18\x07 \x03(\x0b\x32\x1a.tsched.v1.EstimatorStatus\x12\x12\n\nnamespaces\x18\x08 \x01(\x03\x12\x15\n\rtraining_runs\x18\t \x01(\x03\x12#\n\x05\x63\x61lls\x18\n \x03(\x0b\x32\x14.tsched.v1.CallCount2\xea\x04\n\tPredictor\x12@\n\x07Predict\x12\x19.tsched.v1.PredictRequest\x1a\x1a.tsched.v1.PredictResponse\x12O\n\x0cPredictBatch\x12\x1e.tsched.v1.PredictBatchRequest\x1a\x1f.tsched.v1.PredictBatchResponse\x12\x61\n\x12ObserveCompletions\x12$.tsched.v1.ObserveCompletionsRequest\x1a%.tsched.v1.ObserveCompletionsResponse\x12\x37\n\x04Sync\x12\x16.tsched.v1.SyncRequest\x1a\x17.tsched.v1.SyncResponse\x12\x41\n\nSyncStream\x12\x16.tsched.v1.SyncRequest\x1a\x17.tsched.v1.SyncResponse(\x01\x30\x01\x12U\n\x0eListEstimators\x12 .tsched.v1.ListEstimatorsRequest\x1a!.tsched.v1.ListEstimatorsResponse\x12U\n\x0eResetNamespace\x12 .tsched.v1.ResetNamespaceRequest\x1a!.tsched.v1.ResetNamespaceResponse\x12=\n\x06Status\x12\x18.tsched.v1.StatusRequest\x1a\x19.tsched.v1.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,32 +39,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREDICTION']._serialized_end=545
   _globals['_PREDICTREQUEST']._serialized_start=547
   _globals['_PREDICTREQUEST']._serialized_end=630
-  _globals['_PREDICTRESPONSE']._serialized_start=632
-  _globals['_PREDICTRESPONSE']._serialized_end=746
-  _globals['_PREDICTBATCHREQUEST']._serialized_start=748
-  _globals['_PREDICTBATCHREQUEST']._serialized_end=837
-  _globals['_PREDICTBATCHRESPONSE']._serialized_start=839
-  _globals['_PREDICTBATCHRESPONSE']._serialized_end=924
-  _globals['_OBSERVECOMPLETIONSREQUEST']._serialized_start=926
-  _globals['_OBSERVECOMPLETIONSREQUEST']._serialized_end=1016
-  _globals['_OBSERVECOMPLETIONSRESPONSE']._serialized_start=1018
-  _globals['_OBSERVECOMPLETIONSRESPONSE']._serialized_end=1084
-  _globals['_SYNCREQUEST']._serialized_start=1087
-  _globals['_SYNCREQUEST']._serialized_end=1217
-  _globals['_SYNCRESPONSE']._serialized_start=1219
-  _globals['_SYNCRESPONSE']._serialized_end=1334
-  _globals['_LISTESTIMATORSREQUEST']._serialized_start=1336
-  _globals['_LISTESTIMATORSREQUEST']._serialized_end=1378
-  _globals['_ESTIMATORPARAMETER']._serialized_start=1380
-  _globals['_ESTIMATORPARAMETER']._serialized_end=1431
-  _globals['_ESTIMATORINFO']._serialized_start=1434
-  _globals['_ESTIMATORINFO']._serialized_end=1577
-  _globals['_LISTESTIMATORSRESPONSE']._serialized_start=1580
-  _globals['_LISTESTIMATORSRESPONSE']._serialized_end=1760
-  _globals['_RESETNAMESPACEREQUEST']._serialized_start=1762
-  _globals['_RESETNAMESPACEREQUEST']._serialized_end=1804
-  _globals['_RESETNAMESPACERESPONSE']._serialized_start=1806
-  _globals['_RESETNAMESPACERESPONSE']._serialized_end=1849
-  _globals['_PREDICTOR']._serialized_start=1852
-  _globals['_PREDICTOR']._serialized_end=2407
+  _globals['_PREDICTRESPONSE']._serialized_start=633
+  _globals['_PREDICTRESPONSE']._serialized_end=837
+  _globals['_QUANTILE']._serialized_start=839
+  _globals['_QUANTILE']._serialized_end=887
+  _globals['_PREDICTBATCHREQUEST']._serialized_start=889
+  _globals['_PREDICTBATCHREQUEST']._serialized_end=978
+  _globals['_PREDICTBATCHRESPONSE']._serialized_start=980
+  _globals['_PREDICTBATCHRESPONSE']._serialized_end=1065
+  _globals['_OBSERVECOMPLETIONSREQUEST']._serialized_start=1067
+  _globals['_OBSERVECOMPLETIONSREQUEST']._serialized_end=1157
+  _globals['_OBSERVECOMPLETIONSRESPONSE']._serialized_start=1159
+  _globals['_OBSERVECOMPLETIONSRESPONSE']._serialized_end=1225
+  _globals['_SYNCREQUEST']._serialized_start=1228
+  _globals['_SYNCREQUEST']._serialized_end=1358
+  _globals['_SYNCRESPONSE']._serialized_start=1360
+  _globals['_SYNCRESPONSE']._serialized_end=1475
+  _globals['_LISTESTIMATORSREQUEST']._serialized_start=1477
+  _globals['_LISTESTIMATORSREQUEST']._serialized_end=1519
+  _globals['_ESTIMATORPARAMETER']._serialized_start=1521
+  _globals['_ESTIMATORPARAMETER']._serialized_end=1572
+  _globals['_ESTIMATORINFO']._serialized_start=1575
+  _globals['_ESTIMATORINFO']._serialized_end=1718
+  _globals['_LISTESTIMATORSRESPONSE']._serialized_start=1721
+  _globals['_LISTESTIMATORSRESPONSE']._serialized_end=1901
+  _globals['_RESETNAMESPACEREQUEST']._serialized_start=1903
+  _globals['_RESETNAMESPACEREQUEST']._serialized_end=1945
+  _globals['_RESETNAMESPACERESPONSE']._serialized_start=1947
+  _globals['_RESETNAMESPACERESPONSE']._serialized_end=1990
+  _globals['_STATUSREQUEST']._serialized_start=1992
+  _globals['_STATUSREQUEST']._serialized_end=2026
+  _globals['_ESTIMATORSTATUS']._serialized_start=2029
+  _globals['_ESTIMATORSTATUS']._serialized_end=2182
+  _globals['_CALLCOUNT']._serialized_start=2184
+  _globals['_CALLCOUNT']._serialized_end=2237
+  _globals['_STATUSRESPONSE']._serialized_start=2240
+  _globals['_STATUSRESPONSE']._serialized_end=2505
+  _globals['_PREDICTOR']._serialized_start=2508
+  _globals['_PREDICTOR']._serialized_end=3126
 # @@protoc_insertion_point(module_scope)
