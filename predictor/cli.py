@@ -193,6 +193,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"t_sched {answer['t_sched']}  factor {factor}  estimator {answer['estimator']}  "
             f"basis {answer['basis']}  fallback {str(answer['fallback']).lower()}"
         )
+        if answer["quantiles"] is not None:
+            shown = "  ".join(f"p{float(p) * 100:g} {runtime}" for p, runtime in answer["quantiles"].items())
+            print(f"runtime quantiles: {shown}  P(runtime > t_sched) {answer['p_underestimate']:.2f}")
     return 0
 
 

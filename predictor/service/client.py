@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.errors import TschedError, UsageError
-from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
+from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction, RuntimeInterval
 from predictor.proto import pb, rpc
 from predictor.service.codec import add_completions, add_jobs, job_message, prediction_from, sync_request
 from predictor.service.security import read_token_file
@@ -147,6 +147,8 @@ class ServedPrediction:
     estimator: str
     submit: int
     namespace: str
+    #: Where the estimator has a distribution of the runtime: its quantiles and P(runtime > t_sched).
+    interval: RuntimeInterval | None = None
 
 
 class PredictorClient:
@@ -190,8 +192,12 @@ class PredictorClient:
         """Predict one job (a submit of UNSET_SUBMIT: at the namespace's clock)."""
         request = pb.PredictRequest(namespace=namespace, estimator=estimator, job=job_message(job))
         response = self._call(self._stub.Predict, request, timeout)
+        interval = None
+        if response.HasField("p_underestimate"):
+            quantiles = tuple((quantile.probability, quantile.runtime) for quantile in response.quantiles)
+            interval = RuntimeInterval(quantiles, response.p_underestimate)
         return ServedPrediction(
-            prediction_from(response.prediction), response.estimator, response.submit, response.namespace
+            prediction_from(response.prediction), response.estimator, response.submit, response.namespace, interval
         )
 
     def predict_batch(
@@ -381,6 +387,10 @@ def predict_once(
         "fallback": served.prediction.fallback,
         "submit": served.submit,
         "namespace": served.namespace,
+        "quantiles": None
+        if served.interval is None
+        else {f"{p:g}": runtime for p, runtime in served.interval.quantiles},
+        "p_underestimate": None if served.interval is None else served.interval.p_underestimate,
     }
 
 

@@ -56,7 +56,7 @@ from predictor.errors import (
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
 from predictor.history import HistoryDiscardedError
-from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
+from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction, RuntimeInterval
 from predictor.registry import available, make_estimator, parse_spec
 from predictor.service import records, snapshots
 from predictor.service.limits import Limits, MemoryWatch
@@ -309,6 +309,8 @@ class Answer:
     clock: int
     accepted: int = 0
     duplicates: int = 0
+    #: Per prediction, the estimator's runtime interval (None without one); empty unless asked for.
+    intervals: list[RuntimeInterval | None] = field(default_factory=list)
 
 
 class PredictorCore:
@@ -368,11 +370,13 @@ class PredictorCore:
         check_deadline: DeadlineCheck = no_deadline,
         where: str = "jobs",
         indexed: bool = True,
+        intervals: bool = False,
     ) -> Answer:
         """Answer questions about `jobs` from the namespace's history; nothing is learned, the clock stays.
 
         An estimator whose predictions change its later answers records them
-        as submissions (see the module's documentation).
+        as submissions (see the module's documentation). With `intervals`,
+        each answer comes with the estimator's runtime interval, if it has one.
         """
         resolved = self.spec(spec)
         held = self.namespace(namespace, create=resolved.records)
@@ -389,7 +393,8 @@ class PredictorCore:
             else:
                 predictions = held.predict(estimator, asked, truth, check_deadline)
             self._remember(held, resolved, asked, predictions)
-        return Answer(predictions, resolved.canonical, held.name, clock)
+            shown = [estimator.interval(*pair) for pair in zip(asked, predictions, strict=True)] if intervals else []
+        return Answer(predictions, resolved.canonical, held.name, clock, intervals=shown)
 
     def observe(self, namespace: str, batch: list[FinishedJob], check_deadline: DeadlineCheck) -> tuple[int, int]:
         """Record and learn completions; return (accepted, duplicates)."""

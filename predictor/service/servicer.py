@@ -147,10 +147,18 @@ class PredictorServicer(rpc.PredictorServicer):
         job = codec.job_request(request.job, "job")
         truth = codec.actual_runtimes((request.job,), "job", indexed=False) if spec.evaluation_only else None
         answer = self.core.predict(
-            request.namespace, request.estimator, [job], truth, deadline_of(context), where="job", indexed=False
+            request.namespace,
+            request.estimator,
+            [job],
+            truth,
+            deadline_of(context),
+            where="job",
+            indexed=False,
+            intervals=True,
         )
         prediction = answer.predictions[0]
-        return pb.PredictResponse(
+        interval = answer.intervals[0]
+        response = pb.PredictResponse(
             prediction=pb.Prediction(
                 t_sched=prediction.t_sched,
                 factor=prediction.factor,
@@ -161,6 +169,12 @@ class PredictorServicer(rpc.PredictorServicer):
             submit=answer.clock if job.submit == UNSET_SUBMIT else job.submit,
             namespace=answer.namespace,
         )
+        if interval is not None:
+            response.quantiles.extend(
+                pb.Quantile(probability=probability, runtime=runtime) for probability, runtime in interval.quantiles
+            )
+            response.p_underestimate = interval.p_underestimate
+        return response
 
     @unary
     def PredictBatch(self, request: pb.PredictBatchRequest, context: grpc.ServicerContext) -> pb.PredictBatchResponse:
