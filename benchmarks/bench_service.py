@@ -288,7 +288,14 @@ def _baseline_server(source: Path, spec: str) -> tuple[subprocess.Popen[bytes], 
                     time.sleep(0.1)
         raise SystemExit(f"the server in {source} did not start")
     ready_read, ready_write = os.pipe()
-    arguments = {"listen": "127.0.0.1:0", "state": None, "default_estimators": [spec], "allow_oracle": False}
+    arguments: dict[str, Any] = {
+        "listen": "127.0.0.1:0",
+        "state": None,
+        "default_estimators": [spec],
+        "allow_oracle": False,
+    }
+    if 'arguments.pop("security")' in (source / "predictor" / "service" / "launcher.py").read_text():
+        arguments.update(security={}, limits={})  # a launcher that takes them requires them (their defaults)
     process = subprocess.Popen(
         [sys.executable, "-m", "predictor.service.launcher", json.dumps(arguments), str(ready_write)],
         env=environment,

@@ -91,6 +91,14 @@ def test_a_job_gets_its_prediction_as_soft_walltime(server: PredictorServer) -> 
     job = standin.Job(walltime=3600, ncpus=4, account="physics")
     _queue(job, "alice", f"127.0.0.1:{server.port}")
     assert job.Resource_List["soft_walltime"] == 360 and job.Resource_List["walltime"] == 3600
+    hook.SETTINGS["advisory"] = True
+    try:
+        advised = standin.Job(walltime=3600, ncpus=4, account="physics")
+        _queue(advised, "alice", f"127.0.0.1:{server.port}")
+        assert advised.Resource_List["soft_walltime"] is None
+        assert standin.logged == [(standin.LOG_WARNING, "tsched: advisory: soft_walltime would be 360 s of 3600 s")]
+    finally:
+        hook.SETTINGS["advisory"] = False
     stranger = standin.Job(walltime=3600, ncpus=4, account="physics")
     _queue(stranger, "bob", f"127.0.0.1:{server.port}")  # no history: the request stands, nothing is set
     assert stranger.Resource_List["soft_walltime"] is None and not standin.logged

@@ -38,6 +38,7 @@ SETTINGS = {
     "namespace": "",  # this cluster's namespace ("": the server's default)
     "deadline": 5.0,  # seconds qsub may wait for the answer (tsched predict starts in about a second)
     "extra": [],  # e.g. ["--token-file", "/etc/tsched/token", "--tls-ca", "/etc/tsched/ca.pem"]
+    "advisory": False,  # True: log the soft walltime the job would get, set nothing (the first rollout step)
 }
 
 
@@ -119,7 +120,9 @@ def run(pbs):
         group = group_of(job.Account_Name, job.project, job.group_list or job.egroup)
         prediction, why = ask(SETTINGS, event.requestor, group, seconds, int(ncpus or 1), int(time.time()))
         chosen = soft_walltime(seconds, prediction)
-        if chosen is not None:
+        if chosen is not None and SETTINGS["advisory"]:
+            pbs.logmsg(pbs.LOG_WARNING, f"tsched: advisory: soft_walltime would be {chosen} s of {seconds} s")
+        elif chosen is not None:
             job.Resource_List["soft_walltime"] = pbs.duration(chosen)
         elif prediction is None:
             pbs.logmsg(pbs.LOG_WARNING, f"tsched: no prediction, job queued without a soft walltime: {why}")
