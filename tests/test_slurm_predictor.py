@@ -165,8 +165,10 @@ def test_the_service_holds_the_completions_and_scores_them(live: Live) -> None:
     assert status is not None and status.completions == jobs
     (scores,) = status.estimators
     # Questions asked before the namespace's first completion are not kept (a question creates no namespace);
-    # every later one is scored once its job completes.
-    assert scores.scored >= len(live.alice_wave_two) + 80 and scores.pending == 0
+    # every later job is scored once it completes. Each of them was asked about twice (cli_filter's advice,
+    # then job_submit): one question per job waits, until a later completion of the same kind clears it.
+    wave_two = len(live.alice_wave_two) + 80
+    assert scores.scored >= wave_two and scores.pending <= wave_two
     assert scores.underestimated < 0.35
 
 
