@@ -154,6 +154,10 @@ def test_every_job_got_a_prediction_and_alice_gets_her_ten_percent(live: Live) -
     assert {estimates[job] for job in live.wave_one[:5]} == {60}  # no history yet: the request
     # After enough history: near the 10% (6 s of 60) her jobs use.
     assert all(5 <= estimates[job] <= 9 for job in live.alice_wave_two), [estimates[j] for j in live.alice_wave_two]
+    # With the adjuster's interval: the 90% quantile of her runtimes, and the share of them above the estimate.
+    for job in live.alice_wave_two:
+        interval = re.search(r"p90=(\d+),p_under=(0\.\d\d)$", comments[job].strip())
+        assert interval and 5 <= int(interval.group(1)) <= 9 and float(interval.group(2)) <= 0.2, comments[job]
     log = (live.scratch / "log" / "slurmctld.log").read_text()
     assert "no prediction for a job" not in log
 

@@ -9,7 +9,6 @@ percentile, floor 0.5, at least 10 jobs.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, cast
@@ -90,5 +89,5 @@ class PercentileEstimator(HistoryEstimator[float]):
             (probability, clamp_estimate(job.t_req * interpolated_percentile(ratios, probability * 100), job.t_req))
             for probability in INTERVAL_PROBABILITIES
         )
-        longer = len(ratios) - bisect.bisect_right(ratios, prediction.t_sched / job.t_req)
+        longer = len(ratios) - cast(SortedList, ratios).bisect_right(prediction.t_sched / job.t_req)
         return RuntimeInterval(quantiles, longer / len(ratios))

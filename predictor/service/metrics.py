@@ -53,6 +53,9 @@ class CallMetrics(_Interceptor):
         )
         self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any] | None] = {}
         self._lock = threading.Lock()
+        #: The series of each (rpc, code) and rpc, looked up once: `labels()` takes a lock per call.
+        self._counted: dict[tuple[str, str], Any] = {}
+        self._timers: dict[str, Any] = {}
 
     def intercept_service(
         self,
@@ -78,10 +81,17 @@ class CallMetrics(_Interceptor):
         ]
 
     def _done(self, rpc: str, started: float, context: grpc.ServicerContext, failed: bool) -> None:
+        elapsed = time.perf_counter() - started
         code = context.code()  # type: ignore[attr-defined]  # grpcio has it; grpc-stubs 1.53 lacks it
         name = code.name if isinstance(code, grpc.StatusCode) else ("UNKNOWN" if failed else "OK")
-        self.calls.labels(rpc, name).inc()
-        self.latency.labels(rpc).observe(time.perf_counter() - started)
+        counted = self._counted.get((rpc, name))
+        if counted is None:
+            counted = self._counted[rpc, name] = self.calls.labels(rpc, name)
+        counted.inc()
+        timer = self._timers.get(rpc)
+        if timer is None:
+            timer = self._timers[rpc] = self.latency.labels(rpc)
+        timer.observe(elapsed)
 
     def _timed(
         self, rpc: str, handler: grpc.RpcMethodHandler[Any, Any] | None
