@@ -66,12 +66,19 @@ class _Scores:
         queue.append((job.submit, prediction.t_sched, prediction.fallback))
         self.count += 1
 
-    def drop_oldest(self) -> None:
-        key, queue = next(iter(self.waiting.items()))
-        queue.popleft()
-        self.count -= 1
-        if not queue:
-            del self.waiting[key]
+    def drop_oldest(self, count: int) -> None:
+        """Forget `count` predictions, from the key asked about least recently (whole keys at once)."""
+        while count > 0 and self.waiting:
+            key, queue = next(iter(self.waiting.items()))
+            if len(queue) <= count:
+                del self.waiting[key]
+                count -= len(queue)
+                self.count -= len(queue)
+            else:
+                for _ in range(count):
+                    queue.popleft()
+                self.count -= count
+                count = 0
 
     def score(self, job: FinishedJob) -> None:
         key = _key(job.request)
@@ -112,10 +119,15 @@ class LiveScores:
         scores = self._by_estimator.get(estimator)
         if scores is None:
             scores = self._by_estimator[estimator] = _Scores(self._window)
-        for job, prediction in zip(jobs, predictions, strict=True):
+        kept = min(len(jobs), self._pending)  # the earlier ones would be dropped at once
+        for job, prediction in zip(jobs[len(jobs) - kept :], predictions[len(jobs) - kept :], strict=True):
             scores.add(job, prediction)
-        while self.pending > self._pending:
-            max(self._by_estimator.values(), key=lambda held: held.count).drop_oldest()
+        excess = self.pending - self._pending
+        while excess > 0:
+            largest = max(self._by_estimator.values(), key=lambda held: held.count)
+            dropped = min(excess, largest.count)
+            largest.drop_oldest(dropped)
+            excess -= dropped
 
     def completed(self, batch: Sequence[FinishedJob]) -> None:
         """Score each completion against every estimator's prediction for it."""

@@ -51,7 +51,7 @@ class CallMetrics(_Interceptor):
         self.latency = Histogram(
             "tsched_call_seconds", "gRPC call latency by RPC", ["rpc"], buckets=LATENCY_BUCKETS, registry=registry
         )
-        self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any] | None] = {}
+        self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         self._lock = threading.Lock()
         #: The series of each (rpc, code) and rpc, looked up once: `labels()` takes a lock per call.
         self._counted: dict[tuple[str, str], Any] = {}
@@ -64,7 +64,7 @@ class CallMetrics(_Interceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method: str = handler_call_details.method
         handler = self._handlers.get(method)
-        if handler is None and method not in self._handlers:
+        if handler is None:
             handler = self._timed(method.rpartition("/")[2], continuation(handler_call_details))
             if handler is not None:  # an unknown method is not remembered: clients choose its name
                 with self._lock:
