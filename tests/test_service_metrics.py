@@ -54,6 +54,12 @@ def test_predictions_never_matched_are_dropped_oldest_first() -> None:
     live.completed([FinishedJob(JobRequest(0, 19, 19, 1, 100, 1), 100, 60)])
     live.completed([FinishedJob(JobRequest(0, 0, 0, 1, 100, 1), 100, 60)])  # dropped long ago
     assert live.summaries()[0].scored == 1 and live.pending == 4
+    fresh = LiveScores(window=10, pending=5)
+    batch = [JobRequest(0, 1000 + i * 60, 7, 1, 100, 1) for i in range(12)]  # more than fit: the last 5 stay
+    fresh.predicted("f", batch, [_prediction(50)] * 12)
+    assert fresh.pending == 5
+    fresh.completed([FinishedJob(batch[6], 2000, 60), FinishedJob(batch[7], 2000, 60)])
+    assert fresh.summaries()[0].scored == 1 and fresh.pending == 4  # job 6 was dropped, job 7 kept
 
 
 @pytest.fixture(scope="module")
