@@ -8,6 +8,7 @@ them, and turns anything else into INTERNAL while the server keeps serving.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator
@@ -263,17 +264,9 @@ class PredictorServicer(rpc.PredictorServicer):
             response.clock = status.clock
             response.predictions = status.predictions
             response.fallbacks = status.fallbacks
+            # LiveSummary's fields are EstimatorStatus's, name for name.
             response.estimators.extend(
-                pb.EstimatorStatus(
-                    estimator=summary.estimator,
-                    scored=summary.scored,
-                    accuracy=summary.accuracy,
-                    underestimated=summary.underestimated,
-                    bad_estimates=summary.bad_estimates,
-                    fallbacks=summary.fallbacks,
-                    pending=summary.pending,
-                )
-                for summary in status.estimators
+                pb.EstimatorStatus(**dataclasses.asdict(summary)) for summary in status.estimators
             )
         return response
 
