@@ -5,7 +5,10 @@ client; >= 5,000 predictions/s with 8 concurrent clients; PredictBatch >=
 100,000 predictions/s; a whole-trace simulation (SDSC-SP2) through the service
 at most 0.5 ms per job slower than in-process, with identical results; with
 TLS and tokens on, Predict p50 within 1.3x of the server without them, and of
-the server before hardening (`--baseline DIR`: a checkout of that code).
+the server before hardening (`--baseline DIR`: a checkout of that code); with
+the metrics endpoint on and scraped 10 times a second, Predict p50 within the
+noise of the same server without it (`--metrics-only`; with `--baseline`, also
+against code from before the metrics).
 
 The server runs in its own process (`ServerProcess`), as in a deployment; the
 clients are this process (1 client, PredictBatch, the simulation) or 8 client
@@ -18,7 +21,7 @@ C++. Every response is checked to be the full answer (a refused call carries
 no message). Every number printed is measured here, now.
 
     python benchmarks/bench_service.py [--traces DIR] [--estimator SPEC] [--skip-simulation]
-                                       [--baseline DIR] [--latency-only]
+                                       [--baseline DIR] [--latency-only] [--metrics-only]
 """
 
 from __future__ import annotations
@@ -36,10 +39,13 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -282,7 +288,14 @@ def _baseline_server(source: Path, spec: str) -> tuple[subprocess.Popen[bytes], 
                     time.sleep(0.1)
         raise SystemExit(f"the server in {source} did not start")
     ready_read, ready_write = os.pipe()
-    arguments = {"listen": "127.0.0.1:0", "state": None, "default_estimators": [spec], "allow_oracle": False}
+    arguments: dict[str, Any] = {
+        "listen": "127.0.0.1:0",
+        "state": None,
+        "default_estimators": [spec],
+        "allow_oracle": False,
+    }
+    if 'arguments.pop("security")' in (source / "predictor" / "service" / "launcher.py").read_text():
+        arguments.update(security={}, limits={})  # a launcher that takes them requires them (their defaults)
     process = subprocess.Popen(
         [sys.executable, "-m", "predictor.service.launcher", json.dumps(arguments), str(ready_write)],
         env=environment,
@@ -348,6 +361,51 @@ def bench_security(servers: dict[str, tuple[str, Credentials | None]], queries: 
         )
 
 
+#: How often the metrics benchmark scrapes (Prometheus itself scrapes every 15 to 60 s).
+SCRAPE_SECONDS = 0.1
+
+
+def bench_metrics(server: ServerProcess, learned: list[FinishedJob], queries: list[JobRequest], args: Any) -> None:
+    """Predict latency with the metrics endpoint off and on (scraped every SCRAPE_SECONDS), in alternating rounds."""
+    metered = ServerProcess(default_estimators=[args.estimator], metrics_listen="127.0.0.1:0")
+    stop = threading.Event()
+    scrapes = [0]
+    try:
+        _fill(metered.address, learned)
+        line = next(line for line in metered.log if "metrics on http://" in line)
+        url = line.rpartition("metrics on ")[2].strip()
+
+        def scrape() -> None:
+            while not stop.wait(SCRAPE_SECONDS):
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    answer.read()
+                scrapes[0] += 1
+
+        scraper = threading.Thread(target=scrape, daemon=True)
+        scraper.start()
+        servers: dict[str, tuple[str, Credentials | None]] = {
+            "metrics off": (server.address, None),
+            f"metrics on, scraped every {SCRAPE_SECONDS} s": (metered.address, None),
+        }
+        baseline = None
+        if args.baseline is not None:
+            baseline, baseline_address = _baseline_server(args.baseline, args.estimator)
+            _fill(baseline_address, learned)
+            servers[f"baseline {args.baseline.name} (before metrics)"] = (baseline_address, None)
+        try:
+            bench_security(servers, queries, args.estimator)
+        finally:
+            if baseline is not None:
+                baseline.terminate()
+                baseline.wait(30)
+        stop.set()
+        scraper.join(5)
+        print(f"  the metered server was scraped {scrapes[0]} times meanwhile")
+    finally:
+        stop.set()
+        metered.stop()
+
+
 def _fill(address: str, learned: list[FinishedJob], credentials: Credentials | None = None) -> None:
     with PredictorClient(address, timeout=60, credentials=credentials) as client:
         for start in range(0, len(learned), 20_000):
@@ -360,6 +418,9 @@ def main() -> None:
     parser.add_argument("--estimator", default="percentile", help="SPEC served (default: %(default)s)")
     parser.add_argument("--skip-simulation", action="store_true", help="only the RPC measurements")
     parser.add_argument("--latency-only", action="store_true", help="only Predict latency with and without security")
+    parser.add_argument(
+        "--metrics-only", action="store_true", help="only Predict latency with the metrics endpoint off and on"
+    )
     parser.add_argument(
         "--baseline", type=Path, metavar="DIR", help="a checkout of earlier code (any version with `tsched serve`)"
     )
@@ -377,6 +438,9 @@ def main() -> None:
     try:
         _fill(server.address, learned)
         print(f"server {server.address}: namespace {NAMESPACE!r} holds {len(learned):,} completions of {TRACE}")
+        if args.metrics_only:
+            bench_metrics(server, learned, _queries(jobs, half, SECURITY_ROUNDS * SECURITY_CALLS_PER_ROUND), args)
+            return
         if not args.latency_only:
             bench_predict(server.address, server.pid, _queries(jobs, half, LATENCY_CALLS), args.estimator)
             bench_concurrent(server.address, _queries(jobs, half, THROUGHPUT_CALLS_PER_CLIENT), args.estimator)

@@ -103,6 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow_oracle=args.allow_oracle,
         security=security,
         limits=limits_from(args),
+        metrics_listen=args.metrics_listen,
     )
 
 
@@ -215,6 +216,37 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"t_sched {answer['t_sched']}  factor {factor}  estimator {answer['estimator']}  "
             f"basis {answer['basis']}  fallback {str(answer['fallback']).lower()}"
         )
+        if answer["quantiles"] is not None:
+            shown = "  ".join(f"p{float(p) * 100:g} {runtime}" for p, runtime in answer["quantiles"].items())
+            print(f"runtime quantiles: {shown}  P(runtime > t_sched) {answer['p_underestimate']:.2f}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from predictor.service.client import PredictorClient
+
+    with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
+        status = client.status(args.namespace)
+    if args.json:
+        print(json.dumps(status))
+        return 0
+    print(f"server: {status['namespaces']} namespace(s), {status['training_runs']} training run(s) since it started")
+    if not status["namespace_exists"]:
+        print(f"namespace {status['namespace']}: does not exist (nothing predicted or learned in it yet)")
+    else:
+        print(
+            f"namespace {status['namespace']}: {status['completions']} completions held, clock {status['clock']}, "
+            f"{status['predictions']} predictions answered ({status['fallbacks']} fallbacks to t_req)"
+        )
+        print(f"{'estimator':<48} {'scored':>7} {'acc mean':>8} {'under':>7} {'BE':>7} {'fallback':>8} {'pending':>8}")
+        for row in status["estimators"]:
+            print(
+                f"{row['estimator']:<48} {row['scored']:>7} {row['accuracy']:>8.3f} {row['underestimated']:>7.1%} "
+                f"{row['bad_estimates']:>7.1%} {row['fallbacks']:>8.1%} {row['pending']:>8}"
+            )
+    print(f"{'calls: rpc':<24} {'code':<20} {'count':>9}")
+    for row in sorted(status["calls"], key=lambda call: (call["rpc"], call["code"])):
+        print(f"{row['rpc']:<24} {row['code']:<20} {row['count']:>9}")
     return 0
 
 
@@ -457,6 +489,11 @@ def add_commands(
         metavar="OCTAL",
         help="permissions of a unix: socket: who may connect (default: %(default)o)",
     )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="[HOST:]PORT",
+        help="serve Prometheus metrics over HTTP at /metrics (HOST defaults to 127.0.0.1; off unless given)",
+    )
     add_limit_options(serve)
     serve.set_defaults(handler=cmd_serve)
 
@@ -540,3 +577,13 @@ def add_commands(
     )
     forecast.add_argument("--json", action="store_true", help="print the answer as JSON")
     forecast.set_defaults(handler=cmd_forecast)
+
+    status = commands.add_parser(
+        "status",
+        help="a running service's live accuracy per estimator, history and calls (the metrics, as a table)",
+        formatter_class=formatter,
+    )
+    _service_options(status, "seconds to wait for the answer")
+    status.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
+    status.add_argument("--json", action="store_true", help="print the answer as JSON")
+    status.set_defaults(handler=cmd_status)

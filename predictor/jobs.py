@@ -97,6 +97,22 @@ class Prediction(NamedTuple):
     fallback: bool
 
 
+#: The probabilities at which a runtime interval gives the runtime (Predict's quantiles).
+INTERVAL_PROBABILITIES = (0.5, 0.9, 0.95)
+
+
+class RuntimeInterval(NamedTuple):
+    """What an estimator with a distribution of the runtime knows beyond t_sched.
+
+    `quantiles` pairs each of INTERVAL_PROBABILITIES with the runtime (seconds,
+    in [1, t_req]) the job ends by with that probability; `p_underestimate` is
+    the probability that it runs longer than t_sched.
+    """
+
+    quantiles: tuple[tuple[float, int], ...]
+    p_underestimate: float
+
+
 def clamp_estimate(value: float, t_req: int) -> int:
     """Every estimate is capped at t_req and floored at 1 s (docs/definitions.md)."""
     if math.isnan(value):

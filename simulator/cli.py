@@ -134,6 +134,10 @@ def _per_policy(counts: dict[str, int]) -> str:
     return " / ".join(f"{policy} {count}" for policy, count in counts.items())
 
 
+#: Completions per ObserveCompletions call of `pbs-report`.
+PBS_REPORT_BATCH = 10_000
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.experiment import run_simulation
 
@@ -158,6 +162,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     write_json(args.json, summary)
     if args.jobs_csv:
         result.jobs.to_csv(args.jobs_csv, index=False)
+    return 0
+
+
+def cmd_pbs_report(args: argparse.Namespace) -> int:
+    from predictor.service.client import PredictorClient
+    from simulator.traces.pbs import read_pbs, site_completions
+
+    finished = site_completions(read_pbs(args.accounting, lenient=True).require_jobs())
+    new = 0
+    with PredictorClient(args.address, args.timeout, predictor_cli.credentials_from(args)) as client:
+        for start in range(0, len(finished), PBS_REPORT_BATCH):
+            new += client.observe(finished[start : start + PBS_REPORT_BATCH], namespace=args.namespace)
+    print(f"{len(finished)} completions sent: {new} new, {len(finished) - new} already held")
     return 0
 
 
@@ -502,6 +519,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--questions-csv", type=output_file, metavar="OUT", help="write one row per question with every forecast"
     )
     wait.set_defaults(handler=cmd_wait_eval)
+
+    report = commands.add_parser(
+        "pbs-report",
+        help="report the jobs of PBS accounting logs to a predictor service (cron it: those already held are skipped)",
+        formatter_class=formatter,
+    )
+    report.add_argument("accounting", nargs="+", metavar="PATH", help="accounting log files or folders")
+    report.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
+    report.add_argument("--namespace", default="", help="the cluster's namespace (default: the server's default)")
+    report.add_argument("--timeout", type=positive_number, default=60.0, help="seconds each batch may take")
+    predictor_cli.add_connection_options(report)
+    report.set_defaults(handler=cmd_pbs_report)
 
     predictor_cli.add_commands(commands, load_trace, trace_options)
     return parser

@@ -44,4 +44,5 @@ def test_generated_modules_import_as_a_package() -> None:
         "ResetNamespace",
         "ListNamespaces",
         "ForecastStart",
+        "Status",
     }

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
-from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.jobs import FinishedJob, JobRequest, Prediction, RuntimeInterval
 
 #: What a call to `predict` may change, besides caches that never change an answer:
 #: - "history": it discards history that no later submission needs, so jobs must be predicted in
@@ -160,6 +160,14 @@ class Estimator(ABC):
     @abstractmethod
     def predict(self, job: JobRequest) -> Prediction:
         """Estimate the runtime of a job at its submission."""
+
+    def interval(self, job: JobRequest, prediction: Prediction) -> RuntimeInterval | None:
+        """The runtime distribution behind `prediction`, just made for `job` with nothing observed since.
+
+        None (the default) for an estimator without one, and for a fallback.
+        Changes nothing: the contract checks that answers stay the same.
+        """
+        return None
 
     def ready(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Bring what `observe` has learned into force now.

@@ -337,6 +337,33 @@ def check_predict_effects(estimator: Estimator, workload: Workload) -> None:
             raise _fail(estimator, rule + " is declared")
 
 
+def check_intervals(estimator: Estimator, workload: Workload) -> None:
+    """An interval, where given, is ordered, within [1, t_req], agrees with t_sched, and changes no answer."""
+    asked = _fresh(estimator, workload)
+
+    def answer(job: JobRequest) -> Outcome:
+        prediction = _ask(asked, job)
+        if not isinstance(prediction, Prediction):
+            return prediction
+        interval = asked.interval(job, prediction)
+        if interval is None:
+            return prediction
+        runtimes = [runtime for _, runtime in interval.quantiles]
+        probabilities = [probability for probability, _ in interval.quantiles]
+        if probabilities != sorted(probabilities) or not all(0 < p < 1 for p in probabilities):
+            raise _fail(estimator, f"job {job.job_id}: interval probabilities {probabilities} not increasing in (0, 1)")
+        if runtimes != sorted(runtimes) or not all(1 <= runtime <= job.t_req for runtime in runtimes):
+            raise _fail(estimator, f"job {job.job_id}: interval runtimes {runtimes} not increasing in [1, t_req]")
+        if not 0 <= interval.p_underestimate <= 1:
+            raise _fail(estimator, f"job {job.job_id}: P(underestimate) {interval.p_underestimate} not in [0, 1]")
+        return prediction
+
+    if causal_replay(workload.requests, workload.finished, asked.observe, answer) != _replay(
+        _fresh(estimator, workload), workload
+    ):
+        raise _fail(estimator, "answers change when intervals are asked for")
+
+
 CHECKS: Sequence[Callable[[Estimator, Workload], None]] = (
     check_parameters,
     check_fit,
@@ -344,4 +371,5 @@ CHECKS: Sequence[Callable[[Estimator, Workload], None]] = (
     check_causality,
     check_clones_answer_alike,
     check_predict_effects,
+    check_intervals,
 )

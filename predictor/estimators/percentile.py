@@ -19,7 +19,14 @@ from predictor.durations import parse_duration
 from predictor.estimators.base import parameter
 from predictor.estimators.history_based import HistoryEstimator
 from predictor.history import KeyedHistory, interpolated_percentile, key_function
-from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
+from predictor.jobs import (
+    INTERVAL_PROBABILITIES,
+    FinishedJob,
+    JobRequest,
+    Prediction,
+    RuntimeInterval,
+    clamp_estimate,
+)
 
 KEYS = ("user", "group", "user+group", "user+group+request")
 WINDOWS = ("30d", "60d", "90d", "180d", "365d", "all")
@@ -70,3 +77,17 @@ class PercentileEstimator(HistoryEstimator[float]):
             return Prediction(t_sched=job.t_req, factor=None, basis=basis, fallback=True)
         t_sched, factor = adjusted_estimate(job.t_req, interpolated_percentile(ratios, self.q), self.floor)
         return Prediction(t_sched=t_sched, factor=factor, basis=basis, fallback=False)
+
+    def interval(self, job: JobRequest, prediction: Prediction) -> RuntimeInterval | None:
+        """Quantiles of t_req x R over the same eligible history, and the share of it that ran past t_sched."""
+        if prediction.fallback:
+            return None
+        ratios = self.eligible_ratios(job)
+        if len(ratios) < self.min_jobs:
+            return None
+        quantiles = tuple(
+            (probability, clamp_estimate(job.t_req * interpolated_percentile(ratios, probability * 100), job.t_req))
+            for probability in INTERVAL_PROBABILITIES
+        )
+        longer = len(ratios) - cast(SortedList, ratios).bisect_right(prediction.t_sched / job.t_req)
+        return RuntimeInterval(quantiles, longer / len(ratios))

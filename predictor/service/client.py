@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from predictor.errors import SpecError, TschedError, UsageError
 from predictor.forecasting import QueueState, Scheduler
-from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction
+from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction, RuntimeInterval
 from predictor.proto import pb, rpc
 from predictor.registry import parse_spec
 from predictor.service.codec import (
@@ -159,6 +159,8 @@ class ServedPrediction:
     estimator: str
     submit: int
     namespace: str
+    #: Where the estimator has a distribution of the runtime: its quantiles and P(runtime > t_sched).
+    interval: RuntimeInterval | None = None
 
 
 class PredictorClient:
@@ -222,8 +224,12 @@ class PredictorClient:
     def _predict(self, job: pb.Job, namespace: str, estimator: str, timeout: float | None) -> ServedPrediction:
         request = pb.PredictRequest(namespace=namespace, estimator=estimator, job=job)
         response = self._call(self._stub.Predict, request, timeout)
+        interval = None
+        if response.HasField("p_underestimate"):
+            quantiles = tuple((quantile.probability, quantile.runtime) for quantile in response.quantiles)
+            interval = RuntimeInterval(quantiles, response.p_underestimate)
         return ServedPrediction(
-            prediction_from(response.prediction), response.estimator, response.submit, response.namespace
+            prediction_from(response.prediction), response.estimator, response.submit, response.namespace, interval
         )
 
     def predict_batch(
@@ -279,6 +285,11 @@ class PredictorClient:
             "completions": response.completions,
             "clock": response.clock,
         }
+
+    def status(self, namespace: str = "", timeout: float | None = None) -> dict[str, Any]:
+        """How `namespace` and the server are doing (`Status`), as plain data: every field, zeros included."""
+        response = self._call(self._stub.Status, pb.StatusRequest(namespace=namespace), timeout)
+        return _plain(response)
 
     def reset_namespace(self, namespace: str = "", timeout: float | None = None, *, missing_ok: bool = False) -> int:
         """Forget a namespace's history; return how many completions it held (NOT_FOUND unless `missing_ok`)."""
@@ -428,6 +439,18 @@ class SyncStream:
                 return
 
 
+def _plain(message: Any) -> dict[str, Any]:
+    """A message as a dict of its fields (numbers stay numbers; repeated messages become lists of dicts)."""
+    plain: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is not None:
+            plain[field.name] = [_plain(item) for item in value]
+        else:
+            plain[field.name] = list(value) if field.is_repeated else value
+    return plain
+
+
 def predict_once(
     address: str,
     namespace: str,
@@ -461,6 +484,10 @@ def predict_once(
         "fallback": served.prediction.fallback,
         "submit": served.submit,
         "namespace": served.namespace,
+        "quantiles": None
+        if served.interval is None
+        else {f"{p:g}": runtime for p, runtime in served.interval.quantiles},
+        "p_underestimate": None if served.interval is None else served.interval.p_underestimate,
     }
 
 

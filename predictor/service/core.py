@@ -58,11 +58,12 @@ from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
 from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, forecast_with_bounds
 from predictor.history import HistoryDiscardedError
-from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobName, JobRequest, Prediction
+from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobName, JobRequest, Prediction, RuntimeInterval
 from predictor.registry import available, make_estimator, parse_spec
 from predictor.service import records, snapshots
 from predictor.service.forecasts import ForecastAnswer, NamespaceLifetimes, check_state, installed_start_forecaster
 from predictor.service.limits import Limits, MemoryWatch
+from predictor.service.live import LiveScores, LiveSummary
 from predictor.service.quoting import clip, quote
 from predictor.service.state import COMPLETIONS, CompletionStore, StateError, StoredNamespace
 
@@ -102,9 +103,14 @@ class Trainer(futures.ThreadPoolExecutor):
     def __init__(self) -> None:
         super().__init__(max_workers=TRAINING_THREADS, thread_name_prefix="tsched-train")
         self._slots = threading.BoundedSemaphore(TRAINING_THREADS + QUEUED_TRAININGS)
+        self._runs_lock = threading.Lock()
+        #: Trainings started since the server started (the metrics' training runs).
+        self.runs = 0
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
         self._slots.acquire()
+        with self._runs_lock:
+            self.runs += 1
         try:
             future = super().submit(fn, *args, **kwargs)
         except BaseException:
@@ -189,6 +195,12 @@ class Namespace:
     last_seq: int = 0
     retired: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Predictions answered, and how many of them were t_req for lack of history, since the server started.
+    predictions: int = 0
+    fallbacks: int = 0
+
+    def __post_init__(self) -> None:
+        self.live = LiveScores(self.limits.live_window, self.limits.live_pending)
 
     def __enter__(self) -> Namespace:
         self.lock.acquire()
@@ -289,6 +301,7 @@ class Namespace:
             for job in completions:
                 observe(job)
         self.history.extend(completions)
+        self.live.completed(completions)
         self.history.evict(completions[-1].end - self.limits.history_window_seconds, self.limits.max_history)
 
     def predict(
@@ -313,6 +326,19 @@ class Namespace:
 
 
 @dataclass(frozen=True)
+class NamespaceStatus:
+    """A namespace at a glance: its history, clock, answers and live scores (metrics, `tsched status`)."""
+
+    name: str
+    completions: int
+    clock: int
+    predictions: int
+    fallbacks: int
+    pending: int
+    estimators: list[LiveSummary]
+
+
+@dataclass(frozen=True)
 class Answer:
     """Predictions and what produced them: the canonical SPEC, the namespace, and what a sync learned."""
 
@@ -323,6 +349,8 @@ class Answer:
     clock: int
     accepted: int = 0
     duplicates: int = 0
+    #: Per prediction, the estimator's runtime interval (None without one); empty unless asked for.
+    intervals: list[RuntimeInterval | None] = field(default_factory=list)
 
 
 class PredictorCore:
@@ -386,13 +414,15 @@ class PredictorCore:
         where: str = "jobs",
         indexed: bool = True,
         names: Sequence[JobName] = (),
+        intervals: bool = False,
     ) -> Answer:
         """Answer questions about `jobs` from the namespace's history; nothing is learned, the clock stays.
 
         An estimator whose predictions change its later answers records them
         as submissions (see the module's documentation), with the names they
         gave first; otherwise a name new to the namespace is answered for
-        without being kept.
+        without being kept. With `intervals`, each answer comes with the
+        estimator's runtime interval, if it has one.
         """
         resolved = self.spec(spec)
         held = self.namespace(namespace, create=resolved.records)
@@ -409,7 +439,9 @@ class PredictorCore:
                 self._maybe_snapshot(held)
             else:
                 predictions = held.predict(estimator, asked, truth, check_deadline)
-        return Answer(predictions, resolved.canonical, held.name, clock)
+            self._remember(held, resolved, asked, predictions)
+            shown = [estimator.interval(*pair) for pair in zip(asked, predictions, strict=True)] if intervals else []
+        return Answer(predictions, resolved.canonical, held.name, clock, intervals=shown)
 
     def observe(
         self,
@@ -456,6 +488,7 @@ class PredictorCore:
                 held, batch, jobs, resolved, moves_clock=True, new_names=new_names
             )
             predictions = [] if estimator is None else held.predict(estimator, submitted, truth, no_deadline)
+            self._remember(held, resolved, submitted, predictions)
             self._maybe_snapshot(held)
         return Answer(predictions, resolved.canonical, held.name, clock, accepted, duplicates)
 
@@ -544,6 +577,32 @@ class PredictorCore:
                 namespace.__exit__()
         return listing
 
+    def status(self, namespace: str) -> NamespaceStatus | None:
+        """What `namespace` holds and how its estimators did on its latest completions (None if it does not exist)."""
+        held = self._namespaces.get(namespace or DEFAULT_NAMESPACE)
+        if held is None:
+            return None
+        with held:
+            return NamespaceStatus(
+                held.name,
+                len(held.history),
+                held.clock,
+                held.predictions,
+                held.fallbacks,
+                held.live.pending,
+                held.live.summaries(),
+            )
+
+    @property
+    def namespace_count(self) -> int:
+        return len(self._namespaces)
+
+    def overview(self) -> list[NamespaceStatus]:
+        """The status of the `metrics_namespaces` namespaces with the most history."""
+        largest = sorted(self._namespaces.values(), key=lambda namespace: len(namespace.history), reverse=True)
+        statuses = (self.status(namespace.name) for namespace in largest[: self.limits.metrics_namespaces])
+        return [status for status in statuses if status is not None]
+
     def reset(self, namespace: str, missing_ok: bool = False) -> int:
         """Forget a namespace (stored history included); return how many completions it held.
 
@@ -574,6 +633,21 @@ class PredictorCore:
             self._store.close()
 
     # --- recording ---
+
+    def _remember(
+        self, held: Namespace, spec: ResolvedSpec, jobs: Sequence[JobRequest], predictions: Sequence[Prediction]
+    ) -> None:
+        """Count the answers and keep them for the live scores (not for a transient namespace, nor near the
+        memory ceiling: scoring must never refuse a prediction)."""
+        if held.transient or not predictions:
+            return
+        held.predictions += len(predictions)
+        held.fallbacks += sum(prediction.fallback for prediction in predictions)
+        try:
+            self.memory.check_growth(f"live scores of namespace {quote(held.name)}")
+        except ResourceExhausted:
+            return
+        held.live.predicted(spec.canonical, jobs, predictions)
 
     def _record(
         self,

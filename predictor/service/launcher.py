@@ -45,6 +45,7 @@ class ServerProcess:
         models_dir: str | None = None,
         security: Security | None = None,
         limits: Limits | None = None,
+        metrics_listen: str | None = None,
     ) -> None:
         self.limits = limits or Limits()
         arguments = {
@@ -55,6 +56,7 @@ class ServerProcess:
             "allow_oracle": allow_oracle,
             "security": dataclasses.asdict(security or Security()),
             "limits": dataclasses.asdict(self.limits),
+            "metrics_listen": metrics_listen,
         }
         ready_read, ready_write = os.pipe()
         try:

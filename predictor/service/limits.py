@@ -77,6 +77,15 @@ class Limits:
         100_000, "events (completions, submissions) a namespace records between snapshots in the state file"
     )
     shutdown_grace: float = bound(10.0, "seconds in-flight calls get to finish on SIGTERM/SIGINT")
+    live_window: int = bound(
+        1000, "completions per namespace and estimator the live accuracy is computed over (metrics, tsched status)"
+    )
+    live_pending: int = bound(
+        10_000, "predictions per namespace kept until their job completes, to score it (the oldest go first)"
+    )
+    metrics_namespaces: int = bound(
+        64, "namespaces (those with the most history) that get their own series in the metrics and tsched status"
+    )
     estimator_limit: tuple[str, ...] = bound(
         ("lgbm-quantile:trees=200,threads=2,max_train=100000",),
         "NAME:param=max,...: the largest values a client's SPEC may ask for (the server's own SPECs are exempt)",

@@ -60,6 +60,7 @@ ACCESS_BY_METHOD: Mapping[str, Access] = {
     "ResetNamespace": Access.RESET,
     "ListNamespaces": Access.LIST,
     "ForecastStart": Access.USE,
+    "Status": Access.USE,
 }
 
 

@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
 from predictor.errors import InvalidRequest, UsageError
 from predictor.proto import rpc
@@ -35,6 +36,7 @@ from predictor.service.codec import max_message_bytes
 from predictor.service.core import EstimatorFactory, PredictorCore, registry_factory
 from predictor.service.gate import Gate, TokenSource
 from predictor.service.limits import KEEPALIVE_TIMEOUT_SECONDS, Limits
+from predictor.service.metrics import CallMetrics, MetricsEndpoint, StateCollector
 from predictor.service.security import TokenTable, check_exposure, readable_by_others
 from predictor.service.servicer import SERVICE_NAME, PredictorServicer
 from predictor.service.state import CompletionStore
@@ -113,8 +115,10 @@ class PredictorServer:
         health_servicer: health.HealthServicer,
         core: PredictorCore,
         gate: Gate,
+        metrics: MetricsEndpoint | None = None,
     ) -> None:
         self.server = server
+        self.metrics = metrics
         self.address = address
         self.port = port
         self.core = core
@@ -138,6 +142,8 @@ class PredictorServer:
 
         def close_when_stopped() -> None:
             stopped.wait()
+            if self.metrics is not None:
+                self.metrics.close()
             self.gate.close()
             self.core.close()
             log.info("predictor service stopped (%s)", self.address)
@@ -219,6 +225,7 @@ def start_server(
     security: Security | None = None,
     limits: Limits | None = None,
     models: Sequence[dict[str, Any]] = (),
+    metrics_listen: str | None = None,
 ) -> tuple[PredictorServer, int]:
     """Start serving on `listen` (port 0: a free port) without blocking; return the server and its port.
 
@@ -227,6 +234,7 @@ def start_server(
     `estimator_factory` turns a SPEC into an estimator and its canonical SPEC:
     the hook through which trained models (`--models DIR`) are supplied;
     `models` describes them (logged at start, listed by ListEstimators).
+    `metrics_listen` ([HOST:]PORT) serves Prometheus metrics over HTTP.
     Raises UsageError or InvalidRequest for bad settings, StateError for an
     unusable state file, OSError when the address cannot be bound.
     """
@@ -248,6 +256,9 @@ def start_server(
             store.close()
         raise
     gate = Gate(limits, None if tokens is None else TokenSource(tokens))
+    registry = CollectorRegistry(auto_describe=True)
+    calls = CallMetrics(registry)
+    registry.register(StateCollector(core))
     keepalive_ms = int(limits.keepalive * 1000)
     options = [
         ("grpc.max_receive_message_length", message_bytes),
@@ -265,23 +276,24 @@ def start_server(
     ]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="tsched-rpc"),
-        interceptors=[gate],
+        interceptors=[calls, gate],
         options=options,
         maximum_concurrent_rpcs=limits.threads * QUEUED_CALLS_PER_THREAD,
     )
-    rpc.add_PredictorServicer_to_server(PredictorServicer(core), server)
+    rpc.add_PredictorServicer_to_server(PredictorServicer(core, calls), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     try:
         port = _bind(server, listen, credentials, security.socket_mode)
+        endpoint = None if metrics_listen is None else MetricsEndpoint(metrics_listen, registry)
     except BaseException:
         gate.close()
         core.close()
         raise
     server.start()
     address = listen if port == 0 else f"{listen.rpartition(':')[0]}:{port}"
-    running = PredictorServer(server, address, port, health_servicer, core, gate)
+    running = PredictorServer(server, address, port, health_servicer, core, gate, endpoint)
     running._set_health(core.serving)
     for warning in warnings:
         log.warning("%s", warning)
@@ -308,6 +320,7 @@ def serve(
     *,
     security: Security | None = None,
     limits: Limits | None = None,
+    metrics_listen: str | None = None,
 ) -> NoReturn:
     """Serve until SIGTERM or SIGINT, then stop and end the process. Call from the main thread.
 
@@ -329,7 +342,15 @@ def serve(
         catalog = ModelCatalog(models_dir)
         factory, models = catalog.factory, catalog.describe()
     server, port = start_server(
-        listen, state, default_estimators, allow_oracle, factory, security=security, limits=limits, models=models
+        listen,
+        state,
+        default_estimators,
+        allow_oracle,
+        factory,
+        security=security,
+        limits=limits,
+        models=models,
+        metrics_listen=metrics_listen,
     )
     received: list[tuple[int, float]] = []
     stop = threading.Event()

@@ -8,10 +8,11 @@ them, and turns anything else into INTERNAL while the server keeps serving.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -29,8 +30,11 @@ from predictor.errors import (
 from predictor.jobs import UNSET_SUBMIT, JobName
 from predictor.proto import pb, rpc
 from predictor.service import codec
-from predictor.service.core import Answer, DeadlineCheck, PredictorCore
+from predictor.service.core import DEFAULT_NAMESPACE, Answer, DeadlineCheck, PredictorCore
 from predictor.service.quoting import RefusalLog, clip
+
+if TYPE_CHECKING:
+    from predictor.service.metrics import CallMetrics
 
 log = logging.getLogger("tsched.service")
 refusals = RefusalLog(log)
@@ -135,8 +139,9 @@ def _completion_names(completions: Sequence[pb.Completion], where: str) -> list[
 class PredictorServicer(rpc.PredictorServicer):
     """The generated gRPC interface, served by a `PredictorCore`."""
 
-    def __init__(self, core: PredictorCore) -> None:
+    def __init__(self, core: PredictorCore, calls: CallMetrics | None = None) -> None:
         self.core = core
+        self.calls = calls
         self.max_batch = core.limits.max_batch
 
     @unary
@@ -148,10 +153,19 @@ class PredictorServicer(rpc.PredictorServicer):
         truth = codec.actual_runtimes((request.job,), "job", indexed=False) if spec.evaluation_only else None
         names = codec.job_names((request.job,), "job", indexed=False)
         answer = self.core.predict(
-            request.namespace, request.estimator, [job], truth, deadline_of(context), "job", False, names
+            request.namespace,
+            request.estimator,
+            [job],
+            truth,
+            deadline_of(context),
+            where="job",
+            indexed=False,
+            names=names,
+            intervals=True,
         )
         prediction = answer.predictions[0]
-        return pb.PredictResponse(
+        interval = answer.intervals[0]
+        response = pb.PredictResponse(
             prediction=pb.Prediction(
                 t_sched=prediction.t_sched,
                 factor=prediction.factor,
@@ -162,6 +176,12 @@ class PredictorServicer(rpc.PredictorServicer):
             submit=answer.clock if job.submit == UNSET_SUBMIT else job.submit,
             namespace=answer.namespace,
         )
+        if interval is not None:
+            response.quantiles.extend(
+                pb.Quantile(probability=probability, runtime=runtime) for probability, runtime in interval.quantiles
+            )
+            response.p_underestimate = interval.p_underestimate
+        return response
 
     @unary
     def PredictBatch(self, request: pb.PredictBatchRequest, context: grpc.ServicerContext) -> pb.PredictBatchResponse:
@@ -265,3 +285,27 @@ class PredictorServicer(rpc.PredictorServicer):
         response = pb.ForecastStartResponse(estimator=answer.estimator, namespace=answer.namespace, now=answer.now)
         codec.add_start_forecasts(response.forecasts, answer.forecasts)
         return response
+
+    @unary
+    def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusResponse:
+        status = self.core.status(request.namespace)
+        response = pb.StatusResponse(
+            namespace=request.namespace or DEFAULT_NAMESPACE,
+            namespaces=self.core.namespace_count,
+            training_runs=self.core.trainer.runs,
+            calls=[pb.CallCount(rpc=rpc, code=code, count=count) for rpc, code, count in self._counts()],
+        )
+        if status is not None:
+            response.namespace_exists = True
+            response.completions = status.completions
+            response.clock = status.clock
+            response.predictions = status.predictions
+            response.fallbacks = status.fallbacks
+            # LiveSummary's fields are EstimatorStatus's, name for name.
+            response.estimators.extend(
+                pb.EstimatorStatus(**dataclasses.asdict(summary)) for summary in status.estimators
+            )
+        return response
+
+    def _counts(self) -> list[tuple[str, str, int]]:
+        return [] if self.calls is None else self.calls.counts()

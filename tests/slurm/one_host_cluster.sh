@@ -23,6 +23,8 @@
 #   TSCHED_SLURM_PORT     base port: slurmctld; +1 slurmdbd; +2 MariaDB; +10.. the nodes (default 16817)
 #   TSCHED_SLURM_CLUSTER  cluster name (default tsched)
 #   TSCHED_SLURM_EXTRA    extra slurm.conf lines, appended verbatim (e.g. JobSubmitPlugins=lua)
+#   TSCHED_SLURM_JOBCOMP  JobCompType and JobCompLoc (default: jobcomp/filetxt to log/jobcomp.txt), e.g.
+#                         "jobcomp/script /path/to/script"
 set -euo pipefail
 
 DIR=${TSCHED_SLURM_DIR:-/tmp/tsched-slurm}
@@ -106,8 +108,9 @@ write_configs() {
         echo "AccountingStorageType=accounting_storage/slurmdbd"
         echo "AccountingStorageHost=localhost"
         echo "AccountingStoragePort=$((PORT + 1))"
-        echo "JobCompType=jobcomp/filetxt"
-        echo "JobCompLoc=$DIR/log/jobcomp.txt"
+        local jobcomp=${TSCHED_SLURM_JOBCOMP:-jobcomp/filetxt $DIR/log/jobcomp.txt}
+        echo "JobCompType=${jobcomp%% *}"
+        echo "JobCompLoc=${jobcomp#* }"
         echo "ReturnToService=2"
         echo "MinJobAge=2"
         echo "KillWait=2"

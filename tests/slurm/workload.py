@@ -65,10 +65,11 @@ class Submitted:
 class Cluster:
     """A running one-host cluster, its clients pointed at it through SLURM_CONF."""
 
-    def __init__(self, scratch: Path) -> None:
+    def __init__(self, scratch: Path, settings: dict[str, str] | None = None) -> None:
         self.scratch = scratch
         self.env = {
             **os.environ,
+            **(settings or {}),
             "TSCHED_SLURM_DIR": str(scratch),
             "TSCHED_SLURM_NODES": str(NODES),
             "TSCHED_SLURM_CPUS": str(CPUS),
@@ -155,9 +156,10 @@ class Cluster:
 
 
 @contextmanager
-def running_cluster(scratch: Path) -> Iterator[Cluster]:
-    """Start the cluster in `scratch`, and stop every daemon it started whatever happens."""
-    cluster = Cluster(scratch)
+def running_cluster(scratch: Path, settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """Start the cluster in `scratch` (`settings`: one_host_cluster.sh's TSCHED_SLURM_* variables), and stop
+    every daemon it started whatever happens."""
+    cluster = Cluster(scratch, settings)
     try:
         cluster.script("start")
         yield cluster

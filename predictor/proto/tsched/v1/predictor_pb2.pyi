@@ -67,16 +67,28 @@ class PredictRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., estimator: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
-    __slots__ = ("prediction", "estimator", "submit", "namespace")
+    __slots__ = ("prediction", "estimator", "submit", "namespace", "quantiles", "p_underestimate")
     PREDICTION_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    QUANTILES_FIELD_NUMBER: _ClassVar[int]
+    P_UNDERESTIMATE_FIELD_NUMBER: _ClassVar[int]
     prediction: Prediction
     estimator: str
     submit: int
     namespace: str
-    def __init__(self, prediction: _Optional[_Union[Prediction, _Mapping]] = ..., estimator: _Optional[str] = ..., submit: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+    quantiles: _containers.RepeatedCompositeFieldContainer[Quantile]
+    p_underestimate: float
+    def __init__(self, prediction: _Optional[_Union[Prediction, _Mapping]] = ..., estimator: _Optional[str] = ..., submit: _Optional[int] = ..., namespace: _Optional[str] = ..., quantiles: _Optional[_Iterable[_Union[Quantile, _Mapping]]] = ..., p_underestimate: _Optional[float] = ...) -> None: ...
+
+class Quantile(_message.Message):
+    __slots__ = ("probability", "runtime")
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    probability: float
+    runtime: int
+    def __init__(self, probability: _Optional[float] = ..., runtime: _Optional[int] = ...) -> None: ...
 
 class PredictBatchRequest(_message.Message):
     __slots__ = ("namespace", "estimator", "jobs")
@@ -273,3 +285,61 @@ class ForecastStartResponse(_message.Message):
     namespace: str
     now: int
     def __init__(self, forecasts: _Optional[_Iterable[_Union[StartForecast, _Mapping]]] = ..., estimator: _Optional[str] = ..., namespace: _Optional[str] = ..., now: _Optional[int] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class EstimatorStatus(_message.Message):
+    __slots__ = ("estimator", "scored", "accuracy", "underestimated", "bad_estimates", "fallbacks", "pending")
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    SCORED_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    UNDERESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    BAD_ESTIMATES_FIELD_NUMBER: _ClassVar[int]
+    FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    estimator: str
+    scored: int
+    accuracy: float
+    underestimated: float
+    bad_estimates: float
+    fallbacks: float
+    pending: int
+    def __init__(self, estimator: _Optional[str] = ..., scored: _Optional[int] = ..., accuracy: _Optional[float] = ..., underestimated: _Optional[float] = ..., bad_estimates: _Optional[float] = ..., fallbacks: _Optional[float] = ..., pending: _Optional[int] = ...) -> None: ...
+
+class CallCount(_message.Message):
+    __slots__ = ("rpc", "code", "count")
+    RPC_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    rpc: str
+    code: str
+    count: int
+    def __init__(self, rpc: _Optional[str] = ..., code: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("namespace", "namespace_exists", "completions", "clock", "predictions", "fallbacks", "estimators", "namespaces", "training_runs", "calls")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_EXISTS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_FIELD_NUMBER: _ClassVar[int]
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATORS_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_RUNS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    namespace_exists: bool
+    completions: int
+    clock: int
+    predictions: int
+    fallbacks: int
+    estimators: _containers.RepeatedCompositeFieldContainer[EstimatorStatus]
+    namespaces: int
+    training_runs: int
+    calls: _containers.RepeatedCompositeFieldContainer[CallCount]
+    def __init__(self, namespace: _Optional[str] = ..., namespace_exists: _Optional[bool] = ..., completions: _Optional[int] = ..., clock: _Optional[int] = ..., predictions: _Optional[int] = ..., fallbacks: _Optional[int] = ..., estimators: _Optional[_Iterable[_Union[EstimatorStatus, _Mapping]]] = ..., namespaces: _Optional[int] = ..., training_runs: _Optional[int] = ..., calls: _Optional[_Iterable[_Union[CallCount, _Mapping]]] = ...) -> None: ...

@@ -79,6 +79,11 @@ class PredictorStub:
                 request_serializer=tsched_dot_v1_dot_predictor__pb2.ForecastStartRequest.SerializeToString,
                 response_deserializer=tsched_dot_v1_dot_predictor__pb2.ForecastStartResponse.FromString,
                 _registered_method=True)
+        self.Status = channel.unary_unary(
+                '/tsched.v1.Predictor/Status',
+                request_serializer=tsched_dot_v1_dot_predictor__pb2.StatusRequest.SerializeToString,
+                response_deserializer=tsched_dot_v1_dot_predictor__pb2.StatusResponse.FromString,
+                _registered_method=True)
 
 
 class PredictorServicer:
@@ -157,6 +162,17 @@ class PredictorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Status(self, request, context):
+        """How a namespace is doing: its history, its answers, and each estimator's
+        live accuracy on its latest completions, each scored against the
+        prediction the server made for that job at submission; and the server's
+        calls by RPC and status. The same figures as the metrics endpoint
+        (`tsched serve --metrics-listen`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PredictorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -204,6 +220,11 @@ def add_PredictorServicer_to_server(servicer, server):
                     servicer.ForecastStart,
                     request_deserializer=tsched_dot_v1_dot_predictor__pb2.ForecastStartRequest.FromString,
                     response_serializer=tsched_dot_v1_dot_predictor__pb2.ForecastStartResponse.SerializeToString,
+            ),
+            'Status': grpc.unary_unary_rpc_method_handler(
+                    servicer.Status,
+                    request_deserializer=tsched_dot_v1_dot_predictor__pb2.StatusRequest.FromString,
+                    response_serializer=tsched_dot_v1_dot_predictor__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -449,6 +470,33 @@ class Predictor:
             '/tsched.v1.Predictor/ForecastStart',
             tsched_dot_v1_dot_predictor__pb2.ForecastStartRequest.SerializeToString,
             tsched_dot_v1_dot_predictor__pb2.ForecastStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Status(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsched.v1.Predictor/Status',
+            tsched_dot_v1_dot_predictor__pb2.StatusRequest.SerializeToString,
+            tsched_dot_v1_dot_predictor__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,82 @@
+--[[
+job_submit.lua: at each submission, ask the tsched predictor for the job's t_sched and write it on the
+job's admin comment (`scontrol show job` and `sacct -o AdminComment` show it); with set_time_min=yes in
+tsched.conf, also set the job's time_min to it (Slurm may then shorten the job's limit down to it when
+that lets the job backfill: only for a site that accepts that).
+
+A submission is never refused or held up because of the predictor: the question has a deadline
+(deadline_ms in tsched.conf, default 100 ms), and without an answer the job goes in as submitted, with a
+line in slurmctld's log. Install: copy this file, tsched_client.lua and tsched.conf beside slurm.conf,
+and set JobSubmitPlugins=lua. deploy/slurm/README.md has the rest.
+--]]
+
+local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
+local tsched = dofile(here .. "tsched_client.lua")
+local config = tsched.read_config(here .. "tsched.conf")
+
+-- Slurm's "not set" values for 32- and 16-bit fields (NO_VAL, INFINITE, NO_VAL16).
+local UNSET32, UNSET16 = 4294967294, 65534
+
+local function set(value, unset)
+    return value ~= nil and value < unset
+end
+
+-- The job as the predictor knows it, or nil and why it cannot be asked about.
+local function job_from(job_desc)
+    if not set(job_desc.time_limit, UNSET32) or job_desc.time_limit == 0 then
+        return nil, "no time limit given"
+    end
+    local procs = 1
+    if set(job_desc.min_cpus, UNSET32) and job_desc.min_cpus > 0 then
+        procs = job_desc.min_cpus
+    elseif set(job_desc.num_tasks, UNSET32) and job_desc.num_tasks > 0 then
+        local per_task = 1
+        if set(job_desc.cpus_per_task, UNSET16) and job_desc.cpus_per_task > 0 then
+            per_task = job_desc.cpus_per_task
+        end
+        procs = job_desc.num_tasks * per_task
+    end
+    return {
+        submit = os.time(),
+        user = job_desc.user_id,
+        group = job_desc.group_id,
+        t_req = job_desc.time_limit * 60,
+        procs = procs,
+    }
+end
+
+local function annotate(job_desc, submit_uid)
+    local job, why = job_from(job_desc)
+    if job == nil then
+        slurm.log_info("tsched: a job of uid %u is not predicted: %s", submit_uid, why)
+        return
+    end
+    local answer, reason = tsched.predict(config, job)
+    if answer == nil then
+        slurm.log_info("tsched: no prediction for a job of uid %u, submitted without one: %s", submit_uid, reason)
+        return
+    end
+    local comment = tsched.comment(answer)
+    if job_desc.admin_comment ~= nil and job_desc.admin_comment ~= "" then
+        comment = job_desc.admin_comment .. " " .. comment
+    end
+    job_desc.admin_comment = comment
+    if config.set_time_min == "yes" and not answer.fallback then
+        job_desc.time_min = math.ceil(answer.t_sched / 60)
+    end
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    local ok, error = pcall(annotate, job_desc, submit_uid)
+    if not ok then
+        slurm.log_error("tsched: job_submit.lua failed, the job is submitted unchanged: %s", tostring(error))
+    end
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+
+slurm.log_info("tsched: job_submit.lua asks %s (deadline %s ms)", config.address, config.deadline_ms)
+return slurm.SUCCESS

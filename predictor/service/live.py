@@ -1,0 +1,144 @@
+"""Live accuracy: each completion scored against the prediction the service made for it at submission.
+
+Operators adopt a predictor after watching it on their own jobs, so a
+namespace remembers, per estimator, the predictions it answered (Predict,
+PredictBatch, Sync) until the job's completion arrives, then keeps the scores
+of the last `window` completions (Tang's accuracy, underestimated, BE).
+
+A scheduler often asks before it has numbered the job (Slurm's job_submit
+runs before the job id exists), so a completion is matched to its prediction
+by what both carry: user, group, request and size, and a submit time within
+`SUBMIT_SLACK_SECONDS`. Predictions never matched (a job refused after the
+question, a user's `tsched predict`) are dropped oldest first beyond
+`pending` per namespace. Memory only: a restart starts the scores afresh.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
+
+#: How far a completion's submit time may be from the submit time its prediction was asked for (seconds):
+#: a scheduler's submit time is set just after its submission hook asked.
+SUBMIT_SLACK_SECONDS = 5
+
+#: What a completion and its prediction share: user, group, t_req, procs.
+Key = tuple[int, int, int, int]
+
+
+def _key(job: JobRequest) -> Key:
+    return (job.user, job.group, job.t_req, job.procs)
+
+
+@dataclass(frozen=True)
+class LiveSummary:
+    """One estimator's scores over the last completions of a namespace (shares from 0 to 1)."""
+
+    estimator: str
+    scored: int
+    accuracy: float
+    underestimated: float
+    bad_estimates: float
+    fallbacks: float
+    pending: int
+
+
+class _Scores:
+    """One estimator's predictions awaiting completion and its last scores."""
+
+    def __init__(self, window: int) -> None:
+        #: key -> (submit, t_sched, fallback), oldest first; the keys in the order they were last asked about.
+        self.waiting: OrderedDict[Key, deque[tuple[int, int, bool]]] = OrderedDict()
+        self.count = 0
+        self.window: deque[tuple[float, bool, bool, bool]] = deque(maxlen=window)
+
+    def add(self, job: JobRequest, prediction: Prediction) -> None:
+        key = _key(job)
+        queue = self.waiting.get(key)
+        if queue is None:
+            queue = self.waiting[key] = deque()
+        else:
+            self.waiting.move_to_end(key)
+        queue.append((job.submit, prediction.t_sched, prediction.fallback))
+        self.count += 1
+
+    def drop_oldest(self, count: int) -> None:
+        """Forget `count` predictions, from the key asked about least recently (whole keys at once)."""
+        while count > 0 and self.waiting:
+            key, queue = next(iter(self.waiting.items()))
+            if len(queue) <= count:
+                del self.waiting[key]
+                count -= len(queue)
+                self.count -= len(queue)
+            else:
+                for _ in range(count):
+                    queue.popleft()
+                self.count -= count
+                count = 0
+
+    def score(self, job: FinishedJob) -> None:
+        key = _key(job.request)
+        queue = self.waiting.get(key)
+        if queue is None:
+            return
+        submit = job.request.submit
+        while queue and queue[0][0] < submit - SUBMIT_SLACK_SECONDS:  # never completed (refused, cancelled)
+            queue.popleft()
+            self.count -= 1
+        if queue and queue[0][0] <= submit + SUBMIT_SLACK_SECONDS:
+            _, t_sched, fallback = queue.popleft()
+            self.count -= 1
+            actual = job.runtime
+            under = t_sched < actual
+            accuracy = 1.0 if t_sched == actual else (t_sched / actual if under else actual / t_sched)
+            self.window.append((accuracy, under, actual - t_sched > BAD_UNDERESTIMATE_SECONDS, fallback))
+        if not queue:
+            del self.waiting[key]
+
+    def summary(self, estimator: str) -> LiveSummary:
+        n = len(self.window)
+        shares = [sum(row[column] for row in self.window) / n if n else 0.0 for column in range(4)]
+        accuracy, under, bad, fallbacks = shares
+        return LiveSummary(estimator, n, accuracy, under, bad, fallbacks, self.count)
+
+
+class LiveScores:
+    """A namespace's live scores, per estimator (canonical SPEC). The caller holds the namespace's lock."""
+
+    def __init__(self, window: int, pending: int) -> None:
+        self._window = window
+        self._pending = pending
+        self._by_estimator: dict[str, _Scores] = {}
+
+    def predicted(self, estimator: str, jobs: Sequence[JobRequest], predictions: Sequence[Prediction]) -> None:
+        """Remember what `estimator` answered for `jobs` (their submit times set)."""
+        scores = self._by_estimator.get(estimator)
+        if scores is None:
+            scores = self._by_estimator[estimator] = _Scores(self._window)
+        kept = min(len(jobs), self._pending)  # the earlier ones would be dropped at once
+        for job, prediction in zip(jobs[len(jobs) - kept :], predictions[len(jobs) - kept :], strict=True):
+            scores.add(job, prediction)
+        excess = self.pending - self._pending
+        while excess > 0:
+            largest = max(self._by_estimator.values(), key=lambda held: held.count)
+            dropped = min(excess, largest.count)
+            largest.drop_oldest(dropped)
+            excess -= dropped
+
+    def completed(self, batch: Sequence[FinishedJob]) -> None:
+        """Score each completion against every estimator's prediction for it."""
+        for scores in self._by_estimator.values():
+            if scores.count:
+                for job in batch:
+                    scores.score(job)
+
+    @property
+    def pending(self) -> int:
+        return sum(scores.count for scores in self._by_estimator.values())
+
+    def summaries(self) -> list[LiveSummary]:
+        return [scores.summary(name) for name, scores in sorted(self._by_estimator.items())]

@@ -1,0 +1,50 @@
+"""Prediction intervals: the percentile adjuster's R distribution, served by Predict and shown by `tsched predict`."""
+
+from __future__ import annotations
+
+import pytest
+
+from predictor.jobs import FinishedJob, JobRequest
+from predictor.registry import make_estimator
+from predictor.service.client import PredictorClient
+from predictor.service.server import start_server
+from simulator.cli import main
+
+#: Ten finished jobs of one user using 10%, 20%, ..., 100% of their hour.
+HISTORY = [FinishedJob(JobRequest(i + 1, i * 10, 1, 1, 3600, 1), 5000 + i, 360 * (i + 1)) for i in range(10)]
+ASKED = JobRequest(99, 6000, 1, 1, 3600, 1)
+
+
+def test_the_adjusters_interval_is_its_history_of_ratios() -> None:
+    estimator = make_estimator("percentile:floor=0,min_jobs=10").fit(HISTORY)
+    prediction = estimator.predict(ASKED)
+    interval = estimator.interval(ASKED, prediction)
+    assert interval is not None
+    # numpy's linear interpolation over R = 0.1 .. 1.0: the 50th percentile is 0.55, the 90th 0.91.
+    assert interval.quantiles == ((0.5, 1980), (0.9, 3276), (0.95, 3438))
+    assert prediction.t_sched == round(3600 * 0.865)  # the 85th percentile
+    assert interval.p_underestimate == pytest.approx(0.2)  # 0.9 and 1.0 of the request ran longer
+    assert estimator.predict(ASKED) == prediction  # asking for it changed nothing
+
+
+def test_a_fallback_or_an_estimator_without_a_distribution_has_none() -> None:
+    short = make_estimator("percentile").fit(HISTORY[:3])
+    assert short.interval(ASKED, short.predict(ASKED)) is None
+    last2 = make_estimator("last2").fit(HISTORY)
+    assert last2.interval(ASKED, last2.predict(ASKED)) is None
+
+
+def test_predict_serves_the_interval_and_the_cli_shows_it(capsys) -> None:
+    running, port = start_server("127.0.0.1:0", default_estimators=["percentile:floor=0", "last2"])
+    try:
+        with PredictorClient(f"127.0.0.1:{port}") as client:
+            client.observe(HISTORY, namespace="a")
+            served = client.predict_job(ASKED, namespace="a")
+            assert served.interval is not None and served.interval.quantiles[1] == (0.9, 3276)
+            assert client.predict_job(ASKED, namespace="a", estimator="last2").interval is None
+        options = ["--address", f"127.0.0.1:{port}", "--namespace", "a", "--user", "1", "--group", "1"]
+        assert main(["predict", *options, "--request", "3600", "--procs", "1", "--submit", "6000"]) == 0
+        shown = capsys.readouterr().out
+        assert "runtime quantiles: p50 1980  p90 3276  p95 3438  P(runtime > t_sched) 0.20" in shown
+    finally:
+        running.stop(0).wait()
