@@ -424,7 +424,7 @@ def add_commands(
     trace_options: TraceOptions,
 ) -> None:
     """Mount the predictor's commands on a `tsched` parser."""
-    from predictor.estimators.lgbm.store import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
+    from predictor.estimators.lgbm.defaults import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
     from predictor.service.server import DEFAULT_ESTIMATOR, DEFAULT_LISTEN, DEFAULT_SOCKET_MODE
 
     formatter = HelpFormatter

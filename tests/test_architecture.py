@@ -154,3 +154,12 @@ def test_the_service_domain_core_knows_nothing_of_grpc() -> None:
 
 def test_the_graph_sees_lazy_imports(graph: dict[str, set[str]]) -> None:
     assert "predictor.estimators.lgbm.store" in graph["predictor.service.server"]  # imported inside serve()
+
+
+def test_the_command_line_starts_without_lightgbm() -> None:
+    """`tsched --help` and a `request` replay must not pay LightGBM's import (about 1.2 s)."""
+    import subprocess
+    import sys
+
+    probe = "import sys; from simulator.cli import build_parser; build_parser(); print('lightgbm' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"

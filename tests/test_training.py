@@ -160,3 +160,10 @@ def test_trained_on_kth_the_model_beats_the_adjuster_held_out(traces_dir: Path, 
     held_out = manifest["held_out"]
     assert held_out["model"]["accuracy_mean"] > held_out["percentile"]["accuracy_mean"]
     assert held_out["model"]["underestimated"] <= held_out["percentile"]["underestimated"] + 0.01
+
+
+def test_the_trained_default_is_the_quantile_estimator() -> None:
+    """`tsched train`'s default is written apart from the model code (no LightGBM import for --help)."""
+    from predictor.estimators.lgbm.defaults import TRAINED_ESTIMATOR
+
+    assert LGBMQuantileEstimator.name == TRAINED_ESTIMATOR

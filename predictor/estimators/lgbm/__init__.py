@@ -4,10 +4,25 @@
 - `sched`: the same distribution turned into the estimate a backfilling scheduler plans best with;
 - `features`: submit-time features from the request and finished-job history;
 - `calibration`: choosing an estimate from a distribution, and calibrating that choice;
-- `store`: training a model on a trace, saving it as a model folder, loading it back.
+- `store`: training a model on a trace, saving it as a model folder, loading it back;
+- `defaults`: what `tsched train` does without options (no LightGBM import).
+
+The estimators are imported on first use, so that importing a light module of this package (`defaults`)
+does not import LightGBM.
 """
 
-from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
-from predictor.estimators.lgbm.sched import LGBMSchedEstimator
+from typing import TYPE_CHECKING
 
+from predictor.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
+    from predictor.estimators.lgbm.sched import LGBMSchedEstimator
+
+_EXPORTS = {
+    "LGBMQuantileEstimator": "predictor.estimators.lgbm.estimator",
+    "LGBMSchedEstimator": "predictor.estimators.lgbm.sched",
+}
 __all__ = ["LGBMQuantileEstimator", "LGBMSchedEstimator"]
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, __all__)

@@ -26,6 +26,7 @@ from predictor.digests import sha256_of
 from predictor.durations import SECONDS_PER_DAY
 from predictor.errors import ModelError, SpecError, TraceError, UsageError
 from predictor.estimators.base import Estimator
+from predictor.estimators.lgbm.defaults import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
 from predictor.estimators.lgbm.estimator import (
     CANDIDATES,
     CLASS_QUANTILES,
@@ -53,10 +54,6 @@ from predictor.scoring import prediction_scores
 FORMAT = "tsched-lgbm-quantile/2"
 MODEL_FILE = "model.txt"
 MANIFEST_FILE = "manifest.json"
-#: Without --until, the last this-many days of the trace are held out for evaluation.
-DEFAULT_HELD_OUT_DAYS = 30
-#: What `tsched train` trains without --estimator.
-TRAINED_ESTIMATOR = LGBMQuantileEstimator.name
 #: Estimators scored on the held-out period next to the model, for context.
 REFERENCE_SPECS = ("request", "percentile")
 
