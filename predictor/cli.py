@@ -153,12 +153,15 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _service_options(parser: argparse.ArgumentParser, timeout_help: str) -> None:
-    """The address, deadline and credentials of every command that calls a running service."""
+def _service_options(parser: argparse.ArgumentParser, timeout_help: str, namespace: bool = True) -> None:
+    """The address, deadline and credentials of every command that calls a running service, and (with
+    `namespace`) the namespace it works in."""
     from predictor.service.client import DEFAULT_TIMEOUT_SECONDS
 
     parser.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
     parser.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help=timeout_help)
+    if namespace:
+        parser.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
     add_connection_options(parser)
 
 
@@ -514,7 +517,6 @@ def add_commands(
         "predict", help="ask a running service for one job's t_sched", formatter_class=formatter
     )
     _service_options(predict, "seconds to wait for the answer")
-    predict.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
     predict.add_argument("--estimator", metavar="SPEC", help="estimator SPEC (default: the server's first)")
     predict.add_argument("--user", type=id_or_name, required=True, help="user: a number, or a name (alice)")
     predict.add_argument(
@@ -533,7 +535,6 @@ def add_commands(
         formatter_class=formatter,
     )
     _service_options(observe, "seconds to wait for each call (more for large batches)")
-    observe.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
     trace_options(observe)
     observe.set_defaults(handler=partial(cmd_observe, load_trace=load_trace))
 
@@ -547,7 +548,7 @@ def add_commands(
     show = actions.add_parser("show", help="one namespace's size, clock and estimators", formatter_class=formatter)
     reset = actions.add_parser("reset", help="forget a namespace (its stored history too)", formatter_class=formatter)
     for action in (listing, show, reset):
-        _service_options(action, "seconds to wait for the answer")
+        _service_options(action, "seconds to wait for the answer", namespace=False)
         action.set_defaults(handler=cmd_namespaces)
     for action in (show, reset):
         action.add_argument("name", metavar="NAMESPACE", help="the namespace")
@@ -562,7 +563,6 @@ def add_commands(
         metavar="FILE.json",
         help="the scheduler's state: now, machine_procs, running, waiting",
     )
-    forecast.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
     forecast.add_argument(
         "--estimator", metavar="SPEC", help="estimator SPEC for the runtimes (default: the server's first)"
     )
@@ -584,6 +584,5 @@ def add_commands(
         formatter_class=formatter,
     )
     _service_options(status, "seconds to wait for the answer")
-    status.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
     status.add_argument("--json", action="store_true", help="print the answer as JSON")
     status.set_defaults(handler=cmd_status)

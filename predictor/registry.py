@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 from predictor.errors import SpecError
@@ -43,17 +44,21 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     if not spec:
         raise SpecError("empty estimator spec")
     name, _, rest = spec.partition(":")
+    return name.strip(), key_values(rest.split(",") if rest.strip() else [], f"estimator spec {spec!r}")
+
+
+def key_values(items: Sequence[str], label: str) -> dict[str, str]:
+    """`key=value` items as a mapping; SpecError starting with `label` (what the SPEC is) on a malformed or
+    repeated item. One grammar for estimator, policy and forecaster SPECs."""
     params: dict[str, str] = {}
-    if rest.strip():
-        for item in rest.split(","):
-            key, sep, value = item.partition("=")
-            key, value = key.strip(), value.strip()
-            if not sep or not key or not value:
-                raise SpecError(f"estimator spec {spec!r}: expected key=value, got {item!r}")
-            if key in params:
-                raise SpecError(f"estimator spec {spec!r}: parameter {key!r} given twice")
-            params[key] = value
-    return name.strip(), params
+    for item in items:
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key or not value:
+            raise SpecError(f"{label}: expected key=value, got {item.strip()!r}")
+        if key in params:
+            raise SpecError(f"{label}: parameter {key!r} given twice")
+        params[key] = value
+    return params
 
 
 def _convert(spec: str, key: str, raw: str, default: Any) -> Any:

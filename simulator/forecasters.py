@@ -37,7 +37,7 @@ from predictor.estimators.baselines import OracleEstimator
 from predictor.forecasting import QueueState, Scheduler, running_ends
 from predictor.jobs import FinishedJob, JobRequest
 from predictor.lifetimes import QueueLifetimes
-from predictor.registry import make_estimator
+from predictor.registry import key_values, make_estimator
 from predictor.session import LocalSession
 from simulator.forecast import forecast_starts_of
 
@@ -127,13 +127,7 @@ def split_forecaster_spec(spec: str) -> tuple[str, dict[str, str]]:
     params: dict[str, str] = {}
     if nested < len(items):
         params["estimator"] = ",".join(items[nested:]).partition("=")[2].strip()
-    for item in items[:nested]:
-        key, sep, value = (part.strip() for part in item.partition("="))
-        if not sep or not key or not value:
-            raise SpecError(f"forecaster spec {spec!r}: expected key=value, got {item.strip()!r}")
-        if key in params:
-            raise SpecError(f"forecaster spec {spec!r}: parameter {key!r} given twice")
-        params[key] = value
+    params |= key_values(items[:nested], f"forecaster spec {spec!r}")
     if params.get("estimator") == "":
         raise SpecError(f"forecaster spec {spec!r}: estimator= needs an estimator SPEC")
     return name.strip(), params
