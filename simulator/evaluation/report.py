@@ -653,6 +653,7 @@ ESTIMATOR_COLORS = {
     "last2": "#ff7f0e",
     "mean-std": "#2ca02c",
     "lgbm-quantile": "#d62728",
+    "lgbm-sched": "#bf5b17",
     "oracle": "#9467bd",
 }
 #: Colours for other SPECs (parameters spelt out, trained models), chosen by a checksum of the SPEC: stable too.
