@@ -396,6 +396,26 @@ def positive_number(text: str) -> float:
     return value
 
 
+def _whole_number_from(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= `low`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be {low} or more, not {text}")
+        return value
+
+    return parse
+
+
+#: argparse types: a seed or seconds (0 allowed), a count (at least 1).
+non_negative_int = _whole_number_from(0)
+positive_int = _whole_number_from(1)
+
+
 def fraction(text: str) -> float:
     """An argparse type: a number from 0 to 1 (a share of jobs)."""
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor import cli as predictor_cli
-from predictor.cli import fraction, output_file, positive_number, write_json
+from predictor.cli import fraction, non_negative_int, output_file, positive_int, positive_number, write_json
 from predictor.errors import TschedError, UsageError
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 from simulator.dynp import DYNAMIC, canonical_policy
@@ -30,6 +30,7 @@ from simulator.evaluation import plan as ev
 from simulator.experiment import DEFAULT_MAX_FALLBACK_SHARE
 from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
+from simulator.traces.replicates import DEFAULT_JITTER_SECONDS
 from simulator.traces.swf import Trace
 from simulator.waiteval import PROTOCOLS
 
@@ -102,7 +103,8 @@ def _format_summary(summary: dict[str, Any]) -> str:
         f"scheduler  {summary['policy']} + {summary['backfill']} backfilling ({summary['backfill_order']} order), "
         f"{summary['procs']} processors, mode {summary['mode']} (correction {summary['correction']}), "
         f"estimator {summary['estimator']}"
-        + (f", load x{summary['load_factor']:g}" if summary["load_factor"] != 1 else ""),
+        + (f", load x{summary['load_factor']:g}" if summary["load_factor"] != 1 else "")
+        + (f", replicate {summary['replicate']} (±{summary['jitter']} s)" if summary["replicate"] else ""),
         f"jobs       {summary['jobs']}" + (f"  (skipped: {skipped})" if skipped else ""),
         f"wait       {summary['avg_wait']:.0f} s average   weighted wait {summary['weighted_wait']:.0f} s",
         f"response   {summary['avg_response']:.0f} s average   weighted by width (ARTwW) {summary['artww']:.0f} s",
@@ -157,6 +159,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         credentials=credentials,
         load_factor=args.load_factor,
         max_fallback_share=args.max_fallback_share,
+        replicate=args.replicate,
+        jitter=args.jitter,
     )
     print(_format_summary(summary))
     write_json(args.json, summary)
@@ -224,6 +228,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         backfill_orders=ev.split_choices(args.backfill_order, BACKFILL_ORDERS, "--backfill-order"),
         corrections=ev.split_choices(args.corrections, CORRECTIONS, "--corrections"),
         load_factors=ev.split_numbers(args.load_factor, "--load-factor"),
+        replicates=args.replicates,
+        jitter=args.jitter,
     )
     plan.check()  # a bad SPEC or choice fails before any trace is read
     traces = (
@@ -367,6 +373,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="F",
         help="multiply the offered load by F (inter-arrival times divided by F; runtimes, sizes, users unchanged)",
     )
+    sim.add_argument(
+        "--replicate",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="0: the trace as it is; N > 0: every submit time moved by up to --jitter seconds, drawn with seed N "
+        "(one more draw of a chaotic outcome: compare configurations over several)",
+    )
+    sim.add_argument(
+        "--jitter",
+        type=non_negative_int,
+        default=DEFAULT_JITTER_SECONDS,
+        metavar="SECONDS",
+        help="how far a replicate moves each submission, at most",
+    )
     sim.add_argument("--month", metavar="YYYY-MM", help="simulate one calendar month, warmed up with earlier jobs")
     sim.add_argument("--json", type=output_file, metavar="OUT", help="write the summary as JSON")
     sim.add_argument("--jobs-csv", type=output_file, metavar="OUT", help="write one row per job as CSV")
@@ -475,6 +496,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(f"{factor:g}" for factor in ev.DEFAULT_LOAD_FACTORS),
         metavar="F,...",
         help="offered load multiplied by each F (inter-arrival times divided by F)",
+    )
+    evl.add_argument(
+        "--replicates",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="simulate every period K times: as it is, then with submissions moved by up to --jitter seconds "
+        "(seeds 1..K-1); tables give the mean and spread over them",
+    )
+    evl.add_argument(
+        "--jitter",
+        type=non_negative_int,
+        default=DEFAULT_JITTER_SECONDS,
+        metavar="SECONDS",
+        help="how far a replicate moves each submission, at most",
     )
     evl.add_argument("--monthly", action="store_true", help="Tang et al.'s protocol: each calendar month on its own")
     evl.add_argument("--out", default=ev.DEFAULT_REPORT_FOLDER, metavar="DIR", help="report folder (new or empty)")

@@ -21,6 +21,7 @@ from predictor.session import LocalSession, PredictionSession
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.metrics import prediction_metrics, scheduling_metrics
 from simulator.traces.load import scale_load
+from simulator.traces.replicates import DEFAULT_JITTER_SECONDS, replicate_trace
 from simulator.traces.swf import Trace
 
 if TYPE_CHECKING:
@@ -87,12 +88,16 @@ def run_simulation(
     credentials: Credentials | None = None,
     load_factor: float = 1.0,
     max_fallback_share: float = DEFAULT_MAX_FALLBACK_SHARE,
+    replicate: int = 0,
+    jitter: int = DEFAULT_JITTER_SECONDS,
 ) -> tuple[dict[str, Any], SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
     `load_factor` F divides the period's inter-arrival times by F (more load
     above 1): a month is scaled on its own, so the monthly protocol keeps its
-    months and its warm-up. `timeout` is how long to wait for the service per
+    months and its warm-up. `replicate` N > 0 then moves every submission by up
+    to `jitter` seconds (seed N): one more draw of a chaotic outcome
+    (`simulator.traces.replicates`). `timeout` is how long to wait for the service per
     call before a job gets t_req: short for a live-like run, long for an
     evaluation that must not fall back; a run where more than
     `max_fallback_share` of the jobs fell back is refused (PredictorUnavailable).
@@ -105,6 +110,7 @@ def run_simulation(
         history = trace.jobs_before(month_start)
     if load_factor != 1.0:
         period = scale_load(period, load_factor)
+    period = replicate_trace(period, replicate, jitter)
     session = open_session(spec, trace.jobs, address, namespace, timeout, credentials)
     try:
         result = simulate(period.jobs, config, session, history)
@@ -124,6 +130,8 @@ def run_simulation(
         "estimator": spec,
         **asdict(config),
         "load_factor": load_factor,
+        "replicate": replicate,
+        "jitter": jitter if replicate else 0,
         "jobs": len(result.jobs),
         "skipped": {**trace.skipped, **result.skipped},
         **scheduling_metrics(result.jobs, config.procs, config.policy),

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.errors import SpecError
+from predictor.errors import SpecError, UsageError
 from simulator.cli import main
 from simulator.evaluation.execution import Progress, run_evaluation, run_task, service_host
 from simulator.evaluation.plan import (
@@ -385,3 +385,33 @@ def test_time_left_weighs_tasks_by_their_expected_cost():
             assert abs(by_count - actual) > 0.3 * actual  # what counting tasks alike said
             checked = True
     assert checked
+
+
+def test_replicates_are_an_axis_with_paired_baselines_and_the_report_shows_their_spread(tmp_path: Path) -> None:
+    busy = TraceInput("busy", generate_workload(jobs=800, procs=32, load=0.9, seed=6), "generated, load 0.9")
+    plan = EvaluationPlan(
+        estimators=("last2",), policies=("fcfs",), modes=("regular",), backfill_orders=("sjf",), replicates=3
+    )
+    simulations = [task for task in build_tasks([busy], plan) if isinstance(task, SimulationTask)]
+    assert [(t.replicate, t.jitter, t.is_baseline) for t in simulations] == [
+        (replicate, jitter, baseline) for replicate, jitter in ((0, 0), (1, 10), (2, 10)) for baseline in (True, False)
+    ]
+    run_evaluation([busy], plan, tmp_path, Backend(in_process=True), show_progress=False)
+    results = pd.read_csv(tmp_path / "results.csv")
+    runs = results[results["mode"] == "regular"].set_index("replicate")
+    baselines = results[results["mode"] == "none"].set_index("replicate")
+    # Each replicate is its own schedule, and is compared with its own baseline.
+    assert runs["avg_wait"].nunique() == 3
+    paired = (baselines["avg_wait"] - runs["avg_wait"]) / baselines["avg_wait"]
+    assert runs["improvement_avg_wait"].to_numpy() == pytest.approx(paired.to_numpy())
+    report = (tmp_path / "report.md").read_text()
+    assert "mean over 3 replicates" in report
+    row = next(line for line in report.splitlines() if line.startswith("| last2 | regular |"))
+    mean, spread = paired.mean(), paired.std()
+    assert f"{mean:+.1%} ± {100 * spread:.1f}" in row
+    assert "--replicates 3 --jitter 10" in report  # the reproduce command
+
+
+def test_replicates_with_the_monthly_protocol_are_refused() -> None:
+    with pytest.raises(UsageError, match="--replicates with --monthly"):
+        EvaluationPlan(replicates=2, monthly=True).check()

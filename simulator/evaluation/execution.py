@@ -96,7 +96,15 @@ def _simulate(
 ) -> dict[str, Any]:
     config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode, task.correction, task.backfill_order)
     if address is None:
-        summary, _ = run_simulation(trace, config, task.estimator, task.month, load_factor=task.load_factor)
+        summary, _ = run_simulation(
+            trace,
+            config,
+            task.estimator,
+            task.month,
+            load_factor=task.load_factor,
+            replicate=task.replicate,
+            jitter=task.jitter,
+        )
     else:
         namespace = f"evaluate-{run_id}-{task.index}"
         summary, _ = run_simulation(
@@ -109,6 +117,8 @@ def _simulate(
             timeout=EVALUATION_SERVICE_TIMEOUT,
             credentials=credentials,
             load_factor=task.load_factor,
+            replicate=task.replicate,
+            jitter=task.jitter,
         )
         _forget_namespace(address, namespace, credentials)
     return result_row(task.trace, summary)
@@ -143,6 +153,8 @@ def result_row(label: str, summary: Mapping[str, Any]) -> dict[str, Any]:
         "trace",
         "month",
         "load_factor",
+        "replicate",
+        "jitter",
         "estimator",
         "policy",
         "backfill",
@@ -390,6 +402,8 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
     }
     for option, values in axes.items():
         words += [option, ",".join(values)]
+    if plan.replicates > 1:
+        words += ["--replicates", str(plan.replicates), "--jitter", str(plan.jitter)]
     if plan.monthly:
         words.append("--monthly")
     words += ["--out", str(out)]

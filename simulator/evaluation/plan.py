@@ -21,6 +21,7 @@ from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
 from simulator.dynp import canonical_policy
 from simulator.machine import CORRECTIONS, MODES
 from simulator.traces.formats import read_trace
+from simulator.traces.replicates import DEFAULT_JITTER_SECONDS
 from simulator.traces.sitelog import SizeUnit
 from simulator.traces.swf import Trace
 from simulator.traces.workload import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
@@ -121,6 +122,9 @@ class EvaluationPlan:
     #: Only regular mode runs once per correction: the others never correct a running job.
     corrections: tuple[str, ...] = DEFAULT_CORRECTIONS
     load_factors: tuple[float, ...] = DEFAULT_LOAD_FACTORS
+    #: Replicates 0..K-1 of every period (0: the trace itself; `simulator.traces.replicates`).
+    replicates: int = 1
+    jitter: int = DEFAULT_JITTER_SECONDS
 
     def check(self) -> None:
         """Refuse a bad SPEC, policy, backfilling, order, correction, mode or load before anything runs."""
@@ -142,6 +146,15 @@ class EvaluationPlan:
             raise UsageError(f"--backfill {orderless[0]} has no backfill order: leave sjf out of --backfill-order")
         if not self.load_factors or not all(0 < factor < float("inf") for factor in self.load_factors):
             raise UsageError(f"--load-factor: every factor must be a positive number, not {self.load_factors}")
+        if self.replicates < 1 or self.jitter < 0:
+            raise UsageError(
+                f"--replicates must be 1 or more and --jitter 0 or more, not {self.replicates} and {self.jitter}"
+            )
+        if self.replicates > 1 and self.monthly:
+            raise UsageError(
+                "--replicates with --monthly: the monthly protocol already averages one draw per month; "
+                "run replicates on whole traces"
+            )
 
     @property
     def quality_estimators(self) -> tuple[str, ...]:
@@ -241,6 +254,8 @@ class SimulationTask:
     backfill_order: str = "queue"
     correction: str = "request"
     load_factor: float = 1.0
+    replicate: int = 0
+    jitter: int = 0
 
     @property
     def is_baseline(self) -> bool:
@@ -291,8 +306,8 @@ def _runs(plan: EvaluationPlan) -> list[tuple[str, str, str]]:
 
 
 def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task]:
-    """Per trace: the quality replays, then per period x load x policy x backfilling x order the baseline and
-    every run."""
+    """Per trace: the quality replays, then per period x load x replicate x policy x backfilling x order the
+    baseline and every run."""
     tasks: list[Task] = []
     for entry in traces:
         for spec in plan.quality_estimators:
@@ -300,9 +315,9 @@ def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task
         procs = entry.trace.machine_procs(plan.procs)
         periods: list[str | None] = list(months_with_jobs(entry.trace)) if plan.monthly else [None]
         configurations = itertools.product(
-            periods, plan.load_factors, plan.policies, plan.backfills, plan.backfill_orders
+            periods, plan.load_factors, range(plan.replicates), plan.policies, plan.backfills, plan.backfill_orders
         )
-        for month, load_factor, policy, backfill, order in configurations:
+        for month, load_factor, replicate, policy, backfill, order in configurations:
             if backfill in ORDERLESS and order != "queue":
                 continue
             for spec, mode, correction in _runs(plan):
@@ -319,6 +334,8 @@ def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task
                         order,
                         correction,
                         load_factor,
+                        replicate,
+                        plan.jitter if replicate else 0,
                     )
                 )
     return tasks
@@ -343,6 +360,7 @@ def describe(task: Task) -> str:
         return f"prediction quality of {task.estimator} on {task.trace}"
     period = f" {task.month}" if task.month else ""
     load = f", load x{task.load_factor:g}" if task.load_factor != 1 else ""
+    load += f", replicate {task.replicate}" if task.replicate else ""
     return (
         f"simulation of {task.trace}{period}{load}, {task.policy} + {task.backfill} ({task.backfill_order} order), "
         f"estimator {task.estimator}, mode {task.mode}, correction {task.correction}"

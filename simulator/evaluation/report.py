@@ -103,6 +103,8 @@ PARAMETER_COLUMNS: dict[str, tuple[str, str]] = {
     "trace": ("-", "the trace's label"),
     "month": ("YYYY-MM", "the calendar month simulated (empty: the whole trace)"),
     "load_factor": ("factor", "offered load multiplied by it (inter-arrival times divided by it)"),
+    "replicate": ("-", "0: the trace as it is; N > 0: submissions moved by up to `jitter` seconds, seed N"),
+    "jitter": ("seconds", "how far the replicate moved each submission, at most (0 for replicate 0)"),
     "estimator": ("SPEC", "the estimator that gave t_sched"),
     "policy": ("-", "queue policy"),
     "backfill": ("-", "backfilling"),
@@ -136,7 +138,7 @@ WEIGHTED_WAIT_SWINGS = (
     "drawn on their own axis for that reason; read them with the spread, never alone."
 )
 #: A run's baseline (`request` in mode `none`) shares these: the same scheduler on the same jobs.
-BASELINE_KEYS = ["trace", "month", "load_factor", "policy", "backfill", "backfill_order"]
+BASELINE_KEYS = ["trace", "month", "load_factor", "replicate", "policy", "backfill", "backfill_order"]
 #: The report's sections: one trace, load, policy and backfilling; rows differ by the rest.
 SECTION_KEYS = ["trace", "load_factor", "policy", "backfill"]
 PACKAGES = (
@@ -449,7 +451,16 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
         "",
     ]
     whole = results[results["month"] == ""]
-    for (trace, load_factor, policy, backfill), table in whole.groupby(SECTION_KEYS, sort=False):
+    replicates = whole["replicate"].nunique()
+    if replicates > 1:
+        lines += [
+            f"Every row is the mean over {replicates} replicates (replicate 0 is the trace itself; the others move "
+            f"every submission by up to {whole['jitter'].max()} s). Improvements are paired (each replicate against "
+            "its own baseline) and shown as mean ± standard deviation over the replicates: a backfilling schedule "
+            "is chaotic, and two runs whose difference is within the spread are not told apart.",
+            "",
+        ]
+    for (trace, load_factor, policy, backfill), table in replicate_means(whole).groupby(SECTION_KEYS, sort=False):
         shown = pd.DataFrame(
             {
                 "run": table["run"],
@@ -463,7 +474,9 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
                 "utilization": table["utilization"],
                 "accuracy": table["prediction_accuracy_mean"],
                 **{
-                    f"impr. {METRIC_TITLES[m]}": table[f"improvement_{m}"].map(_percent)
+                    f"impr. {METRIC_TITLES[m]}": _percent_spread(
+                        table[f"improvement_{m}"], table[f"sd_improvement_{m}"]
+                    )
                     for m in ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait", "artww")
                 },
             }
@@ -491,6 +504,28 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
             "",
         ]
     return lines
+
+
+def replicate_means(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of each section: the mean over its replicates of every number, the first of every label,
+    and `sd_improvement_*`, the improvements' standard deviation over the replicates (NaN for one replicate)."""
+    keys = [*SECTION_KEYS, "run", "mode"]
+    grouped = runs.groupby(keys, sort=False)
+    numbers = [c for c in runs.columns if c not in keys and pd.api.types.is_numeric_dtype(runs[c])]
+    table = grouped.first()
+    table[numbers] = grouped[numbers].mean()
+    table["little_queueing"] = grouped["little_queueing"].any()
+    for metric in IMPROVED_METRICS:
+        table[f"sd_improvement_{metric}"] = grouped[f"improvement_{metric}"].std()
+    return table.reset_index()
+
+
+def _percent_spread(means: pd.Series, spreads: pd.Series) -> list[str]:
+    """Improvements as percentages, with ± their spread over replicates where there is one."""
+    return [
+        _percent(mean) + (f" ± {100 * spread:.1f}" if np.isfinite(spread) and np.isfinite(mean) else "")
+        for mean, spread in zip(means, spreads, strict=True)
+    ]
 
 
 def _section_names(trace: object, load_factor: object, policy: object, backfill: object) -> tuple[str, str]:
@@ -738,7 +773,7 @@ def write_report(out: Path, inputs: ReportInputs) -> Path:
         tables["monthly.csv"] = monthly
         lines += _summary(averages, monthly=True)
     else:
-        lines += _summary(results[results["month"] == ""], monthly=False)
+        lines += _summary(replicate_means(results[results["month"] == ""]), monthly=False)
     data_dictionary(tables).to_csv(out / "columns.csv", index=False)
     lines += _definitions_section()
     lines += _quality_section(quality, accuracy_quantiles(inputs.outcomes), out, colors)

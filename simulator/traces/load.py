@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from predictor.errors import UsageError
-from simulator.traces.swf import SWFHeader, Trace
+from simulator.traces.swf import Trace
 
 
 def scale_load(trace: Trace, factor: float) -> Trace:
@@ -33,7 +33,5 @@ def scale_load(trace: Trace, factor: float) -> Trace:
     if submit.size:
         first = submit.min()
         submit = first + np.floor((submit - first) / factor + 0.5).astype(np.int64)
-    records = trace.records.assign(submit=submit)
     note = f"; Note: load scaled by {factor:g} by tsched (every inter-arrival time divided by {factor:g})"
-    header = SWFHeader.from_lines([*trace.header.lines, note])
-    return Trace.from_records(trace.path, header, records, trace.malformed)
+    return trace.with_submit_times(submit, note)

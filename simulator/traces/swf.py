@@ -195,6 +195,12 @@ class Trace:
             skipped[reason] = skipped.get(reason, 0) + count
         return cls(path, header, records, jobs, skipped, dict(malformed or {}), dict(names or {}))
 
+    def with_submit_times(self, submit: np.ndarray, note: str) -> Trace:
+        """This trace with new submit times (one per record) and `note` added to its header; all else kept."""
+        header = SWFHeader.from_lines([*self.header.lines, note])
+        records = self.records.assign(submit=submit)
+        return Trace.from_records(self.path, header, records, self.malformed, names=self.names)
+
     def require_jobs(self) -> Trace:
         """This trace, refused with the reasons when no job of it can be replayed (an empty file, no requests)."""
         if self.jobs.empty:
