@@ -48,3 +48,36 @@ def test_predict_serves_the_interval_and_the_cli_shows_it(capsys) -> None:
         assert "runtime quantiles: p50 1980  p90 3276  p95 3438  P(runtime > t_sched) 0.20" in shown
     finally:
         running.stop(0).wait()
+
+
+def test_lgbms_interval_is_the_distribution_its_estimate_is_read_from() -> None:
+    from predictor.frames import finished_from_frame, jobs_to_requests
+    from predictor.offline import causal_replay
+    from simulator.traces.workload import generate_workload
+
+    jobs = generate_workload(jobs=3000, procs=128, load=0.7, seed=7).jobs
+    spec = "lgbm-quantile:target_under=0,alpha=0.9,window=10d,retrain=2d,min_train=200,trees=5"
+    estimator = make_estimator(spec)
+    seen: list[tuple[int, int, tuple[tuple[float, int], ...], float]] = []
+
+    def answer(job: JobRequest) -> object:
+        prediction = estimator.predict(job)
+        interval = estimator.interval(job, prediction)
+        assert (interval is None) == prediction.fallback  # every modelled answer has one
+        if interval is not None:
+            seen.append((job.job_id, prediction.t_sched, interval.quantiles, interval.p_underestimate))
+        return prediction
+
+    causal_replay(jobs_to_requests(jobs), finished_from_frame(jobs), estimator.observe, answer)
+    assert len(seen) > 2000
+    runtimes = dict(zip(jobs["job_id"], jobs["t_act"], strict=True))
+    covered = {probability: 0 for probability in (0.5, 0.9, 0.95)}
+    for job_id, t_sched, quantiles, p_under in seen:
+        assert dict(quantiles)[0.9] == t_sched  # uncalibrated, the estimate is the 0.9 quantile itself
+        assert p_under <= 0.1 + 1e-9  # so at most a tenth of the distribution lies above it
+        for probability, runtime in quantiles:
+            covered[probability] += runtimes[job_id] <= runtime
+    shares = {probability: count / len(seen) for probability, count in covered.items()}
+    # The quantiles mean what they say on the jobs that then ran (within the model's error on 3,000 jobs).
+    assert shares[0.5] < shares[0.9] < shares[0.95]
+    assert abs(shares[0.9] - 0.9) < 0.08 and abs(shares[0.5] - 0.5) < 0.15, shares

@@ -46,7 +46,14 @@ from predictor.estimators.base import Estimator, PredictEffect, parameter
 from predictor.estimators.lgbm.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
 from predictor.estimators.lgbm.features import FeatureHistory, feature_names
 from predictor.history import HistoryDiscardedError
-from predictor.jobs import FinishedJob, JobRequest, Prediction
+from predictor.jobs import (
+    INTERVAL_PROBABILITIES,
+    FinishedJob,
+    JobRequest,
+    Prediction,
+    RuntimeInterval,
+    clamp_estimate,
+)
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: Upper edges of the R bins the classifier predicts; the last class is "ran to its request".
@@ -531,6 +538,26 @@ class LGBMQuantileEstimator(Estimator):
     def predict(self, job: JobRequest) -> Prediction:
         self._advance(job.submit)
         return self._answer([job])[0]
+
+    def interval(self, job: JobRequest, prediction: Prediction) -> RuntimeInterval | None:
+        """Quantiles of the runtime distribution the estimate was read from, and P(runtime > t_sched).
+
+        The distribution is the live model's, sharpened by the key's recent jobs, exactly as
+        `predict` used it for this job (its row is kept until the job finishes); each quantile is
+        the first candidate estimate at or above it, as the `alpha` quantile is read.
+        """
+        pending = self._pending.get(job.job_id)
+        if prediction.fallback or self._model is None or pending is None or pending[0] != job.submit:
+            return None
+        t_req = np.array([job.t_req], dtype=np.float64)
+        _, under, _ = self._model.distribution(pending[1][None], t_req, self.prior_jobs)
+        quantiles = tuple(
+            (probability, clamp_estimate(job.t_req * CANDIDATES[choose_quantile(under[0], probability)], job.t_req))
+            for probability in INTERVAL_PROBABILITIES
+        )
+        # P(runtime > t_sched), read at the largest candidate whose estimate (in whole seconds) is not above it.
+        below = max(int(np.searchsorted(candidate_estimates(t_req)[0], prediction.t_sched, side="right")) - 1, 0)
+        return RuntimeInterval(quantiles, float(np.clip(under[0, below], 0.0, 1.0)))
 
     def predict_many(self, jobs: Iterable[JobRequest]) -> list[Prediction]:
         """Predict a batch (in submission order) with one booster call per model in force.
