@@ -101,16 +101,27 @@ def markdown_table(names: list[str], measured: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_trace_options(parser: argparse.ArgumentParser) -> None:
+    """--traces (the folder) and --trace (some of the four), for the scripts that run Gaussier et al.'s traces."""
     parser.add_argument("--traces", type=Path, default=TRACES_DIR, help="folder of the SWF logs")
     parser.add_argument("--trace", action="append", choices=list(TRACES), help="only these traces (repeatable)")
-    parser.add_argument("--workers", type=int, default=1, help="traces simulated in parallel")
-    args = parser.parse_args()
-    names = args.trace or list(TRACES)
+
+
+def chosen_traces(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The traces asked for (all four by default); a usage error names the files missing from the folder."""
+    names: list[str] = args.trace or list(TRACES)
     missing = [TRACES[name] for name in names if not (args.traces / TRACES[name]).exists()]
     if missing:
         parser.error(f"not in {args.traces}: {', '.join(missing)}")
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_trace_options(parser)
+    parser.add_argument("--workers", type=int, default=1, help="traces simulated in parallel")
+    args = parser.parse_args()
+    names = chosen_traces(parser, args)
     began = time.perf_counter()
     results = Parallel(n_jobs=args.workers)(
         delayed(average_bounded_slowdowns)(args.traces / TRACES[name]) for name in names

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from joblib import Parallel, delayed
-from scheduling_baselines import TRACES, TRACES_DIR, Baseline
+from scheduling_baselines import TRACES, Baseline, add_trace_options, chosen_traces
 
 from simulator.experiment import run_simulation
 from simulator.traces.replicates import DEFAULT_JITTER_SECONDS
@@ -104,8 +104,7 @@ def summarise(runs: pd.DataFrame) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", type=Path, default=TRACES_DIR, help="folder of the SWF logs")
-    parser.add_argument("--trace", action="append", choices=list(TRACES), help="only these traces (repeatable)")
+    add_trace_options(parser)
     parser.add_argument("--replicates", type=int, default=8, help="replicates 0..K-1 of every trace")
     parser.add_argument("--jitter", type=int, default=DEFAULT_JITTER_SECONDS, help="seconds a submission may move")
     parser.add_argument("--workers", type=int, default=2, help="simulations in parallel")
@@ -115,10 +114,7 @@ def main() -> None:
     if args.from_csv:
         print(summarise(pd.read_csv(args.from_csv)))
         return
-    names = args.trace or list(TRACES)
-    missing = [TRACES[name] for name in names if not (args.traces / TRACES[name]).exists()]
-    if missing:
-        parser.error(f"not in {args.traces}: {', '.join(missing)}")
+    names = chosen_traces(parser, args)
     began = time.perf_counter()
     tasks = [
         (args.traces / TRACES[name], name, configuration, replicate)
