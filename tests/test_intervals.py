@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest
+from predictor.offline import causal_replay
 from predictor.registry import make_estimator
 from predictor.service.client import PredictorClient
 from predictor.service.server import start_server
 from simulator.cli import main
+from simulator.traces.workload import generate_workload
 
 #: Ten finished jobs of one user using 10%, 20%, ..., 100% of their hour.
 HISTORY = [FinishedJob(JobRequest(i + 1, i * 10, 1, 1, 3600, 1), 5000 + i, 360 * (i + 1)) for i in range(10)]
@@ -51,10 +54,6 @@ def test_predict_serves_the_interval_and_the_cli_shows_it(capsys) -> None:
 
 
 def test_lgbms_interval_is_the_distribution_its_estimate_is_read_from() -> None:
-    from predictor.frames import finished_from_frame, jobs_to_requests
-    from predictor.offline import causal_replay
-    from simulator.traces.workload import generate_workload
-
     jobs = generate_workload(jobs=3000, procs=128, load=0.7, seed=7).jobs
     spec = "lgbm-quantile:target_under=0,alpha=0.9,window=10d,retrain=2d,min_train=200,trees=5"
     estimator = make_estimator(spec)
@@ -71,7 +70,7 @@ def test_lgbms_interval_is_the_distribution_its_estimate_is_read_from() -> None:
     causal_replay(jobs_to_requests(jobs), finished_from_frame(jobs), estimator.observe, answer)
     assert len(seen) > 2000
     runtimes = dict(zip(jobs["job_id"], jobs["t_act"], strict=True))
-    covered = {probability: 0 for probability in (0.5, 0.9, 0.95)}
+    covered = dict.fromkeys((0.5, 0.9, 0.95), 0)
     for job_id, t_sched, quantiles, p_under in seen:
         assert dict(quantiles)[0.9] == t_sched  # uncalibrated, the estimate is the 0.9 quantile itself
         assert p_under <= 0.1 + 1e-9  # so at most a tenth of the distribution lies above it
