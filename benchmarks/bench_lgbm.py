@@ -20,7 +20,7 @@ from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
 from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.offline import evaluate
 from predictor.registry import make_estimator
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TRACE_FILE = "SDSC-SP2-1998-4.2-cln.swf.gz"

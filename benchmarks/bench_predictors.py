@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from predictor.offline import evaluate
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TRACE_FILES = ("SDSC-SP2-1998-4.2-cln.swf.gz", "KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz")

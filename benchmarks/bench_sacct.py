@@ -1,7 +1,7 @@
 """Reading a large sacct log: seconds and peak resident memory.
 
 Generates `sacct --parsable2` output in the documented field order (see
-`simulator.traces.sacct.SACCT_COMMAND`), as a site's log without
+`simulator.workloads.sacct.SACCT_COMMAND`), as a site's log without
 `--allocations` looks: each job's allocation line followed by its `batch`
 and `extern` steps (and an srun step for one job in three), array tasks
 (`123_4`), a state mix with cancellations before and after start, timeouts,
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.traces.sacct import SACCT_FIELDS
+from simulator.workloads.sacct import SACCT_FIELDS
 
 START = pd.Timestamp("2024-01-01T00:00:00")
 USERS = 400
@@ -137,7 +137,7 @@ def _peak_resident_mb() -> float:
 
 
 def _read(path: str, answer: multiprocessing.queues.Queue) -> None:  # type: ignore[name-defined]
-    from simulator.traces.sacct import read_sacct
+    from simulator.workloads.sacct import read_sacct
 
     began = time.perf_counter()
     trace = read_sacct(path)

@@ -18,7 +18,7 @@ from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
 from simulator.metrics import scheduling_metrics
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 TRACE_FILE = "SDSC-SP2-1998-4.2-cln.swf.gz"
 ESTIMATORS = ("lgbm-quantile", "lgbm-sched")

@@ -61,7 +61,7 @@ from predictor.service.launcher import ServerProcess
 from predictor.service.server import Security
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"

@@ -34,7 +34,7 @@ def _run(path: str, procs: int, policy: str, backfill: str, order: str, jobs: in
     from predictor.registry import make_estimator
     from predictor.session import LocalSession
     from simulator.engine import SimulationConfig, simulate
-    from simulator.traces.swf import read_swf
+    from simulator.workloads.swf import read_swf
 
     began = time.perf_counter()
     trace = read_swf(path)

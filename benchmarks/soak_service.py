@@ -37,7 +37,7 @@ from predictor.service.codec import sync_request
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
 from simulator.engine import SimulationConfig, simulate
-from simulator.traces.workload import generate_workload
+from simulator.workloads.synthetic import generate_workload
 
 METHODS = ("Predict", "PredictBatch", "ObserveCompletions", "Sync", "ListEstimators", "ResetNamespace")
 NOT_READING = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)]

@@ -37,7 +37,7 @@ from simulator.dynp import canonical_policy
 from simulator.engine import SimulationConfig
 from simulator.evaluation.execution import result_row
 from simulator.experiment import run_simulation
-from simulator.traces.swf import Trace, read_swf
+from simulator.workloads.swf import Trace, read_swf
 
 TRACES = ("KTH-SP2-1996-2.1-cln", "CTC-SP2-1996-3.1-cln", "SDSC-SP2-1998-4.2-cln")
 #: Streit's Figure 4: the three single policies, basic dynP with the bounds that were best in his earlier work,

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 from predictor.offline import evaluate, percentile_grid
 from simulator.evaluation.plots import pareto_front
 from simulator.evaluation.report import slug
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 ADJUSTER = "percentile:q={q},key=user+group+request,window=30d,floor=0.5,min_jobs=10"

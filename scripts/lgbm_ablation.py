@@ -32,7 +32,7 @@ from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.features import FeatureHistory, feature_names
 from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.offline import evaluate, scored_replay
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 DEVELOPMENT = ("KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz", "SDSC-SP2-1998-4.2-cln.swf.gz")

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from predictor.durations import required_duration
-from simulator.traces.swf import read_swf, write_swf
+from simulator.workloads.swf import read_swf, write_swf
 
 #: `; Queue: 12  qf32m` in an SWF header.
 QUEUE_LINE = re.compile(r";\s*Queue:\s*(\d+)\s+(\S+)")

@@ -24,7 +24,7 @@ from joblib import Parallel, delayed
 
 from simulator.engine import SimulationConfig
 from simulator.experiment import run_simulation
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
 #: Gaussier et al.'s trace names and the cleaned logs they correspond to.

@@ -1,6 +1,6 @@
 """How much of the head-to-head is noise: Gaussier et al.'s configurations over replicates of each trace.
 
-A backfilling simulation is chaotic (`simulator.traces.replicates`): moving
+A backfilling simulation is chaotic (`simulator.workloads.replicates`): moving
 every submission by a few seconds moves AVEbsld by several points. This script
 runs EASY with requests, EASY-SJBF with requests, EASY++ with last2, with
 `lgbm-sched` and clairvoyant, on replicates 0..K-1 of the four traces of
@@ -25,8 +25,8 @@ from joblib import Parallel, delayed
 from scheduling_baselines import TRACES, Baseline, add_trace_options, chosen_traces
 
 from simulator.experiment import run_simulation
-from simulator.traces.replicates import DEFAULT_JITTER_SECONDS
-from simulator.traces.swf import read_swf
+from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
+from simulator.workloads.swf import read_swf
 
 #: The configurations compared (FCFS + EASY, as every row of Gaussier et al.'s table); the first is the baseline.
 CONFIGURATIONS = (

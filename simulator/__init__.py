@@ -17,30 +17,30 @@ if TYPE_CHECKING:
     from simulator.engine import SimulationConfig, SimulationResult, simulate
     from simulator.evaluation.plots import frontier_plot
     from simulator.experiment import run_simulation
-    from simulator.traces.formats import TRACE_FORMATS, convert_trace, detect_format, read_trace
-    from simulator.traces.sacct import SACCT_COMMAND, SACCT_FIELDS
-    from simulator.traces.sitelog import SiteLogOptions
-    from simulator.traces.swf import JOB_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace, read_swf, trace_info, write_swf
-    from simulator.traces.workload import default_workload, generate_workload
+    from simulator.workloads.formats import TRACE_FORMATS, convert_trace, detect_format, read_trace
+    from simulator.workloads.sacct import SACCT_COMMAND, SACCT_FIELDS
+    from simulator.workloads.sitelog import SiteLogOptions
+    from simulator.workloads.swf import JOB_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace, read_swf, trace_info, write_swf
+    from simulator.workloads.synthetic import default_workload, generate_workload
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "read_trace": "simulator.traces.formats",
-    "detect_format": "simulator.traces.formats",
-    "convert_trace": "simulator.traces.formats",
-    "TRACE_FORMATS": "simulator.traces.formats",
-    "SiteLogOptions": "simulator.traces.sitelog",
-    "SACCT_COMMAND": "simulator.traces.sacct",
-    "SACCT_FIELDS": "simulator.traces.sacct",
-    "Trace": "simulator.traces.swf",
-    "SWFHeader": "simulator.traces.swf",
-    "RECORD_COLUMNS": "simulator.traces.swf",
-    "JOB_COLUMNS": "simulator.traces.swf",
-    "read_swf": "simulator.traces.swf",
-    "write_swf": "simulator.traces.swf",
-    "trace_info": "simulator.traces.swf",
-    "generate_workload": "simulator.traces.workload",
-    "default_workload": "simulator.traces.workload",
+    "read_trace": "simulator.workloads.formats",
+    "detect_format": "simulator.workloads.formats",
+    "convert_trace": "simulator.workloads.formats",
+    "TRACE_FORMATS": "simulator.workloads.formats",
+    "SiteLogOptions": "simulator.workloads.sitelog",
+    "SACCT_COMMAND": "simulator.workloads.sacct",
+    "SACCT_FIELDS": "simulator.workloads.sacct",
+    "Trace": "simulator.workloads.swf",
+    "SWFHeader": "simulator.workloads.swf",
+    "RECORD_COLUMNS": "simulator.workloads.swf",
+    "JOB_COLUMNS": "simulator.workloads.swf",
+    "read_swf": "simulator.workloads.swf",
+    "write_swf": "simulator.workloads.swf",
+    "trace_info": "simulator.workloads.swf",
+    "generate_workload": "simulator.workloads.synthetic",
+    "default_workload": "simulator.workloads.synthetic",
     "SimulationConfig": "simulator.engine",
     "SimulationResult": "simulator.engine",
     "simulate": "simulator.engine",

@@ -30,9 +30,9 @@ from simulator.evaluation import plan as ev
 from simulator.experiment import DEFAULT_MAX_FALLBACK_SHARE
 from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
-from simulator.traces.replicates import DEFAULT_JITTER_SECONDS
-from simulator.traces.swf import Trace
 from simulator.waiteval import PROTOCOLS
+from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
+from simulator.workloads.swf import Trace
 
 #: How --policy and --policies describe a policy SPEC.
 POLICY_HELP = (
@@ -59,13 +59,13 @@ def load_trace(args: argparse.Namespace) -> Trace:
 
 def read_trace_option(args: argparse.Namespace) -> Trace:
     """The trace `--trace` names (in `--format`, with `--lenient` and the site-log options), or the built-in one."""
-    from simulator.traces.formats import read_trace
-    from simulator.traces.workload import default_workload
+    from simulator.workloads.formats import read_trace
+    from simulator.workloads.synthetic import default_workload
 
     if args.trace is None:
         return default_workload()
     if args.trace == STDIN:
-        from simulator.traces.swf import parse_swf
+        from simulator.workloads.swf import parse_swf
 
         if args.format not in (None, "swf"):
             raise UsageError(f"--trace - reads SWF lines from standard input, not --format {args.format}")
@@ -171,7 +171,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_pbs_report(args: argparse.Namespace) -> int:
     from predictor.service.client import PredictorClient
-    from simulator.traces.pbs import read_pbs, site_completions
+    from simulator.workloads.pbs import read_pbs, site_completions
 
     finished = site_completions(read_pbs(args.accounting, lenient=True).require_jobs())
     new = 0
@@ -183,7 +183,7 @@ def cmd_pbs_report(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_info(args: argparse.Namespace) -> int:
-    from simulator.traces.swf import format_trace_info, trace_info
+    from simulator.workloads.swf import format_trace_info, trace_info
 
     info = trace_info(read_trace_option(args))  # also a trace nothing of which can be replayed
     print(format_trace_info(info))
@@ -192,8 +192,8 @@ def cmd_trace_info(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_generate(args: argparse.Namespace) -> int:
-    from simulator.traces.swf import write_swf
-    from simulator.traces.workload import generate_workload, offered_load
+    from simulator.workloads.swf import write_swf
+    from simulator.workloads.synthetic import generate_workload, offered_load
 
     trace = generate_workload(jobs=args.jobs, procs=args.procs, load=args.load, seed=args.seed)
     write_swf(trace, args.out)
@@ -204,7 +204,7 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_convert(args: argparse.Namespace) -> int:
-    from simulator.traces.formats import convert_trace
+    from simulator.workloads.formats import convert_trace
 
     trace = read_trace_option(args)  # every record is converted, replayable or not
     names = convert_trace(trace, args.out, args.procs)
@@ -282,7 +282,7 @@ def cmd_wait_eval(args: argparse.Namespace) -> int:
 
 def request_seconds(text: str) -> int:
     """An argparse type: a time limit as seconds or [D-]HH:MM:SS."""
-    from simulator.traces.sitelog import parse_duration
+    from simulator.workloads.sitelog import parse_duration
 
     seconds = parse_duration(text)
     if seconds is None or seconds <= 0:
@@ -292,8 +292,8 @@ def request_seconds(text: str) -> int:
 
 def format_options(parser: argparse.ArgumentParser) -> None:
     """How to read a trace file: its format, and what a site's own log (sacct, PBS) leaves open."""
-    from simulator.traces.formats import TRACE_FORMATS
-    from simulator.traces.sitelog import SIZE_UNITS
+    from simulator.workloads.formats import TRACE_FORMATS
+    from simulator.workloads.sitelog import SIZE_UNITS
 
     parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (default: detected from the content)")
     parser.add_argument(
@@ -323,7 +323,7 @@ def trace_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simulator.traces import workload
+    from simulator.workloads import synthetic
 
     formatter = predictor_cli.HelpFormatter
     parser = argparse.ArgumentParser(
@@ -436,10 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--procs", type=int, help="MaxProcs to write (default: the trace's, e.g. its peak use)")
     convert.set_defaults(handler=cmd_trace_convert)
     gen = trace_commands.add_parser("generate", help="write a synthetic workload as SWF", formatter_class=formatter)
-    gen.add_argument("--jobs", type=int, default=workload.DEFAULT_JOBS, help="number of jobs")
-    gen.add_argument("--procs", type=int, default=workload.DEFAULT_PROCS, help="machine size")
-    gen.add_argument("--load", type=float, default=workload.DEFAULT_LOAD, help="target offered load")
-    gen.add_argument("--seed", type=int, default=workload.DEFAULT_SEED, help="random seed")
+    gen.add_argument("--jobs", type=int, default=synthetic.DEFAULT_JOBS, help="number of jobs")
+    gen.add_argument("--procs", type=int, default=synthetic.DEFAULT_PROCS, help="machine size")
+    gen.add_argument("--load", type=float, default=synthetic.DEFAULT_LOAD, help="target offered load")
+    gen.add_argument("--seed", type=int, default=synthetic.DEFAULT_SEED, help="random seed")
     gen.add_argument(
         "--out", required=True, type=output_file, metavar="FILE.swf", help="where to write (.gz: compressed)"
     )

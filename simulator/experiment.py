@@ -20,9 +20,9 @@ from predictor.registry import available, make_estimator, parse_spec
 from predictor.session import LocalSession, PredictionSession
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.metrics import prediction_metrics, scheduling_metrics
-from simulator.traces.load import scale_load
-from simulator.traces.replicates import DEFAULT_JITTER_SECONDS, replicate_trace
-from simulator.traces.swf import Trace
+from simulator.workloads.load import scale_load
+from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS, replicate_trace
+from simulator.workloads.swf import Trace
 
 if TYPE_CHECKING:
     from predictor.service.client import Credentials, RemoteSession
@@ -97,7 +97,7 @@ def run_simulation(
     above 1): a month is scaled on its own, so the monthly protocol keeps its
     months and its warm-up. `replicate` N > 0 then moves every submission by up
     to `jitter` seconds (seed N): one more draw of a chaotic outcome
-    (`simulator.traces.replicates`). `timeout` is how long to wait for the service per
+    (`simulator.workloads.replicates`). `timeout` is how long to wait for the service per
     call before a job gets t_req: short for a live-like run, long for an
     evaluation that must not fall back; a run where more than
     `max_fallback_share` of the jobs fell back is refused (PredictorUnavailable).

@@ -19,7 +19,7 @@ from predictor.jobs import FinishedJob, JobRequest
 from predictor.proto import pb, rpc
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import add_completions, add_names, sync_request
-from simulator.traces.workload import generate_workload
+from simulator.workloads.synthetic import generate_workload
 
 DAY = 86_400
 #: Flow-control windows of a client that has stopped reading: it takes what fits in 64 KiB, then nothing.

@@ -21,7 +21,7 @@ from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.server import start_server
 from simulator import cli
 from simulator.cli import main
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 
 @pytest.fixture(scope="module")

@@ -39,8 +39,8 @@ from test_simulator import FixedEstimator, Spec, job_table, workloads
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
 from simulator.experiment import run_simulation
-from simulator.traces.swf import read_swf
-from simulator.traces.workload import generate_workload
+from simulator.workloads.swf import read_swf
+from simulator.workloads.synthetic import generate_workload
 
 _LADDER = (60, 300, 900, 1800, 3600, 7200, 18000, 36000, 72000, 180000, 360000)
 

@@ -422,7 +422,7 @@ def test_dynp_schedule_invariants_on_random_workloads(
 
 
 def test_invariants_with_self_tuning_dynp_over_the_kth_trace(traces_dir: Path) -> None:
-    from simulator.traces.swf import read_swf
+    from simulator.workloads.swf import read_swf
 
     trace = read_swf(traces_dir / "KTH-SP2-1996-2.1-cln.swf.gz")
     table = trace.jobs.iloc[:6000]
@@ -448,8 +448,8 @@ def test_the_runtime_check_covers_dynp_and_would_catch_the_engine() -> None:
 
 
 def test_simulate_reports_dynp_and_the_weighted_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from simulator.traces.swf import write_swf
-    from simulator.traces.workload import generate_workload
+    from simulator.workloads.swf import write_swf
+    from simulator.workloads.synthetic import generate_workload
 
     trace = tmp_path / "small.swf"
     write_swf(generate_workload(jobs=400, procs=64, load=0.9, seed=3), str(trace))
@@ -490,7 +490,7 @@ def test_artww_and_sldwa_worked_out_by_hand() -> None:
 def test_evaluate_runs_dynp_beside_the_static_policies_at_each_load(tmp_path: Path) -> None:
     from simulator.evaluation.execution import run_evaluation
     from simulator.evaluation.plan import Backend, EvaluationPlan, TraceInput, split_policies
-    from simulator.traces.workload import generate_workload
+    from simulator.workloads.synthetic import generate_workload
 
     trace = TraceInput("small", generate_workload(jobs=300, procs=64, load=0.7, seed=5), "generated")
     policies = split_policies("fcfs,ljf,dynp:quality=sldwa,dynp,dynp:variant=basic")

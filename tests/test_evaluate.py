@@ -37,8 +37,8 @@ from simulator.evaluation.report import (
     improvement,
     monthly_averages,
 )
-from simulator.traces.swf import write_swf
-from simulator.traces.workload import generate_workload
+from simulator.workloads.swf import write_swf
+from simulator.workloads.synthetic import generate_workload
 
 #: 600 jobs spread over three calendar months (a low load stretches the arrivals).
 SOURCE = "generate_workload(jobs=600, procs=64, load=0.2, seed=3)"

@@ -11,7 +11,7 @@ from predictor.registry import make_estimator
 from predictor.service.client import PredictorClient
 from predictor.service.server import start_server
 from simulator.cli import main
-from simulator.traces.workload import generate_workload
+from simulator.workloads.synthetic import generate_workload
 
 #: Ten finished jobs of one user using 10%, 20%, ..., 100% of their hour.
 HISTORY = [FinishedJob(JobRequest(i + 1, i * 10, 1, 1, 3600, 1), 5000 + i, 360 * (i + 1)) for i in range(10)]

@@ -24,7 +24,7 @@ from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.jobs import FinishedJob, JobRequest
 from predictor.offline import causal_replay, replay
 from predictor.registry import make_estimator
-from simulator.traces.workload import generate_workload
+from simulator.workloads.synthetic import generate_workload
 
 DAY = 86_400
 #: Small enough to train in a blink on a few thousand jobs.

@@ -13,7 +13,7 @@ from predictor.estimators.lgbm import LGBMSchedEstimator
 from predictor.estimators.lgbm.store import train
 from predictor.offline import replay
 from predictor.registry import make_estimator
-from simulator.traces.workload import generate_workload
+from simulator.workloads.synthetic import generate_workload
 
 #: Small enough to train in a blink on a few thousand jobs (as in test_lgbm).
 SMALL = "window=10d,retrain=2d,calibration=5d,min_train=200,trees=5"

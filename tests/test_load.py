@@ -1,4 +1,4 @@
-"""Load scaling: inter-arrival times divided by F, nothing else changed (simulator.traces.load)."""
+"""Load scaling: inter-arrival times divided by F, nothing else changed (simulator.workloads.load)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pandas.testing as pdt
 import pytest
 
 from predictor.errors import UsageError
-from simulator.traces.load import scale_load
-from simulator.traces.swf import SWFHeader, Trace, read_swf
-from simulator.traces.workload import generate_workload, offered_load
+from simulator.workloads.load import scale_load
+from simulator.workloads.swf import SWFHeader, Trace, read_swf
+from simulator.workloads.synthetic import generate_workload, offered_load
 
 #: The job fields that load scaling must leave alone.
 KEPT = ["job_id", "run", "procs", "t_req", "t_act", "user", "group", "executable", "queue", "status"]

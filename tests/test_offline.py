@@ -18,8 +18,8 @@ from predictor.offline import (
     replay,
 )
 from predictor.registry import make_estimator
-from simulator.traces.swf import read_swf
-from simulator.traces.workload import generate_workload
+from simulator.workloads.swf import read_swf
+from simulator.workloads.synthetic import generate_workload
 
 
 def job_table(rows: list[tuple[int, int, int, int, int]], user: int = 1) -> pd.DataFrame:

@@ -16,9 +16,9 @@ import pytest
 
 from predictor.errors import TraceError
 from simulator.cli import main
-from simulator.traces.formats import detect_format, read_trace
-from simulator.traces.pbs import read_pbs
-from simulator.traces.sitelog import SiteLogOptions
+from simulator.workloads.formats import detect_format, read_trace
+from simulator.workloads.pbs import read_pbs
+from simulator.workloads.sitelog import SiteLogOptions
 
 DAY = 1_709_510_400  # 2024-03-04 00:00 UTC
 #: The exit record in the Torque guide's example, verbatim.

@@ -29,9 +29,9 @@ from simulator.forecast import FORWARD_SIMULATION, forecast_starts
 from simulator.forecasters import make_forecaster
 from simulator.jobs import WaitingJob
 from simulator.policies import WFP, wfp_score
-from simulator.traces.swf import write_swf
-from simulator.traces.workload import generate_workload
 from simulator.waiteval import Schedule, ask_forecasters, replay_schedule
+from simulator.workloads.swf import write_swf
+from simulator.workloads.synthetic import generate_workload
 
 #: t_min = 10 s, t_max = 10,000 s: cdf(t) = (ln t - ln 10) / ln 1000.
 MODEL = LifetimeModel.uniform_log(-math.log(10) / math.log(1000), 1 / math.log(1000))

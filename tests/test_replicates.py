@@ -1,4 +1,4 @@
-"""Replicates: every submission moved by at most the jitter, nothing else changed (simulator.traces.replicates)."""
+"""Replicates: every submission moved by at most the jitter, nothing else changed (simulator.workloads.replicates)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from predictor.errors import UsageError
 from simulator.cli import main
-from simulator.traces.replicates import replicate_trace
-from simulator.traces.swf import write_swf
-from simulator.traces.workload import generate_workload
+from simulator.workloads.replicates import replicate_trace
+from simulator.workloads.swf import write_swf
+from simulator.workloads.synthetic import generate_workload
 
 #: The job fields a replicate must leave alone.
 KEPT = ["job_id", "run", "procs", "t_req", "t_act", "user", "group", "executable", "queue", "status"]

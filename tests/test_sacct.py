@@ -20,10 +20,10 @@ import pytest
 
 from predictor.errors import TraceError, UsageError
 from simulator.cli import main
-from simulator.traces.formats import convert_trace, detect_format, names_path, read_trace
-from simulator.traces.sacct import SACCT_COMMAND, SACCT_FIELDS, read_sacct
-from simulator.traces.sitelog import SiteLogOptions
-from simulator.traces.swf import read_swf
+from simulator.workloads.formats import convert_trace, detect_format, names_path, read_trace
+from simulator.workloads.sacct import SACCT_COMMAND, SACCT_FIELDS, read_sacct
+from simulator.workloads.sitelog import SiteLogOptions
+from simulator.workloads.swf import read_swf
 
 DATA = Path(__file__).parent / "data"
 SACCT = DATA / "slurm-22.05.sacct"

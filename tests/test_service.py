@@ -29,7 +29,7 @@ from predictor.service.servicer import SERVICE_NAME
 from predictor.service.state import CompletionStore, StateError
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
-from simulator.traces.workload import generate_workload
+from simulator.workloads.synthetic import generate_workload
 
 PERCENTILE = "percentile"
 

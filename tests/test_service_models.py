@@ -18,7 +18,7 @@ from predictor.service.client import PredictorClient
 from predictor.service.launcher import ServerProcess
 from predictor.service.server import PredictorServer, start_server
 from simulator.cli import main
-from simulator.traces.workload import UNIX_START_TIME, generate_workload
+from simulator.workloads.synthetic import UNIX_START_TIME, generate_workload
 
 SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"
 

@@ -18,7 +18,7 @@ from predictor.frames import finished_from_frame
 from predictor.service.client import PredictorClient
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
-from simulator.traces.workload import generate_workload
+from simulator.workloads.synthetic import generate_workload
 
 #: What SIGTERM may take beyond the grace period.
 MARGIN_SECONDS = 2.0

@@ -39,7 +39,7 @@ from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.experiment import run_simulation
 from simulator.jobs import RunningJob, WaitingJob
 from simulator.machine import Machine
-from simulator.traces.swf import read_swf
+from simulator.workloads.swf import read_swf
 
 #: One job: (submit, procs, t_req, t_act). Job ids are 1, 2, ... in the order given.
 Spec = tuple[int, int, int, int]

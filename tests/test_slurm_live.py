@@ -26,8 +26,8 @@ import pytest
 from slurm.workload import Submitted, running_cluster, submit_workload, unavailable
 
 from simulator.cli import main
-from simulator.traces.formats import read_trace
-from simulator.traces.sacct import FINAL_STATES, SACCT_FIELDS
+from simulator.workloads.formats import read_trace
+from simulator.workloads.sacct import FINAL_STATES, SACCT_FIELDS
 
 pytestmark = pytest.mark.slurm
 ZONE = "America/New_York"

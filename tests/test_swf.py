@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from predictor.errors import UsageError
-from simulator.traces.swf import (
+from simulator.workloads.swf import (
     FIELD_LABELS,
     RECORD_COLUMNS,
     SWFHeader,
@@ -395,7 +395,7 @@ def test_the_line_check_is_linear_in_the_line_length(tmp_path: Path) -> None:
     """A whole-line pattern took seconds per rejected line of 19 or 21 fields; 100,000 of them took hours."""
     wide = tmp_path / "wide.swf"
     wide.write_text((" ".join(["12345678901"] * 21) + "\n") * 50_000 + (" ".join(["12345678901"] * 19) + "\n") * 50_000)
-    program = f"from simulator.traces.swf import read_swf; print(read_swf({str(wide)!r}, lenient=True).malformed)"
+    program = f"from simulator.workloads.swf import read_swf; print(read_swf({str(wide)!r}, lenient=True).malformed)"
     finished = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
     assert finished.stdout.strip() == "{'wrong field count': 100000}"
 

@@ -22,8 +22,8 @@ from predictor.estimators.lgbm.store import (
     train,
 )
 from predictor.estimators.percentile import PercentileEstimator
-from simulator.traces.swf import Trace
-from simulator.traces.workload import UNIX_START_TIME, generate_workload
+from simulator.workloads.swf import Trace
+from simulator.workloads.synthetic import UNIX_START_TIME, generate_workload
 
 DAY = 86_400
 SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"
@@ -150,7 +150,7 @@ def test_parse_until() -> None:
 
 @pytest.mark.slow
 def test_trained_on_kth_the_model_beats_the_adjuster_held_out(traces_dir: Path, tmp_path: Path) -> None:
-    from simulator.traces.swf import read_swf
+    from simulator.workloads.swf import read_swf
 
     trace = read_swf(traces_dir / "KTH-SP2-1996-2.1-cln.swf.gz")
     epoch = trace.header.unix_start_time or 0

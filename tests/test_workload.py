@@ -6,8 +6,8 @@ import numpy as np
 import pandas.testing as pdt
 import pytest
 
-from simulator.traces.swf import read_swf, write_swf
-from simulator.traces.workload import (
+from simulator.workloads.swf import read_swf, write_swf
+from simulator.workloads.synthetic import (
     HOUR,
     MAX_WALLTIME,
     ROUND_WALLTIMES,

@@ -20,11 +20,11 @@ from predictor.registry import make_estimator
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
 from simulator.dynp import canonical_policy
 from simulator.machine import CORRECTIONS, MODES
-from simulator.traces.formats import read_trace
-from simulator.traces.replicates import DEFAULT_JITTER_SECONDS
-from simulator.traces.sitelog import SizeUnit
-from simulator.traces.swf import Trace
-from simulator.traces.workload import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
+from simulator.workloads.formats import read_trace
+from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
+from simulator.workloads.sitelog import SizeUnit
+from simulator.workloads.swf import Trace
+from simulator.workloads.synthetic import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
 
 #: The baseline every run is compared with: the users' requests, used as they are.
 BASELINE_ESTIMATOR = "request"
@@ -122,7 +122,7 @@ class EvaluationPlan:
     #: Only regular mode runs once per correction: the others never correct a running job.
     corrections: tuple[str, ...] = DEFAULT_CORRECTIONS
     load_factors: tuple[float, ...] = DEFAULT_LOAD_FACTORS
-    #: Replicates 0..K-1 of every period (0: the trace itself; `simulator.traces.replicates`).
+    #: Replicates 0..K-1 of every period (0: the trace itself; `simulator.workloads.replicates`).
     replicates: int = 1
     jitter: int = DEFAULT_JITTER_SECONDS
 
@@ -211,7 +211,7 @@ def load_trace_input(
 
 def builtin_trace_input() -> TraceInput:
     provenance = (
-        f"built-in synthetic workload (simulator.traces.workload.default_workload: {DEFAULT_JOBS} jobs, "
+        f"built-in synthetic workload (simulator.workloads.synthetic.default_workload: {DEFAULT_JOBS} jobs, "
         f"{DEFAULT_PROCS} processors, offered load {DEFAULT_LOAD}, seed {DEFAULT_SEED})"
     )
     return TraceInput(BUILTIN_LABEL, default_workload(), provenance)

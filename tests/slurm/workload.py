@@ -241,7 +241,7 @@ def submit_workload(cluster: Cluster, seed: int = 14) -> list[Submitted]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from simulator.traces.sacct import SACCT_FIELDS
+    from simulator.workloads.sacct import SACCT_FIELDS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="where to write the sacct output (allocations)")

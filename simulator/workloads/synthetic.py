@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.errors import UsageError
-from simulator.traces.swf import FLOAT_COLUMNS, GENERATED_PATH, RECORD_COLUMNS, SWFHeader, Trace
+from simulator.workloads.swf import FLOAT_COLUMNS, GENERATED_PATH, RECORD_COLUMNS, SWFHeader, Trace
 
 #: 2024-01-01 00:00:00 UTC, a Monday: trace second 0.
 UNIX_START_TIME = 1_704_067_200
@@ -118,7 +118,7 @@ def generate_workload(
         [
             "; Version: 2.2",
             "; Computer: synthetic machine",
-            f"; Installation: tsched built-in workload (simulator.traces.workload, seed {seed})",
+            f"; Installation: tsched built-in workload (simulator.workloads.synthetic, seed {seed})",
             f"; Note: offered load target {load:.3f}, achieved {achieved:.3f}",
             f"; MaxJobs: {jobs}",
             f"; MaxRecords: {jobs}",

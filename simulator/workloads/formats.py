@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.errors import TraceError, UsageError
-from simulator.traces.sitelog import SiteLogOptions, SizeUnit
-from simulator.traces.swf import SWFHeader, Trace, read_swf, write_swf
+from simulator.workloads.sitelog import SiteLogOptions, SizeUnit
+from simulator.workloads.swf import SWFHeader, Trace, read_swf, write_swf
 
 TRACE_FORMATS = ("swf", "sacct", "pbs")
 #: How much of a file format detection reads.
@@ -48,7 +48,7 @@ def detect_format(path: TracePath) -> str:
     except (OSError, EOFError) as error:
         raise TraceError(f"{path}: cannot be read ({error})") from None
     first = next((line.strip() for line in head.decode("utf-8", "replace").splitlines() if line.strip()), "")
-    from simulator.traces.sacct import REQUIRED_FIELDS
+    from simulator.workloads.sacct import REQUIRED_FIELDS
 
     if _PBS_RECORD.match(first):
         return "pbs"
@@ -102,12 +102,12 @@ def read_trace(
             raise UsageError("an SWF trace is one file")
         return read_swf(path, lenient=lenient)
     if chosen == "sacct":
-        from simulator.traces.sacct import read_sacct
+        from simulator.workloads.sacct import read_sacct
 
         if not isinstance(path, str | Path):
             raise UsageError("sacct output is one file")
         return read_sacct(path, lenient=lenient, options=options)
-    from simulator.traces.pbs import read_pbs
+    from simulator.workloads.pbs import read_pbs
 
     return read_pbs(path, lenient=lenient, options=options)
 

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.errors import TraceError
-from simulator.traces.sitelog import (
+from simulator.workloads.sitelog import (
     STATUS_CANCELLED,
     STATUS_COMPLETED,
     STATUS_FAILED,
@@ -61,7 +61,7 @@ from simulator.traces.sitelog import (
     requests_with_default,
     site_trace,
 )
-from simulator.traces.swf import Trace, read_trace_bytes
+from simulator.workloads.swf import Trace, read_trace_bytes
 
 #: The fields of the documented command, in its order.
 SACCT_FIELDS = (

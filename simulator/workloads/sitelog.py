@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.errors import TraceError, UsageError
-from simulator.traces.swf import FLOAT_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace
+from simulator.workloads.swf import FLOAT_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace
 
 SizeUnit = Literal["cores", "nodes"]
 SIZE_UNITS: tuple[SizeUnit, ...] = ("cores", "nodes")

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from predictor.errors import UsageError
-from simulator.traces.swf import Trace
+from simulator.workloads.swf import Trace
 
 
 def scale_load(trace: Trace, factor: float) -> Trace:

@@ -42,8 +42,8 @@ from predictor.errors import TraceError
 from predictor.frames import finished_from_frame
 from predictor.jobs import FinishedJob
 from predictor.sites.pbs import name_id
-from simulator.traces import sitelog
-from simulator.traces.swf import Trace, read_trace_bytes
+from simulator.workloads import sitelog
+from simulator.workloads.swf import Trace, read_trace_bytes
 
 _RECORD = re.compile(r"\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}")
 _JOB_ID = r"(\d+)(\[\d*\])?(?:\.|$)"
