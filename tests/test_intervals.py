@@ -80,3 +80,23 @@ def test_lgbms_interval_is_the_distribution_its_estimate_is_read_from() -> None:
     # The quantiles mean what they say on the jobs that then ran (within the model's error on 3,000 jobs).
     assert shares[0.5] < shares[0.9] < shares[0.95]
     assert abs(shares[0.9] - 0.9) < 0.08 and abs(shares[0.5] - 0.5) < 0.15, shares
+
+
+def test_the_service_serves_lgbms_interval() -> None:
+    jobs = generate_workload(jobs=3000, procs=128, load=0.7, seed=7).jobs
+    finished = sorted(finished_from_frame(jobs), key=lambda job: job.end)
+    spec = "lgbm-quantile:window=10d,retrain=2d,min_train=200,trees=5"
+    running, port = start_server("127.0.0.1:0", default_estimators=[spec])
+    try:
+        with PredictorClient(f"127.0.0.1:{port}", timeout=60) as client:
+            client.observe(finished[:2500], namespace="a")
+            asked = jobs_to_requests(jobs)[2600]
+            first = client.predict_job(asked._replace(submit=finished[2499].end), namespace="a")
+            assert first.prediction.fallback and first.interval is None  # the model trains on this question
+            served = client.predict_job(asked._replace(submit=finished[2499].end + 7200), namespace="a")
+            assert not served.prediction.fallback and served.interval is not None
+            runtimes = [runtime for _, runtime in served.interval.quantiles]
+            assert runtimes == sorted(runtimes) and runtimes[1] == served.prediction.t_sched  # alpha 0.9
+            assert 0 < served.interval.p_underestimate <= 0.1
+    finally:
+        running.stop(0).wait()

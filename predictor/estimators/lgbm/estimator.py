@@ -306,6 +306,8 @@ class LGBMQuantileEstimator(Estimator):
         #: Predicted jobs not yet finished: submit time, row, expected accuracy, penalty, and the estimate
         #: served if the calibration chose it (None: the `alpha` quantile or no model).
         self._pending: dict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray, int | None]] = {}
+        #: The last batch answered and its P(runtime > candidate) rows: what `interval` reads.
+        self._latest_answers: tuple[list[JobRequest], np.ndarray] = ([], np.empty((0, len(CANDIDATES))))
         self._next_retrain: int | None = None
         self._executor: Executor | None = None
         #: A model in training (or trained) and the trace time from which it goes live.
@@ -351,6 +353,7 @@ class LGBMQuantileEstimator(Estimator):
         self._model = None
         self._buffer.clear()
         self._pending.clear()
+        self._latest_answers = ([], np.empty((0, len(CANDIDATES))))
         self._next_retrain = None
         self._training = None
 
@@ -542,22 +545,24 @@ class LGBMQuantileEstimator(Estimator):
     def interval(self, job: JobRequest, prediction: Prediction) -> RuntimeInterval | None:
         """Quantiles of the runtime distribution the estimate was read from, and P(runtime > t_sched).
 
-        The distribution is the live model's, sharpened by the key's recent jobs, exactly as
-        `predict` used it for this job (its row is kept until the job finishes); each quantile is
-        the first candidate estimate at or above it, as the `alpha` quantile is read.
+        The distribution is the one `predict` just read the estimate from (the live model's,
+        sharpened by the key's recent jobs), kept for the last batch answered, so asking costs no
+        second model call; each quantile is the first candidate estimate at or above it, as the
+        `alpha` quantile is read.
         """
-        pending = self._pending.get(job.job_id)
-        if prediction.fallback or self._model is None or pending is None or pending[0] != job.submit:
+        answered, unders = self._latest_answers
+        index = next((i for i, asked in enumerate(answered) if asked == job), None)
+        if prediction.fallback or index is None:
             return None
-        t_req = np.array([job.t_req], dtype=np.float64)
-        _, under, _ = self._model.distribution(pending[1][None], t_req, self.prior_jobs)
+        under = unders[index]
         quantiles = tuple(
-            (probability, clamp_estimate(job.t_req * CANDIDATES[choose_quantile(under[0], probability)], job.t_req))
+            (probability, clamp_estimate(job.t_req * CANDIDATES[choose_quantile(under, probability)], job.t_req))
             for probability in INTERVAL_PROBABILITIES
         )
         # P(runtime > t_sched), read at the largest candidate whose estimate (in whole seconds) is not above it.
-        below = max(int(np.searchsorted(candidate_estimates(t_req)[0], prediction.t_sched, side="right")) - 1, 0)
-        return RuntimeInterval(quantiles, float(np.clip(under[0, below], 0.0, 1.0)))
+        estimates = candidate_estimates(np.array([job.t_req]))[0]
+        below = max(int(np.searchsorted(estimates, prediction.t_sched, side="right")) - 1, 0)
+        return RuntimeInterval(quantiles, float(np.clip(under[below], 0.0, 1.0)))
 
     def predict_many(self, jobs: Iterable[JobRequest]) -> list[Prediction]:
         """Predict a batch (in submission order) with one booster call per model in force.
@@ -596,6 +601,7 @@ class LGBMQuantileEstimator(Estimator):
         t_req = np.array([job.t_req for job in jobs], dtype=np.float64)
         matrix = np.asarray(rows, dtype=np.float64)
         accuracy, under, penalty = self._assess(model, matrix, t_req)
+        self._latest_answers = (jobs, under)
         users = [job.user for job in jobs]
         by_user = {user: self.multiplier(user) for user in set(users)}
         multipliers = np.array([np.nan if by_user[user] is None else by_user[user] for user in users])
