@@ -27,10 +27,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.forecasting import QueueState, Scheduler, StartedJob
-from predictor.jobs import FinishedJob, JobRequest
 from predictor.service.core import PredictorCore
-from predictor.service.forecasts import install_start_forecaster
 from simulator.forecast import FORWARD_SIMULATION, forecast_starts
 
 TARGET_MS = 50.0
@@ -104,9 +103,8 @@ def main() -> None:
         wall, cpu = timed(lambda s=scheduler: forecast_starts(state, s, ends, runtimes), args.repeat)
         print(f"one forward run, {scheduler.policy} + {scheduler.backfill}: {wall:.1f} ms ({cpu:.1f} ms CPU)")
 
-    install_start_forecaster(FORWARD_SIMULATION)
     for spec in ("request", "percentile"):
-        core = PredictorCore([spec])
+        core = PredictorCore([spec], start_forecaster=FORWARD_SIMULATION)
         core.observe("bench", history, lambda: None)
         core.forecast_start("bench", "", state, SCHEDULERS[0])  # fits the lifetime models, as the day's first call
         wall, cpu = timed(lambda c=core: c.forecast_start("bench", "", state, SCHEDULERS[0]), args.repeat)

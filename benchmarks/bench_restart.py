@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from predictor.jobs import FinishedJob, JobRequest
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.service.client import PredictorClient
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits

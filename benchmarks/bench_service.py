@@ -51,8 +51,8 @@ import grpc
 import numpy as np
 import pandas as pd
 
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.frames import finished_from_frame, jobs_to_requests
-from predictor.jobs import FinishedJob, JobRequest
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
 from predictor.service.client import Credentials, PredictorClient, PredictorError, RemoteSession
@@ -277,7 +277,7 @@ def _baseline_server(source: Path, spec: str) -> tuple[subprocess.Popen[bytes], 
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             address = f"127.0.0.1:{probe.getsockname()[1]}"
-        command = ["-m", "simulator.cli", "serve", "--listen", address, "--estimator", spec]
+        command = ["-m", "tsched.cli", "serve", "--listen", address, "--estimator", spec]
         process = subprocess.Popen([sys.executable, *command], env=environment, cwd=source, stderr=subprocess.DEVNULL)
         with PredictorClient(address, timeout=1.0) as client:
             for _ in range(600):

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from predictor.jobs import FinishedJob, JobRequest, Prediction
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.launcher import ServerProcess

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import grpc
 
-from predictor.jobs import JobRequest
+from kernel.jobs import JobRequest
 from predictor.proto import rpc
 from predictor.service.client import PredictorClient, PredictorError, RemoteSession
 from predictor.service.codec import sync_request

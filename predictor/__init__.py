@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from predictor.lazy import lazy_exports
+from kernel.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from predictor.errors import SpecError, TraceError, TschedError, UsageError
+    from kernel.errors import SpecError, TraceError, TschedError, UsageError
     from predictor.estimators.base import Estimator
     from predictor.estimators.lgbm.store import load_model, train
     from predictor.offline import evaluate, percentile_grid, replay, scored_replay
@@ -36,10 +36,10 @@ _EXPORTS = {
     "prediction_scores": "predictor.scoring",
     "train": "predictor.estimators.lgbm.store",
     "load_model": "predictor.estimators.lgbm.store",
-    "TschedError": "predictor.errors",
-    "TraceError": "predictor.errors",
-    "SpecError": "predictor.errors",
-    "UsageError": "predictor.errors",
+    "TschedError": "kernel.errors",
+    "TraceError": "kernel.errors",
+    "SpecError": "kernel.errors",
+    "UsageError": "kernel.errors",
 }
 __all__ = [
     "Estimator",

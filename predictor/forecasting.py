@@ -23,7 +23,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from predictor.jobs import JobRequest
+from kernel.jobs import JobRequest
 from predictor.lifetimes import LifetimeModel
 
 #: The Downey-model quantile of each job's lifetime the lower bound assumes.

@@ -1,6 +1,6 @@
 """A trace's job table (a pandas DataFrame) as the predictor's job types.
 
-The columns are the `JobRequest` fields (`predictor.jobs.JOB_FIELDS`) plus
+The columns are the `JobRequest` fields (`kernel.jobs.JOB_FIELDS`) plus
 `t_act` (the runtime, capped at t_req) and `end` (when the job ended in the
 trace). Offline replay, training and the simulator read traces through these
 conversions, so a trace is turned into jobs in one way only.
@@ -13,8 +13,8 @@ from typing import Protocol
 
 import pandas as pd
 
-from predictor.errors import TraceError
-from predictor.jobs import JOB_FIELD_NAMES, FinishedJob, JobRequest
+from kernel.errors import TraceError
+from kernel.jobs import JOB_FIELD_NAMES, FinishedJob, JobRequest
 
 
 class TraceHeader(Protocol):

@@ -23,8 +23,8 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
 
-from predictor.errors import TschedError
-from predictor.jobs import FinishedJob, JobRequest
+from kernel.errors import TschedError
+from kernel.jobs import FinishedJob, JobRequest
 
 #: Discarded entries are physically dropped once they are at least this many
 #: and at least half the list, so compaction costs O(1) amortised per job.

@@ -29,7 +29,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from predictor.jobs import FinishedJob, JobRequest
+from kernel.jobs import FinishedJob, JobRequest
 
 #: Points of the empirical cdf a model is fitted to (evenly spaced in probability): the fit of a
 #: straight line or a few segments to a smooth curve needs no more, and a refit stays cheap.

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from predictor.errors import TraceError
+from kernel.errors import TraceError
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
 from predictor.estimators.percentile import (
@@ -32,7 +33,6 @@ from predictor.estimators.percentile import (
 )
 from predictor.frames import finished_in_end_order, in_submission_order, jobs_to_requests
 from predictor.history import interpolated_percentile
-from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
 from predictor.scoring import prediction_scores
 

@@ -1,17 +1,14 @@
-"""Build estimators from SPEC strings: `NAME` or `NAME:key=value,...`.
-
-A SPEC is how users name an estimator on the command line, in the gRPC
-contract and in reports, so parsing and validation live in one place.
-"""
+"""Build estimators from SPEC strings (`NAME` or `NAME:key=value,...`, the grammar of `kernel.specs`): the
+names, and each parameter converted to the type its default has and validated by the estimator."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Sequence
 from typing import Any
 
-from predictor.errors import SpecError
+from kernel.errors import SpecError
+from kernel.specs import parse_spec
 from predictor.estimators.base import Estimator
 
 #: Estimator name -> "module:class". Modules are imported only when their
@@ -36,29 +33,6 @@ def _load(name: str) -> type[Estimator]:
 def available() -> dict[str, type[Estimator]]:
     """Estimator classes by name."""
     return {name: _load(name) for name in _ESTIMATORS}
-
-
-def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """Split a SPEC into its name and raw `key=value` parameters."""
-    spec = spec.strip()
-    if not spec:
-        raise SpecError("empty estimator spec")
-    name, _, rest = spec.partition(":")
-    return name.strip(), key_values(rest.split(",") if rest.strip() else [], f"estimator spec {spec!r}")
-
-
-def key_values(items: Sequence[str], label: str) -> dict[str, str]:
-    """`key=value` items as a mapping; SpecError starting with `label` (what the SPEC is) on a malformed or
-    repeated item. One grammar for estimator, policy and forecaster SPECs."""
-    params: dict[str, str] = {}
-    for item in items:
-        key, sep, value = (part.strip() for part in item.partition("="))
-        if not sep or not key or not value:
-            raise SpecError(f"{label}: expected key=value, got {item.strip()!r}")
-        if key in params:
-            raise SpecError(f"{label}: parameter {key!r} given twice")
-        params[key] = value
-    return params
 
 
 def _convert(spec: str, key: str, raw: str, default: Any) -> Any:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator
-from predictor.jobs import FinishedJob, JobRequest, Prediction
 
 
 class PredictionSession(Protocol):

@@ -15,8 +15,8 @@ import argparse
 
 import numpy as np
 
+from kernel.jobs import INTERVAL_PROBABILITIES, JobRequest, Prediction
 from predictor.frames import finished_from_frame, jobs_to_requests
-from predictor.jobs import INTERVAL_PROBABILITIES, JobRequest, Prediction
 from predictor.offline import causal_replay
 from predictor.registry import make_estimator
 from simulator.workloads.formats import read_trace

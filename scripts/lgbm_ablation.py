@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 from joblib import Parallel, delayed
 
+from kernel.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.features import FeatureHistory, feature_names
-from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.offline import evaluate, scored_replay
 from simulator.workloads.swf import read_swf
 

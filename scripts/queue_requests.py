@@ -19,7 +19,7 @@ import argparse
 import re
 from pathlib import Path
 
-from predictor.durations import required_duration
+from kernel.durations import required_duration
 from simulator.workloads.swf import read_swf, write_swf
 
 #: `; Queue: 12  qf32m` in an SWF header.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from predictor.lazy import lazy_exports
+from kernel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simulator.engine import SimulationConfig, SimulationResult, simulate

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from kernel.specs import parse_spec
 from simulator.backfill import Backfill
 from simulator.jobs import WaitingJob
 from simulator.machine import Machine
@@ -83,17 +84,9 @@ def is_dynamic(spec: str) -> bool:
 
 def parse_dynp(spec: str) -> DynPSpec:
     """The dynP configuration a `dynp[:key=value,...]` SPEC names; ValueError naming what is wrong."""
-    name, _, rest = spec.strip().partition(":")
-    if name.strip() != DYNAMIC:
+    name, params = parse_spec(spec, "policy")
+    if name != DYNAMIC:
         raise ValueError(f"policy {spec!r} is not dynp")
-    params: dict[str, str] = {}
-    for item in rest.split(",") if rest.strip() else []:
-        key, sep, value = (part.strip() for part in item.partition("="))
-        if not sep or not key or not value:
-            raise ValueError(f"policy {spec!r}: expected key=value, got {item.strip()!r}")
-        if key in params:
-            raise ValueError(f"policy {spec!r}: parameter {key!r} given twice")
-        params[key] = value
     variant = params.pop("variant", _DEFAULT.variant)
     _check_choice(spec, "variant", variant, VARIANTS)
     for key in params:

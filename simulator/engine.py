@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kernel.jobs import FinishedJob
 from predictor.frames import REQUEST_COLUMNS, finished_from_frame, jobs_to_requests
-from predictor.jobs import FinishedJob
 from predictor.session import PredictionSession
 from simulator.backfill import make_backfill
 from simulator.dynp import DynamicPolicy, make_queue_policy

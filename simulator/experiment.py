@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from predictor.errors import PredictorUnavailable
+from kernel.errors import PredictorUnavailable
+from kernel.specs import parse_spec
 from predictor.estimators.baselines import OracleEstimator
-from predictor.registry import available, make_estimator, parse_spec
+from predictor.registry import available, make_estimator
 from predictor.session import LocalSession, PredictionSession
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.metrics import prediction_metrics, scheduling_metrics

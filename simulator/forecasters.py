@@ -30,14 +30,15 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
+from kernel.durations import parse_duration, required_duration
+from kernel.errors import SpecError
+from kernel.jobs import FinishedJob, JobRequest
+from kernel.specs import key_values
 from predictor.downey import downey_wait
-from predictor.durations import parse_duration, required_duration
-from predictor.errors import SpecError
 from predictor.estimators.baselines import OracleEstimator
 from predictor.forecasting import QueueState, Scheduler, running_ends
-from predictor.jobs import FinishedJob, JobRequest
 from predictor.lifetimes import QueueLifetimes
-from predictor.registry import key_values, make_estimator
+from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator.forecast import forecast_starts_of
 

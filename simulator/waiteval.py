@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.estimators.baselines import RequestEstimator
 from predictor.forecasting import QueueState, Scheduler, StartedJob
 from predictor.frames import jobs_to_requests
-from predictor.jobs import FinishedJob, JobRequest
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
 from simulator.forecasters import Forecaster

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import grpc
 
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.frames import finished_from_frame, jobs_to_requests
-from predictor.jobs import FinishedJob, JobRequest
 from predictor.proto import pb, rpc
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import add_completions, add_names, sync_request

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("predictor", "simulator")
+#: The layers, top first: a package may import only the packages below it (pyproject.toml's `layers` contract).
+LAYERS = ("tsched", "sites", "simulator", "predictor", "kernel")
+PACKAGES = LAYERS
 GENERATED = "predictor/proto/tsched"
 
 
@@ -125,7 +127,7 @@ def reaches(graph: dict[str, set[str]], source: str, forbidden: str) -> list[str
 @pytest.mark.parametrize(
     ("source", "forbidden"),
     [
-        ("predictor", "simulator"),
+        *[(lower, upper) for position, lower in enumerate(LAYERS) for upper in LAYERS[:position]],
         *[
             (scheduler, other)
             for scheduler in (
@@ -161,5 +163,5 @@ def test_the_command_line_starts_without_lightgbm() -> None:
     import subprocess
     import sys
 
-    probe = "import sys; from simulator.cli import build_parser; build_parser(); print('lightgbm' in sys.modules)"
+    probe = "import sys; from tsched.cli import build_parser; build_parser(); print('lightgbm' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -19,9 +19,8 @@ from service_support import history, observe_by_name
 
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.server import start_server
-from simulator import cli
-from simulator.cli import main
 from simulator.workloads.swf import read_swf
+from tsched.cli import build_parser, main, simulation
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +102,7 @@ def _free_port() -> int:
 def _serve(address: str, *options: str) -> subprocess.Popen[str]:
     """`tsched serve` in a subprocess, once it answers health checks."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "simulator.cli", "serve", "--listen", address, *options],
+        [sys.executable, "-m", "tsched.cli", "serve", "--listen", address, *options],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -181,7 +180,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(_args: object) -> int:
         raise KeyError("a bug, not a user error")
 
-    monkeypatch.setattr(cli, "cmd_simulate", broken)
+    monkeypatch.setattr(simulation, "cmd_simulate", broken)
     with pytest.raises(KeyError, match="a bug"):
         main(["simulate"])
 
@@ -333,7 +332,7 @@ def _parsers(parser: argparse.ArgumentParser, name: str = "tsched") -> Iterator[
 def test_every_option_of_every_command_has_a_description_and_shows_its_default() -> None:
     """`--help` showed almost no defaults: that `--mode` defaulted to none was hidden."""
     missing = []
-    for name, parser in _parsers(cli.build_parser()):
+    for name, parser in _parsers(build_parser()):
         formatter = parser._get_formatter()
         for action in parser._actions:
             if isinstance(action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction):
@@ -345,7 +344,7 @@ def test_every_option_of_every_command_has_a_description_and_shows_its_default()
                 missing.append(f"{name} {action.dest}: default {action.default!r} not shown")
         assert "(default: None)" not in parser.format_help(), name
     assert not missing, "\n".join(missing)
-    simulate = " ".join(dict(_parsers(cli.build_parser()))["tsched simulate"].format_help().split())
+    simulate = " ".join(dict(_parsers(build_parser()))["tsched simulate"].format_help().split())
     assert "(default: selective with an estimator, none with request)" in simulate
 
 

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import pytest
 
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
 from predictor.estimators.checks import (
@@ -19,7 +20,6 @@ from predictor.estimators.checks import (
 )
 from predictor.estimators.last2 import LastTwoEstimator
 from predictor.estimators.percentile import PercentileEstimator
-from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import available, make_estimator
 
 #: Every registered estimator with its defaults, plus variants whose checks bite harder: a fast lgbm that

@@ -35,7 +35,6 @@ from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator import engine
 from simulator.backfill import Profile, make_backfill, virtual_starts
-from simulator.cli import main
 from simulator.dynp import (
     BasicDynP,
     DynPSpec,
@@ -51,6 +50,7 @@ from simulator.engine import SimulationConfig, simulate
 from simulator.jobs import WaitingJob
 from simulator.machine import Machine
 from simulator.metrics import scheduling_metrics
+from tsched.cli import main
 
 # ---------------------------------------------------------------------------------------------
 # Policy SPECs

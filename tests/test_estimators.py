@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.durations import SECONDS_PER_DAY, parse_duration
-from predictor.errors import SpecError
+from kernel.durations import SECONDS_PER_DAY, parse_duration
+from kernel.errors import SpecError
+from kernel.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.estimators.last2 import LastTwoEstimator
 from predictor.estimators.meanstd import MeanStdEstimator
 from predictor.estimators.percentile import PercentileEstimator
 from predictor.history import HistoryDiscardedError, interpolated_percentile
-from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.registry import make_estimator
 
 DAY = SECONDS_PER_DAY

@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.errors import SpecError, UsageError
-from simulator.cli import main
+from kernel.errors import SpecError, UsageError
 from simulator.evaluation.execution import Progress, run_evaluation, run_task, service_host
 from simulator.evaluation.plan import (
     Backend,
@@ -39,6 +38,7 @@ from simulator.evaluation.report import (
 )
 from simulator.workloads.swf import write_swf
 from simulator.workloads.synthetic import generate_workload
+from tsched.cli import main
 
 #: 600 jobs spread over three calendar months (a low load stretches the arrivals).
 SOURCE = "generate_workload(jobs=600, procs=64, load=0.2, seed=3)"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.frames import finished_from_frame, jobs_to_requests
-from predictor.jobs import FinishedJob, JobRequest
 from predictor.offline import causal_replay
 from predictor.registry import make_estimator
 from predictor.service.client import PredictorClient
 from predictor.service.server import start_server
-from simulator.cli import main
 from simulator.workloads.synthetic import generate_workload
+from tsched.cli import main
 
 #: Ten finished jobs of one user using 10%, 20%, ..., 100% of their hour.
 HISTORY = [FinishedJob(JobRequest(i + 1, i * 10, 1, 1, 3600, 1), 5000 + i, 360 * (i + 1)) for i in range(10)]

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.errors import SpecError
+from kernel.errors import SpecError
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.estimators.lgbm.calibration import (
     LEVEL_RANGE,
     MULTIPLIERS,
@@ -21,7 +22,6 @@ from predictor.estimators.lgbm.calibration import (
 from predictor.estimators.lgbm.estimator import CANDIDATES, CLASSES, RATIO_EDGES, LGBMQuantileEstimator, class_of
 from predictor.estimators.lgbm.features import FeatureHistory, feature_names
 from predictor.frames import finished_from_frame, jobs_to_requests
-from predictor.jobs import FinishedJob, JobRequest
 from predictor.offline import causal_replay, replay
 from predictor.registry import make_estimator
 from simulator.workloads.synthetic import generate_workload

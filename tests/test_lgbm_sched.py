@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.errors import SpecError
+from kernel.errors import SpecError
 from predictor.estimators.lgbm import LGBMSchedEstimator
 from predictor.estimators.lgbm.store import train
 from predictor.offline import replay

@@ -8,7 +8,7 @@ import numpy as np
 import pandas.testing as pdt
 import pytest
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from simulator.workloads.load import scale_load
 from simulator.workloads.swf import SWFHeader, Trace, read_swf
 from simulator.workloads.synthetic import generate_workload, offered_load

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.errors import SpecError
+from kernel.errors import SpecError
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator
 from predictor.frames import finished_from_frame, jobs_to_requests
-from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.offline import (
     GRID_FLOORS,
     GRID_PERCENTILES,

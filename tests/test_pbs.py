@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas.testing as pdt
 import pytest
 
-from predictor.errors import TraceError
-from simulator.cli import main
+from kernel.errors import TraceError
 from simulator.workloads.formats import detect_format, read_trace
 from simulator.workloads.pbs import read_pbs
 from simulator.workloads.sitelog import SiteLogOptions
+from tsched.cli import main
 
 DAY = 1_709_510_400  # 2024-03-04 00:00 UTC
 #: The exit record in the Torque guide's example, verbatim.

@@ -18,11 +18,11 @@ from types import ModuleType
 import pytest
 from test_pbs import exit_record
 
-from predictor.jobs import FinishedJob, JobRequest
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.service.client import PredictorClient
 from predictor.service.server import PredictorServer, start_server
-from predictor.sites.pbs import name_id
-from simulator.cli import main
+from sites.pbs import name_id
+from tsched.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "deploy" / "pbs" / "tsched_queuejob.py"
@@ -79,7 +79,7 @@ def server() -> Iterator[PredictorServer]:
 def _queue(job: standin.Job, requestor: str, address: str) -> standin.Event:
     standin.current = standin.Event(job, requestor)
     standin.logged.clear()
-    settings = {**hook.SETTINGS, "client": [sys.executable, "-m", "simulator.cli", "predict"]}
+    settings = {**hook.SETTINGS, "client": [sys.executable, "-m", "tsched.cli", "predict"]}
     hook.SETTINGS.update(settings, address=address, namespace="pbs", deadline=20.0)
     with pytest.raises(SystemExit):
         hook.run(standin)

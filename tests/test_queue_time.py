@@ -14,17 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel.errors import SpecError
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.downey import RunningAges, combined, downey_wait, predictor_a, predictor_b
-from predictor.errors import SpecError
 from predictor.forecasting import QueueState, Scheduler, StartedJob, forecast_with_bounds
-from predictor.jobs import FinishedJob, JobRequest
 from predictor.lifetimes import LifetimeModel, QueueLifetimes, fit_lifetimes
 from predictor.proto import pb, rpc
 from predictor.service import forecasts
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import job_message
 from predictor.service.server import start_server
-from simulator.cli import main
 from simulator.forecast import FORWARD_SIMULATION, forecast_starts
 from simulator.forecasters import make_forecaster
 from simulator.jobs import WaitingJob
@@ -32,6 +31,7 @@ from simulator.policies import WFP, wfp_score
 from simulator.waiteval import Schedule, ask_forecasters, replay_schedule
 from simulator.workloads.swf import write_swf
 from simulator.workloads.synthetic import generate_workload
+from tsched.cli import main
 
 #: t_min = 10 s, t_max = 10,000 s: cdf(t) = (ln t - ln 10) / ln 1000.
 MODEL = LifetimeModel.uniform_log(-math.log(10) / math.log(1000), 1 / math.log(1000))
@@ -287,11 +287,11 @@ def test_bad_forecaster_specs_are_refused_with_the_choices(spec: str, words: str
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    previous = forecasts.install_start_forecaster(FORWARD_SIMULATION)
-    running_server, port = start_server("127.0.0.1:0", default_estimators=["request", "percentile"])
+    running_server, port = start_server(
+        "127.0.0.1:0", default_estimators=["request", "percentile"], start_forecaster=FORWARD_SIMULATION
+    )
     yield f"127.0.0.1:{port}"
     running_server.stop(0).wait()
-    forecasts.install_start_forecaster(previous)
 
 
 def small_state() -> QueueState:
@@ -370,7 +370,6 @@ def test_forecast_work_is_bounded(server: str, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_server_without_the_forward_simulation_refuses_forecasts() -> None:
-    previous = forecasts.install_start_forecaster(None)
     running_server, port = start_server("127.0.0.1:0", default_estimators=["request"])
     try:
         with PredictorClient(f"127.0.0.1:{port}", timeout=10) as client, pytest.raises(PredictorError) as raised:
@@ -378,7 +377,6 @@ def test_a_server_without_the_forward_simulation_refuses_forecasts() -> None:
         assert raised.value.code == grpc.StatusCode.FAILED_PRECONDITION
     finally:
         running_server.stop(0).wait()
-        forecasts.install_start_forecaster(previous)
 
 
 def test_tsched_forecast_reads_a_state_file(server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

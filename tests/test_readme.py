@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from predictor.service.server import start_server
-from simulator.cli import main
+from tsched.cli import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Where README's examples read the real traces from (relative to the repository).

@@ -9,11 +9,11 @@ import numpy as np
 import pandas.testing as pdt
 import pytest
 
-from predictor.errors import UsageError
-from simulator.cli import main
+from kernel.errors import UsageError
 from simulator.workloads.replicates import replicate_trace
 from simulator.workloads.swf import write_swf
 from simulator.workloads.synthetic import generate_workload
+from tsched.cli import main
 
 #: The job fields a replicate must leave alone.
 KEPT = ["job_id", "run", "procs", "t_req", "t_act", "user", "group", "executable", "queue", "status"]

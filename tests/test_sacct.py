@@ -18,12 +18,12 @@ import pandas as pd
 import pandas.testing as pdt
 import pytest
 
-from predictor.errors import TraceError, UsageError
-from simulator.cli import main
+from kernel.errors import TraceError, UsageError
 from simulator.workloads.formats import convert_trace, detect_format, names_path, read_trace
 from simulator.workloads.sacct import SACCT_COMMAND, SACCT_FIELDS, read_sacct
 from simulator.workloads.sitelog import SiteLogOptions
 from simulator.workloads.swf import read_swf
+from tsched.cli import main
 
 DATA = Path(__file__).parent / "data"
 SACCT = DATA / "slurm-22.05.sacct"

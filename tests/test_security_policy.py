@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from predictor.errors import PermissionDenied, ResourceExhausted, UsageError
+from kernel.errors import PermissionDenied, ResourceExhausted, UsageError
 from predictor.proto import pb
 from predictor.service.limits import REQUEST_EXPANSION, Admission, CallKind, Limits, MemoryWatch, Watchdog
 from predictor.service.quoting import QUOTE_LIMIT, RefusalLog, clip, quote
@@ -212,7 +212,7 @@ def test_every_bound_is_documented_for_operators_with_its_default() -> None:
 def test_serve_help_lists_every_bound(capsys: pytest.CaptureFixture[str]) -> None:
     import dataclasses
 
-    from simulator.cli import main
+    from tsched.cli import main
 
     with pytest.raises(SystemExit) as exited:
         main(["serve", "--help"])

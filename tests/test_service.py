@@ -15,8 +15,8 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from service_support import DAY, history, status_of, submissions
 
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.baselines import RequestEstimator
-from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
 from predictor.service import core

@@ -13,10 +13,10 @@ import grpc
 import pytest
 from service_support import DAY, flood_stream, history, status_of, submissions
 
-from predictor.errors import InvalidRequest, ResourceExhausted
+from kernel.errors import InvalidRequest, ResourceExhausted
+from kernel.jobs import JobRequest, Prediction
 from predictor.estimators.base import declarations
 from predictor.estimators.baselines import RequestEstimator
-from predictor.jobs import JobRequest, Prediction
 from predictor.proto import pb
 from predictor.registry import available
 from predictor.service.client import PredictorClient, PredictorError, RemoteSession

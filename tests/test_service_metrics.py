@@ -12,14 +12,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from service_support import Certificates, status_of, write_secret
 
-from predictor.errors import UsageError
-from predictor.jobs import FinishedJob, JobRequest, Prediction
+from kernel.errors import UsageError
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.service.client import Credentials, PredictorClient
 from predictor.service.limits import Limits
 from predictor.service.live import SUBMIT_SLACK_SECONDS, LiveScores
 from predictor.service.metrics import parse_metrics_listen
 from predictor.service.server import PredictorServer, Security, start_server
-from simulator.cli import main
+from tsched.cli import main
 
 TOKEN = "s" * 40
 SPEC = "percentile:min_jobs=3,floor=0"  # no floor: estimates may go down to the 10% used

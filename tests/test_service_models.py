@@ -11,14 +11,14 @@ import grpc
 import pytest
 from service_support import DAY, history, status_of
 
-from predictor.errors import ModelError
+from kernel.errors import ModelError
 from predictor.estimators.lgbm import store
 from predictor.estimators.lgbm.store import MANIFEST_FILE, MODEL_FILE, ModelCatalog, train
 from predictor.service.client import PredictorClient
 from predictor.service.launcher import ServerProcess
 from predictor.service.server import PredictorServer, start_server
-from simulator.cli import main
 from simulator.workloads.synthetic import UNIX_START_TIME, generate_workload
+from tsched.cli import main
 
 SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"
 

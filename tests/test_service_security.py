@@ -15,13 +15,13 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from service_support import Certificates, history, status_of, submissions, write_secret
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from predictor.proto import pb
 from predictor.service.client import Credentials, PredictorClient, RemoteSession
 from predictor.service.codec import sync_request
 from predictor.service.launcher import ServerProcess
 from predictor.service.server import PredictorServer, Security, start_server
-from simulator.cli import main
+from tsched.cli import main
 
 OPERATOR = "o" * 40
 SCHEDULER = "c" * 40

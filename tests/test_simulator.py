@@ -29,8 +29,8 @@ import simulator.dynp
 import simulator.jobs
 import simulator.machine
 import simulator.policies
+from kernel.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.estimators.base import Estimator
-from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator import engine

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from predictor.jobs import FinishedJob, JobRequest
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.server import start_server
-from predictor.sites.slurm import Follower, completion_from_env, limit_seconds
+from sites.slurm import Follower, completion_from_env, limit_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 

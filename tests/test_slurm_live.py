@@ -25,9 +25,9 @@ import pandas.testing as pdt
 import pytest
 from slurm.workload import Submitted, running_cluster, submit_workload, unavailable
 
-from simulator.cli import main
 from simulator.workloads.formats import read_trace
 from simulator.workloads.sacct import FINAL_STATES, SACCT_FIELDS
+from tsched.cli import main
 
 pytestmark = pytest.mark.slurm
 ZONE = "America/New_York"

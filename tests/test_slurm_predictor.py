@@ -108,7 +108,7 @@ def live() -> Iterator[Live]:
     jobcomp.chmod(0o755)
     report = ["--follow", str(spool), "--address", f"127.0.0.1:{port}", "--namespace", NAMESPACE]
     follower = subprocess.Popen(
-        [sys.executable, "-m", "predictor.sites.slurm", *report],
+        [sys.executable, "-m", "tsched.cli.jobcomp", *report],
         stderr=(scratch / "follower.log").open("w"),
     )
     settings = {

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from service_support import history, instants, observe_by_name, status_of, submissions
 
-from predictor.jobs import FinishedJob, JobRequest, Prediction
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
 from predictor.service import records
 from predictor.service.client import PredictorClient
@@ -25,7 +25,7 @@ from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
 from predictor.service.state import APPLICATION_ID, SCHEMA_VERSION, CompletionStore, StateError, check_wal
 from predictor.session import LocalSession
-from simulator.cli import main
+from tsched.cli import main
 
 PERCENTILE = "percentile"
 #: Retrains every 2 days of trace time: in the service on its training threads, in-process inline.

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from simulator.workloads.swf import (
     FIELD_LABELS,
     RECORD_COLUMNS,

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernel.errors import SpecError
 from predictor.digests import sha256_of
-from predictor.errors import SpecError
 from predictor.estimators.lgbm.estimator import CLASSES, LGBMQuantileEstimator
 from predictor.estimators.lgbm.features import feature_names
 from predictor.estimators.lgbm.store import (

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
-from predictor.jobs import FinishedJob, JobRequest, Prediction, RuntimeInterval
+from kernel.jobs import FinishedJob, JobRequest, Prediction, RuntimeInterval
 
 #: What a call to `predict` may change, besides caches that never change an answer:
 #: - "history": it discards history that no later submission needs, so jobs must be predicted in

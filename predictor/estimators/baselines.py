@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator
-from predictor.jobs import FinishedJob, JobRequest, Prediction
 
 
 class Baseline(Estimator):

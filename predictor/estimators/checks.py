@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator, declarations
 from predictor.estimators.baselines import OracleEstimator
 from predictor.history import HistoryDiscardedError
-from predictor.jobs import FinishedJob, JobRequest, Prediction
 from predictor.offline import causal_replay
 from predictor.registry import make_estimator
 

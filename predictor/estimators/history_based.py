@@ -11,9 +11,9 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import ClassVar, Generic, TypeVar
 
+from kernel.jobs import FinishedJob
 from predictor.estimators.base import Estimator, PredictEffect
 from predictor.history import KeyedHistory
-from predictor.jobs import FinishedJob
 
 V = TypeVar("V")
 

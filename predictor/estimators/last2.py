@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import ClassVar
 
+from kernel.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.estimators.history_based import HistoryEstimator
 from predictor.history import KeyedHistory
-from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
 #: How many of the user's latest jobs the estimate averages.
 RECENT_JOBS = 2

@@ -10,11 +10,11 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, cast
 
-from predictor.durations import parse_duration
+from kernel.durations import parse_duration
+from kernel.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.estimators.base import parameter
 from predictor.estimators.history_based import HistoryEstimator
 from predictor.history import KeyedHistory, key_function
-from predictor.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 
 KEYS = ("user", "group", "user+group", "user+executable", "user+executable+procs")
 #: Below this many jobs the standard deviation says nothing.

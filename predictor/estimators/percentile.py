@@ -15,11 +15,8 @@ from typing import ClassVar, cast
 
 from sortedcontainers import SortedList
 
-from predictor.durations import parse_duration
-from predictor.estimators.base import parameter
-from predictor.estimators.history_based import HistoryEstimator
-from predictor.history import KeyedHistory, interpolated_percentile, key_function
-from predictor.jobs import (
+from kernel.durations import parse_duration
+from kernel.jobs import (
     INTERVAL_PROBABILITIES,
     FinishedJob,
     JobRequest,
@@ -27,6 +24,9 @@ from predictor.jobs import (
     RuntimeInterval,
     clamp_estimate,
 )
+from predictor.estimators.base import parameter
+from predictor.estimators.history_based import HistoryEstimator
+from predictor.history import KeyedHistory, interpolated_percentile, key_function
 
 KEYS = ("user", "group", "user+group", "user+group+request")
 WINDOWS = ("30d", "60d", "90d", "180d", "365d", "all")

@@ -21,11 +21,11 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from predictor.errors import SpecError, TschedError, UsageError
+from kernel.errors import SpecError, TschedError, UsageError
+from kernel.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction, RuntimeInterval
+from kernel.specs import parse_spec
 from predictor.forecasting import QueueState, Scheduler
-from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobRequest, Prediction, RuntimeInterval
 from predictor.proto import pb, rpc
-from predictor.registry import parse_spec
 from predictor.service.codec import (
     add_completions,
     add_jobs,

@@ -2,7 +2,7 @@
 
 Reading validates: a request that breaks the contract raises `InvalidRequest`
 naming the field (`jobs[3].t_req must be >= 1, got -5`). The field list and
-its bounds come from `predictor.jobs.JOB_FIELDS`, the one schema the job
+its bounds come from `kernel.jobs.JOB_FIELDS`, the one schema the job
 type, the wire and the state file share.
 
 Batches make this the hot path of the service, so both directions are built
@@ -17,9 +17,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from predictor.errors import InvalidRequest
-from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, StartedJob, StartForecast
-from predictor.jobs import (
+from kernel.errors import InvalidRequest
+from kernel.jobs import (
     JOB_FIELD_NAMES,
     JOB_FIELDS,
     UNSET_SUBMIT,
@@ -29,6 +28,7 @@ from predictor.jobs import (
     JobRequest,
     Prediction,
 )
+from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, StartedJob, StartForecast
 from predictor.proto import pb
 from predictor.service.forecasts import check_counts
 

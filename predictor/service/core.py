@@ -27,7 +27,7 @@ a client's SPEC may ask for, how far ahead of the clock a time may be, and
 memory (state stops growing near the ceiling). A call refused by a bound
 changes nothing.
 
-Nothing here knows gRPC: refusals are `predictor.errors.ServiceError`s, which
+Nothing here knows gRPC: refusals are `kernel.errors.ServiceError`s, which
 the adapter (`servicer`) maps to status codes.
 """
 
@@ -43,8 +43,8 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.durations import SECONDS_PER_DAY
-from predictor.errors import (
+from kernel.durations import SECONDS_PER_DAY
+from kernel.errors import (
     Conflict,
     FailedPrecondition,
     InvalidRequest,
@@ -54,14 +54,21 @@ from predictor.errors import (
     SpecError,
     UsageError,
 )
+from kernel.jobs import UNSET_SUBMIT, FinishedJob, JobName, JobRequest, Prediction, RuntimeInterval
+from kernel.specs import parse_spec
 from predictor.estimators.base import Estimator
 from predictor.estimators.baselines import OracleEstimator
-from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, forecast_with_bounds
+from predictor.forecasting import (
+    DEFAULT_LOWER_QUANTILE,
+    QueueState,
+    Scheduler,
+    StartForecaster,
+    forecast_with_bounds,
+)
 from predictor.history import HistoryDiscardedError
-from predictor.jobs import UNSET_SUBMIT, FinishedJob, JobName, JobRequest, Prediction, RuntimeInterval
-from predictor.registry import available, make_estimator, parse_spec
+from predictor.registry import available, make_estimator
 from predictor.service import records, snapshots
-from predictor.service.forecasts import ForecastAnswer, NamespaceLifetimes, check_state, installed_start_forecaster
+from predictor.service.forecasts import ForecastAnswer, NamespaceLifetimes, check_state
 from predictor.service.limits import Limits, MemoryWatch
 from predictor.service.live import LiveScores, LiveSummary
 from predictor.service.quoting import clip, quote
@@ -368,12 +375,16 @@ class PredictorCore:
         store: CompletionStore | None = None,
         limits: Limits | None = None,
         models: Sequence[dict[str, Any]] = (),
+        *,
+        start_forecaster: StartForecaster | None = None,
     ) -> None:
-        """`models`: the trained models `estimator_factory` serves, as `ListEstimators` describes them."""
+        """`models`: the trained models `estimator_factory` serves, as `ListEstimators` describes them;
+        `start_forecaster`: the forward simulation behind `forecast_start` (None: forecasts are refused)."""
         self.limits = limits or Limits()
         self.models = list(models)
         self.memory = MemoryWatch(self.limits.memory_limit_bytes)
         self._factory = estimator_factory
+        self._start_forecaster = start_forecaster
         self._allow_oracle = allow_oracle
         self._store = store
         self._caps = _parse_caps(self.limits.estimator_limit)
@@ -504,7 +515,7 @@ class PredictorCore:
     ) -> ForecastAnswer:
         """Each waiting job's forecast start and bounds: the scheduler run forward from `state`, each job running
         for the t_sched the namespace's estimator gives it at `state.now` (docs/queue-time.md). Learns nothing."""
-        forecaster = installed_start_forecaster()
+        forecaster = self._start_forecaster
         if forecaster is None:
             raise FailedPrecondition("this server cannot forecast: it was started without the forward simulation")
         try:

@@ -2,8 +2,8 @@
 
 The forward simulation itself is the simulator's (`simulator.forecast`), which
 `predictor` never imports: the `tsched serve` command, which composes both
-packages, installs it here with `install_start_forecaster`. A server without
-one refuses forecasts (FAILED_PRECONDITION) and serves everything else.
+packages, hands it to the server it starts. A server without one refuses
+forecasts (FAILED_PRECONDITION) and serves everything else.
 
 The bounds (`predictor.forecasting.forecast_with_bounds`) need Downey's
 conditional lifetime models of the namespace's history: `NamespaceLifetimes`
@@ -21,9 +21,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from predictor.errors import InvalidRequest
-from predictor.forecasting import LifetimeLookup, QueueState, StartForecast, StartForecaster
-from predictor.jobs import UNSET_SUBMIT
+from kernel.errors import InvalidRequest
+from kernel.jobs import UNSET_SUBMIT
+from predictor.forecasting import LifetimeLookup, QueueState, StartForecast
 from predictor.lifetimes import QueueLifetimes
 from predictor.service.records import History
 
@@ -31,19 +31,6 @@ from predictor.service.records import History
 MAX_FORECAST_WAITING = 5_000
 MAX_FORECAST_RUNNING = 20_000
 MAX_MACHINE_PROCS = 10_000_000
-
-_installed: StartForecaster | None = None
-
-
-def install_start_forecaster(forecaster: StartForecaster | None) -> StartForecaster | None:
-    """Forecast with `forecaster` from now on (None: refuse forecasts); return the one it replaces."""
-    global _installed  # the one seam through which the simulator reaches the service
-    previous, _installed = _installed, forecaster
-    return previous
-
-
-def installed_start_forecaster() -> StartForecaster | None:
-    return _installed
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
-from predictor.errors import InvalidRequest, PermissionDenied, ResourceExhausted, ServiceError
+from kernel.errors import InvalidRequest, PermissionDenied, ResourceExhausted, ServiceError
 from predictor.proto import pb
 from predictor.service.limits import Admission, CallKind, Limits, Watchdog
 from predictor.service.quoting import RefusalLog, clip

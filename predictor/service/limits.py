@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from predictor.durations import parse_duration
-from predictor.errors import ResourceExhausted, UsageError
+from kernel.durations import parse_duration
+from kernel.errors import ResourceExhausted, UsageError
 
 log = logging.getLogger("tsched.service")
 

@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from predictor.jobs import FinishedJob, JobRequest, Prediction
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: How far a completion's submit time may be from the submit time its prediction was asked for (seconds):

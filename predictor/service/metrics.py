@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from predictor.service.core import PredictorCore
 from predictor.service.security import is_local
 

@@ -1,7 +1,7 @@
 """Jobs as rows of int64: how the service keeps a namespace's history and writes events to its state file.
 
 A completion is its `JobRequest` fields (the one job schema,
-`predictor.jobs.JOB_FIELDS`) then its end and runtime; a submission is the
+`kernel.jobs.JOB_FIELDS`) then its end and runtime; a submission is the
 `JobRequest` fields alone. As tuples a completion costs about 400 bytes of
 memory; as a row, 80. Rows convert to job tuples only where an estimator
 needs them (teaching a new estimator, replaying, spotting a resent job).
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from predictor.jobs import JOB_FIELDS, FinishedJob, JobRequest
+from kernel.jobs import JOB_FIELDS, FinishedJob, JobRequest
 
 SUBMISSION_WIDTH = len(JOB_FIELDS)
 COMPLETION_WIDTH = SUBMISSION_WIDTH + 2

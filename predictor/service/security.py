@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from predictor.errors import PermissionDenied, UsageError
+from kernel.errors import PermissionDenied, UsageError
 from predictor.service.core import DEFAULT_NAMESPACE
 from predictor.service.quoting import quote
 

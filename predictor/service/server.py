@@ -30,7 +30,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-from predictor.errors import InvalidRequest, UsageError
+from kernel.errors import InvalidRequest, UsageError
+from predictor.forecasting import StartForecaster
 from predictor.proto import rpc
 from predictor.service.codec import max_message_bytes
 from predictor.service.core import EstimatorFactory, PredictorCore, registry_factory
@@ -226,6 +227,7 @@ def start_server(
     limits: Limits | None = None,
     models: Sequence[dict[str, Any]] = (),
     metrics_listen: str | None = None,
+    start_forecaster: StartForecaster | None = None,
 ) -> tuple[PredictorServer, int]:
     """Start serving on `listen` (port 0: a free port) without blocking; return the server and its port.
 
@@ -235,6 +237,8 @@ def start_server(
     the hook through which trained models (`--models DIR`) are supplied;
     `models` describes them (logged at start, listed by ListEstimators).
     `metrics_listen` ([HOST:]PORT) serves Prometheus metrics over HTTP.
+    `start_forecaster` runs `ForecastStart`'s forward simulation (the
+    composition root passes the simulator's; None: forecasts are refused).
     Raises UsageError or InvalidRequest for bad settings, StateError for an
     unusable state file, OSError when the address cannot be bound.
     """
@@ -250,7 +254,9 @@ def start_server(
     specs = list(default_estimators) if default_estimators else [DEFAULT_ESTIMATOR]
     store = CompletionStore(state) if state is not None else None
     try:
-        core = PredictorCore(specs, estimator_factory, allow_oracle, store, limits, models)
+        core = PredictorCore(
+            specs, estimator_factory, allow_oracle, store, limits, models, start_forecaster=start_forecaster
+        )
     except BaseException:
         if store is not None:
             store.close()
@@ -321,6 +327,7 @@ def serve(
     security: Security | None = None,
     limits: Limits | None = None,
     metrics_listen: str | None = None,
+    start_forecaster: StartForecaster | None = None,
 ) -> NoReturn:
     """Serve until SIGTERM or SIGINT, then stop and end the process. Call from the main thread.
 
@@ -330,7 +337,7 @@ def serve(
     acknowledged write is already on disk). A second signal exits at once
     (status 128 + signal). SIGHUP reloads the token file. `models_dir` is a
     folder of trained models served by name; `on_ready` is called with the
-    bound port (0 on a Unix socket) once the server accepts calls.
+    bound port (0 on a Unix socket) once the server accepts calls; `start_forecaster` as `start_server`'s.
     """
     limits = limits or Limits()
     security = security or Security()
@@ -351,6 +358,7 @@ def serve(
         limits=limits,
         models=models,
         metrics_listen=metrics_listen,
+        start_forecaster=start_forecaster,
     )
     received: list[tuple[int, float]] = []
     stop = threading.Event()

@@ -1,7 +1,7 @@
 """The gRPC adapter: the `tsched.v1.Predictor` contract over `PredictorCore`.
 
 Each RPC decodes its request (`codec`), calls the core, and encodes the
-answer. Refusals are raised as `predictor.errors.ServiceError`s by the codec
+answer. Refusals are raised as `kernel.errors.ServiceError`s by the codec
 and the core; one decorator per call shape maps them to status codes, logs
 them, and turns anything else into INTERNAL while the server keeps serving.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from predictor.errors import (
+from kernel.errors import (
     Conflict,
     DeadlineExceeded,
     FailedPrecondition,
@@ -27,7 +27,7 @@ from predictor.errors import (
     ServiceError,
     Unavailable,
 )
-from predictor.jobs import UNSET_SUBMIT, JobName
+from kernel.jobs import UNSET_SUBMIT, JobName
 from predictor.proto import pb, rpc
 from predictor.service import codec
 from predictor.service.core import DEFAULT_NAMESPACE, Answer, DeadlineCheck, PredictorCore

@@ -20,7 +20,7 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
-from predictor.errors import TschedError
+from kernel.errors import TschedError
 from predictor.estimators.base import Estimator
 
 #: Bumped when what a snapshot holds changes; an older one is ignored (the events are replayed instead).
@@ -100,7 +100,7 @@ class _Unpickler(pickle.Unpickler):
 
 
 #: Where the classes estimators are made of are defined.
-_ESTIMATOR_MODULES = ("predictor.estimators.", "predictor.history", "predictor.jobs")
+_ESTIMATOR_MODULES = ("predictor.estimators.", "predictor.history", "kernel.jobs")
 
 
 def dump(image: NamespaceImage) -> bytes:

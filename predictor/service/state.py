@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.errors import TschedError, Unavailable
-from predictor.jobs import JOB_FIELDS, FinishedJob, JobRequest
+from kernel.errors import TschedError, Unavailable
+from kernel.jobs import JOB_FIELDS, FinishedJob, JobRequest
 from predictor.service import records
 
 log = logging.getLogger("tsched.service")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from predictor.errors import TraceError, UsageError
+from kernel.errors import TraceError, UsageError
 from predictor.offline import scored_replay
 from predictor.scoring import accuracy
 from simulator.engine import SimulationConfig

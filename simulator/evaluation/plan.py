@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from kernel.errors import SpecError, UsageError
 from predictor.digests import sha256_of
-from predictor.errors import SpecError, UsageError
 from predictor.registry import make_estimator
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
 from simulator.dynp import canonical_policy

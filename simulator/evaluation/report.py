@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from predictor.registry import make_estimator
 from simulator.engine import SimulationConfig
 from simulator.evaluation.plan import (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.errors import TraceError, UsageError
+from kernel.errors import TraceError, UsageError
 from simulator.workloads.sitelog import SiteLogOptions, SizeUnit
 from simulator.workloads.swf import SWFHeader, Trace, read_swf, write_swf
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from simulator.workloads.swf import Trace
 
 

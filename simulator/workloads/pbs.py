@@ -37,11 +37,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kernel.errors import TraceError
 from predictor.digests import files_of
-from predictor.errors import TraceError
-from predictor.frames import finished_from_frame
-from predictor.jobs import FinishedJob
-from predictor.sites.pbs import name_id
 from simulator.workloads import sitelog
 from simulator.workloads.swf import Trace, read_trace_bytes
 
@@ -303,19 +300,3 @@ def _site_jobs(table: pd.DataFrame, deleted_ids: set[str], options: sitelog.Site
         left_out=left_out,
         notes=notes,
     )
-
-
-def site_completions(trace: Trace) -> list[FinishedJob]:
-    """The trace's jobs as completions for a live predictor: Unix times, and users and groups numbered from
-    their names (`predictor.sites.pbs.name_id`) as the queuejob hook asks about them; in end order."""
-    epoch = trace.header.unix_start_time or 0
-    users, groups = trace.names.get("user", {}), trace.names.get("group", {})
-    finished = []
-    for job in finished_from_frame(trace.jobs):
-        request = job.request._replace(
-            submit=job.request.submit + epoch,
-            user=name_id(users.get(job.request.user, str(job.request.user))),
-            group=name_id(groups.get(job.request.group, str(job.request.group))),
-        )
-        finished.append(FinishedJob(request, job.end + epoch, job.runtime))
-    return sorted(finished, key=lambda job: (job.end, job.request.submit, job.request.job_id))

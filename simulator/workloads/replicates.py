@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from simulator.workloads.swf import Trace
 
 #: How far, in seconds, a replicate may move a submission by default: far less than a typical wait,

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.errors import TraceError
+from kernel.errors import TraceError
 from simulator.workloads.sitelog import (
     STATUS_CANCELLED,
     STATUS_COMPLETED,

@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from predictor.errors import TraceError, UsageError
+from kernel.errors import TraceError, UsageError
 from simulator.workloads.swf import FLOAT_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace
 
 SizeUnit = Literal["cores", "nodes"]

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictor.errors import TraceError, UsageError
+from kernel.errors import TraceError, UsageError
 from predictor.scoring import summarize
 
 #: The 18 SWF fields in file order, as `Trace.records` names them.

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from simulator.workloads.swf import FLOAT_COLUMNS, GENERATED_PATH, RECORD_COLUMNS, SWFHeader, Trace
 
 #: 2024-01-01 00:00:00 UTC, a Monday: trace second 0.

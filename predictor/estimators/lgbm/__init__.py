@@ -13,7 +13,7 @@ does not import LightGBM.
 
 from typing import TYPE_CHECKING
 
-from predictor.lazy import lazy_exports
+from kernel.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator

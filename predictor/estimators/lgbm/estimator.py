@@ -41,12 +41,8 @@ from typing import Any, ClassVar, Self
 import lightgbm as lgb
 import numpy as np
 
-from predictor.durations import SECONDS_PER_DAY, parse_duration, required_duration
-from predictor.estimators.base import Estimator, PredictEffect, parameter
-from predictor.estimators.lgbm.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
-from predictor.estimators.lgbm.features import FeatureHistory, feature_names
-from predictor.history import HistoryDiscardedError
-from predictor.jobs import (
+from kernel.durations import SECONDS_PER_DAY, parse_duration, required_duration
+from kernel.jobs import (
     INTERVAL_PROBABILITIES,
     FinishedJob,
     JobRequest,
@@ -54,6 +50,10 @@ from predictor.jobs import (
     RuntimeInterval,
     clamp_estimate,
 )
+from predictor.estimators.base import Estimator, PredictEffect, parameter
+from predictor.estimators.lgbm.calibration import UserCalibrator, choose, choose_quantile, conformity_scores
+from predictor.estimators.lgbm.features import FeatureHistory, feature_names
+from predictor.history import HistoryDiscardedError
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: Upper edges of the R bins the classifier predicts; the last class is "ran to its request".

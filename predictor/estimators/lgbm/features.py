@@ -29,9 +29,9 @@ from math import log, log1p, sqrt
 from operator import attrgetter
 from typing import TypeVar
 
-from predictor.durations import SECONDS_PER_DAY
+from kernel.durations import SECONDS_PER_DAY
+from kernel.jobs import FinishedJob, JobRequest
 from predictor.history import EndSeries, interpolated_percentile
-from predictor.jobs import FinishedJob, JobRequest
 
 #: History keys: which request fields identify "similar" jobs. (Group, user+group, user+executable
 #: and group-level keys were measured and added nothing; see docs/lgbm.md.)

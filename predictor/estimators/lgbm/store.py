@@ -22,9 +22,10 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from kernel.durations import SECONDS_PER_DAY
+from kernel.errors import ModelError, SpecError, TraceError, UsageError
+from kernel.specs import parse_spec
 from predictor.digests import sha256_of
-from predictor.durations import SECONDS_PER_DAY
-from predictor.errors import ModelError, SpecError, TraceError, UsageError
 from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.defaults import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
 from predictor.estimators.lgbm.estimator import (
@@ -46,7 +47,7 @@ from predictor.estimators.lgbm.features import (
 )
 from predictor.frames import TraceLike, finished_from_frame, jobs_to_requests
 from predictor.offline import causal_replay
-from predictor.registry import available, make_estimator, parse_spec
+from predictor.registry import available, make_estimator
 from predictor.scoring import prediction_scores
 
 #: Version 2: rows end with the key's R class counts (`prior_jobs`) and calibration targets adapt (`adapt`);

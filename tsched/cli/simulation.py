@@ -2,9 +2,9 @@
 
 This is the one entry point: the simulator's commands (`simulate`, `trace`,
 `evaluate`) live here, the predictor's (`serve`, `predict`, `predict-eval`,
-`train`) in `predictor.cli`, mounted below. Every command that reads a trace
+`train`) in `tsched.cli.service`, mounted below. Every command that reads a trace
 uses the built-in synthetic workload when `--trace` is omitted, so a new user
-can run everything with no data. Errors a user can fix (`predictor.errors.
+can run everything with no data. Errors a user can fix (`kernel.errors.
 TschedError`: a malformed trace, a bad SPEC, a refused request) and file-system
 errors are printed as one line with exit status 2; anything else is a bug and
 keeps its traceback.
@@ -15,14 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from predictor import cli as predictor_cli
-from predictor.cli import fraction, non_negative_int, output_file, positive_int, positive_number, write_json
-from predictor.errors import TschedError, UsageError
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 from simulator.dynp import DYNAMIC, canonical_policy
 from simulator.engine import SimulationConfig
@@ -32,7 +27,21 @@ from simulator.machine import CORRECTIONS, MODES
 from simulator.policies import POLICIES
 from simulator.waiteval import PROTOCOLS
 from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
-from simulator.workloads.swf import Trace
+from tsched.cli.options import (
+    HelpFormatter,
+    add_connection_options,
+    credentials_from,
+    format_options,
+    fraction,
+    load_trace,
+    non_negative_int,
+    output_file,
+    positive_int,
+    positive_number,
+    read_trace_option,
+    trace_options,
+    write_json,
+)
 
 #: How --policy and --policies describe a policy SPEC.
 POLICY_HELP = (
@@ -46,39 +55,8 @@ POLICY_HELP = (
 #: CTC-SP2, at a fraction of its cost).
 DEFAULT_FORECASTERS = ("downey", "forward:estimator=request", "forward:estimator=last2")
 EXIT_USER_ERROR = 2
-#: `--trace -`: SWF lines on standard input (a scheduler's finished jobs piped to `tsched observe`).
-STDIN = "-"
 EXIT_TASK_FAILED = 1
 _DEFAULTS = SimulationConfig(procs=1)
-
-
-def load_trace(args: argparse.Namespace) -> Trace:
-    """The trace to replay: `read_trace_option`'s, refused with the reasons when no job of it can be replayed."""
-    return read_trace_option(args).require_jobs()
-
-
-def read_trace_option(args: argparse.Namespace) -> Trace:
-    """The trace `--trace` names (in `--format`, with `--lenient` and the site-log options), or the built-in one."""
-    from simulator.workloads.formats import read_trace
-    from simulator.workloads.synthetic import default_workload
-
-    if args.trace is None:
-        return default_workload()
-    if args.trace == STDIN:
-        from simulator.workloads.swf import parse_swf
-
-        if args.format not in (None, "swf"):
-            raise UsageError(f"--trace - reads SWF lines from standard input, not --format {args.format}")
-
-        return parse_swf(sys.stdin.buffer.read(), "<stdin>", lenient=args.lenient)
-    return read_trace(
-        args.trace,
-        args.format,
-        lenient=args.lenient,
-        timezone=args.timezone,
-        size=args.size,
-        default_request=args.default_request,
-    )
 
 
 def policy_spec(text: str) -> str:
@@ -136,10 +114,6 @@ def _per_policy(counts: dict[str, int]) -> str:
     return " / ".join(f"{policy} {count}" for policy, count in counts.items())
 
 
-#: Completions per ObserveCompletions call of `pbs-report`.
-PBS_REPORT_BATCH = 10_000
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.experiment import run_simulation
 
@@ -147,7 +121,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     procs = trace.machine_procs(args.procs)
     mode = args.mode or default_mode(args.estimator)
     config = SimulationConfig(procs, args.policy, args.backfill, mode, args.correction, args.backfill_order)
-    credentials = predictor_cli.credentials_from(args) if args.predictor_address else None
+    credentials = credentials_from(args) if args.predictor_address else None
     summary, result = run_simulation(
         trace,
         config,
@@ -171,14 +145,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_pbs_report(args: argparse.Namespace) -> int:
     from predictor.service.client import PredictorClient
-    from simulator.workloads.pbs import read_pbs, site_completions
+    from sites.pbs import report_accounting
 
-    finished = site_completions(read_pbs(args.accounting, lenient=True).require_jobs())
-    new = 0
-    with PredictorClient(args.address, args.timeout, predictor_cli.credentials_from(args)) as client:
-        for start in range(0, len(finished), PBS_REPORT_BATCH):
-            new += client.observe(finished[start : start + PBS_REPORT_BATCH], namespace=args.namespace)
-    print(f"{len(finished)} completions sent: {new} new, {len(finished) - new} already held")
+    with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
+        sent, new = report_accounting(args.accounting, client, args.namespace)
+    print(f"{sent} completions sent: {new} new, {sent - new} already held")
     return 0
 
 
@@ -280,57 +251,11 @@ def cmd_wait_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def request_seconds(text: str) -> int:
-    """An argparse type: a time limit as seconds or [D-]HH:MM:SS."""
-    from simulator.workloads.sitelog import parse_duration
-
-    seconds = parse_duration(text)
-    if seconds is None or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive time limit (seconds or [D-]HH:MM:SS)")
-    return seconds
-
-
-def format_options(parser: argparse.ArgumentParser) -> None:
-    """How to read a trace file: its format, and what a site's own log (sacct, PBS) leaves open."""
-    from simulator.workloads.formats import TRACE_FORMATS
-    from simulator.workloads.sitelog import SIZE_UNITS
-
-    parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (default: detected from the content)")
-    parser.add_argument(
-        "--lenient", action="store_true", help="skip malformed lines (counted by reason) instead of failing"
-    )
-    parser.add_argument(
-        "--timezone", metavar="ZONE", help="sacct: the time zone of its local times, e.g. Europe/Berlin (default UTC)"
-    )
-    parser.add_argument("--size", choices=SIZE_UNITS, help="sacct, PBS: job size in cores (default) or nodes")
-    parser.add_argument(
-        "--default-request",
-        type=request_seconds,
-        metavar="LIMIT",
-        help="sacct, PBS: t_req of jobs without a time limit (UNLIMITED, the partition's); default: skip them",
-    )
-
-
-def trace_options(parser: argparse.ArgumentParser) -> None:
-    """`--trace` and how to read it, as every command that reads one trace takes them."""
-    parser.add_argument(
-        "--trace",
-        metavar="PATH",
-        help="SWF trace (.swf, .swf.gz), sacct --parsable2 output, or PBS accounting logs (a file or folder); "
-        "- for SWF lines on standard input; default: the built-in synthetic workload",
-    )
-    format_options(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Mount the simulator's commands (and `pbs-report`) on the `tsched` parser."""
     from simulator.workloads import synthetic
 
-    formatter = predictor_cli.HelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="tsched", description=(__doc__ or "").splitlines()[0], formatter_class=formatter
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('tsched')}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    formatter = HelpFormatter
 
     sim = commands.add_parser(
         "simulate", help="replay a trace through a simulated scheduler", formatter_class=formatter
@@ -393,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--jobs-csv", type=output_file, metavar="OUT", help="write one row per job as CSV")
     sim.add_argument("--predictor-address", metavar="HOST:PORT|unix:PATH", help="get predictions from a tsched service")
     sim.add_argument("--predictor-namespace", metavar="NS", help="service namespace (default: a fresh one)")
-    predictor_cli.add_connection_options(sim)
+    add_connection_options(sim)
     sim.add_argument(
         "--max-fallback-share",
         type=fraction,
@@ -565,30 +490,5 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
     report.add_argument("--namespace", default="", help="the cluster's namespace (default: the server's default)")
     report.add_argument("--timeout", type=positive_number, default=60.0, help="seconds each batch may take")
-    predictor_cli.add_connection_options(report)
+    add_connection_options(report)
     report.set_defaults(handler=cmd_pbs_report)
-
-    predictor_cli.add_commands(commands, load_trace, trace_options)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from predictor.service.forecasts import install_start_forecaster
-    from simulator.forecast import FORWARD_SIMULATION
-
-    args = build_parser().parse_args(argv)
-    # The composition root: a service started here (`tsched serve`) forecasts with the simulator's forward
-    # simulation, which `predictor` never imports.
-    install_start_forecaster(FORWARD_SIMULATION)
-    handler: Callable[[argparse.Namespace], int] = args.handler
-    try:
-        return handler(args)
-    except (TschedError, OSError) as error:
-        print(f"tsched: error: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

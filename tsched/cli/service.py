@@ -1,7 +1,7 @@
 """The predictor's commands: `serve`, `predict`, `forecast`, `predict-eval` and `train`.
 
 Thin adapters over the domain code. They are mounted into the `tsched` entry
-point (`simulator.cli`), which also supplies how a `--trace` is read: reading
+point (`tsched.cli`), which also supplies how a `--trace` is read: reading
 trace files is the simulator's business, and `predictor` never imports it.
 """
 
@@ -11,54 +11,36 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
-import os
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from predictor.errors import UsageError
+from kernel.errors import UsageError
 from predictor.forecasting import QueueState
-from predictor.frames import TraceLike
+from tsched.cli.options import (
+    HelpFormatter,
+    credentials_from,
+    load_trace,
+    output_file,
+    service_options,
+    trace_options,
+    write_json,
+)
 
 if TYPE_CHECKING:
-    from predictor.service.client import Credentials
     from predictor.service.limits import Limits
 
-#: Reads the trace the parsed options name (`--trace`, `--lenient`, ...; no --trace: the built-in workload).
-TraceLoader = Callable[[argparse.Namespace], TraceLike]
-#: Adds the options a `TraceLoader` reads to a command.
-TraceOptions = Callable[[argparse.ArgumentParser], None]
 
 #: What `predict-eval` scores without `--estimator`: the users' requests and Tang et al.'s adjuster.
 DEFAULT_EVAL_ESTIMATORS = ("request", "percentile")
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in `--help`, except where there is none to show (no value, a flag off) or its
-    help already says it in words: a hidden default is how `--mode` once misled."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
-            return text
-        return text + " (default: %(default)s)"
-
-
-def write_json(path: str | None, payload: Any) -> None:
-    """Write `payload` as indented JSON to `path`, if one was given."""
-    if path:
-        Path(path).write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
 
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def cmd_predict_eval(args: argparse.Namespace, load_trace: TraceLoader) -> int:
+def cmd_predict_eval(args: argparse.Namespace) -> int:
     from predictor.offline import evaluate, percentile_grid
 
     trace = load_trace(args)
@@ -85,6 +67,7 @@ def cmd_predict_eval(args: argparse.Namespace, load_trace: TraceLoader) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from predictor.service.server import Security, serve
+    from simulator.forecast import FORWARD_SIMULATION
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     security = Security(
@@ -104,6 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         security=security,
         limits=limits_from(args),
         metrics_listen=args.metrics_listen,
+        start_forecaster=FORWARD_SIMULATION,
     )
 
 
@@ -136,49 +120,7 @@ def limits_from(args: argparse.Namespace) -> Limits:
     return Limits(**fields)
 
 
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    """How a command that calls a predictor service proves itself and checks the server."""
-    group = parser.add_argument_group("connecting to the predictor service")
-    group.add_argument("--token-file", metavar="FILE", help="file holding the bearer token to send (its first line)")
-    group.add_argument(
-        "--tls", action="store_true", help="connect with TLS, checking the server against the system's CAs"
-    )
-    group.add_argument("--tls-ca", metavar="PEM", help="connect with TLS, checking the server against this CA")
-    group.add_argument(
-        "--tls-cert", metavar="PEM", help="client certificate, for a server requiring them (with --tls-key)"
-    )
-    group.add_argument("--tls-key", metavar="PEM", help="the client certificate's private key")
-    group.add_argument(
-        "--tls-server-name", metavar="NAME", help="the name the server's certificate carries, if not the address's"
-    )
-
-
-def _service_options(parser: argparse.ArgumentParser, timeout_help: str, namespace: bool = True) -> None:
-    """The address, deadline and credentials of every command that calls a running service, and (with
-    `namespace`) the namespace it works in."""
-    from predictor.service.client import DEFAULT_TIMEOUT_SECONDS
-
-    parser.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
-    parser.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help=timeout_help)
-    if namespace:
-        parser.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
-    add_connection_options(parser)
-
-
-def credentials_from(args: argparse.Namespace) -> Credentials:
-    from predictor.service.client import Credentials
-
-    return Credentials.from_files(
-        token_file=args.token_file,
-        tls=args.tls,
-        tls_ca=args.tls_ca,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_server_name=args.tls_server_name,
-    )
-
-
-def cmd_train(args: argparse.Namespace, load_trace: TraceLoader) -> int:
+def cmd_train(args: argparse.Namespace) -> int:
     from predictor.digests import sha256_of
     from predictor.estimators.lgbm.store import parse_until, train
 
@@ -253,7 +195,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_observe(args: argparse.Namespace, load_trace: TraceLoader) -> int:
+def cmd_observe(args: argparse.Namespace) -> int:
     from predictor.frames import finished_from_frame
     from predictor.service.client import PredictorClient
 
@@ -306,8 +248,8 @@ def id_or_name(text: str) -> int | str:
 def read_queue_state(path: str) -> QueueState:
     """A scheduler's state from a JSON file (docs/queue-time.md): `now`, `machine_procs`, `running` (jobs with
     their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job."""
+    from kernel.jobs import JOB_FIELDS, JobRequest
     from predictor.forecasting import StartedJob
-    from predictor.jobs import JOB_FIELDS, JobRequest
 
     try:
         data = json.loads(Path(path).read_text())
@@ -385,67 +327,7 @@ def _duration(seconds: int) -> str:
     return f"{seconds / 86_400:.1f}d"
 
 
-def positive_number(text: str) -> float:
-    """An argparse type: a finite number above 0 (seconds, a factor)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
-    return value
-
-
-def _whole_number_from(low: int) -> Callable[[str], int]:
-    """An argparse type: a whole number >= `low`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be {low} or more, not {text}")
-        return value
-
-    return parse
-
-
-#: argparse types: a seed or seconds (0 allowed), a count (at least 1).
-non_negative_int = _whole_number_from(0)
-positive_int = _whole_number_from(1)
-
-
-def fraction(text: str) -> float:
-    """An argparse type: a number from 0 to 1 (a share of jobs)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text}")
-    return value
-
-
-def output_file(text: str) -> str:
-    """An argparse type: a file the command may write, checked before any work (its folder exists and is
-    writable; it is not a folder)."""
-    path = Path(text)
-    folder = path.parent
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{text}: the folder {folder} is not writable")
-    return text
-
-
-def add_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    load_trace: TraceLoader,
-    trace_options: TraceOptions,
-) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Mount the predictor's commands on a `tsched` parser."""
     from predictor.estimators.lgbm.defaults import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
     from predictor.service.server import DEFAULT_ESTIMATOR, DEFAULT_LISTEN, DEFAULT_SOCKET_MODE
@@ -470,7 +352,7 @@ def add_commands(
     evaluate.add_argument(
         "--csv", type=output_file, metavar="OUT", help="write one row per estimator (or grid point) as CSV"
     )
-    evaluate.set_defaults(handler=partial(cmd_predict_eval, load_trace=load_trace))
+    evaluate.set_defaults(handler=cmd_predict_eval)
 
     serve = commands.add_parser("serve", help="run the gRPC predictor service", formatter_class=formatter)
     serve.add_argument(
@@ -531,12 +413,12 @@ def add_commands(
         help=f"train on the window before this UTC date (default: {DEFAULT_HELD_OUT_DAYS} days before the end)",
     )
     train.add_argument("--out", required=True, metavar="models/NAME", help="the model folder to write")
-    train.set_defaults(handler=partial(cmd_train, load_trace=load_trace))
+    train.set_defaults(handler=cmd_train)
 
     predict = commands.add_parser(
         "predict", help="ask a running service for one job's t_sched", formatter_class=formatter
     )
-    _service_options(predict, "seconds to wait for the answer")
+    service_options(predict, "seconds to wait for the answer")
     predict.add_argument("--estimator", metavar="SPEC", help="estimator SPEC (default: the server's first)")
     predict.add_argument("--user", type=id_or_name, required=True, help="user: a number, or a name (alice)")
     predict.add_argument(
@@ -554,9 +436,9 @@ def add_commands(
         help="feed finished jobs (a trace file, or SWF lines on standard input) to a namespace of a running service",
         formatter_class=formatter,
     )
-    _service_options(observe, "seconds to wait for each call (more for large batches)")
+    service_options(observe, "seconds to wait for each call (more for large batches)")
     trace_options(observe)
-    observe.set_defaults(handler=partial(cmd_observe, load_trace=load_trace))
+    observe.set_defaults(handler=cmd_observe)
 
     namespaces = commands.add_parser(
         "namespaces", help="list, show or reset a running service's namespaces", formatter_class=formatter
@@ -568,7 +450,7 @@ def add_commands(
     show = actions.add_parser("show", help="one namespace's size, clock and estimators", formatter_class=formatter)
     reset = actions.add_parser("reset", help="forget a namespace (its stored history too)", formatter_class=formatter)
     for action in (listing, show, reset):
-        _service_options(action, "seconds to wait for the answer", namespace=False)
+        service_options(action, "seconds to wait for the answer", namespace=False)
         action.set_defaults(handler=cmd_namespaces)
     for action in (show, reset):
         action.add_argument("name", metavar="NAMESPACE", help="the namespace")
@@ -576,7 +458,7 @@ def add_commands(
     forecast = commands.add_parser(
         "forecast", help="ask a running service when each waiting job will start", formatter_class=formatter
     )
-    _service_options(forecast, "seconds to wait for the answer")
+    service_options(forecast, "seconds to wait for the answer")
     forecast.add_argument(
         "--state",
         required=True,
@@ -603,6 +485,6 @@ def add_commands(
         help="a running service's live accuracy per estimator, history and calls (the metrics, as a table)",
         formatter_class=formatter,
     )
-    _service_options(status, "seconds to wait for the answer")
+    service_options(status, "seconds to wait for the answer")
     status.add_argument("--json", action="store_true", help="print the answer as JSON")
     status.set_defaults(handler=cmd_status)

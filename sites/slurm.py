@@ -18,15 +18,12 @@ service skips a completion it already holds, so a line sent twice is harmless.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import signal
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from predictor.jobs import FinishedJob, JobRequest
+from kernel.jobs import FinishedJob, JobRequest
 
 log = logging.getLogger("tsched.slurm")
 
@@ -133,7 +130,7 @@ class Follower:
 
     def run(self, stop: threading.Event) -> None:
         """Report until `stop` is set, waiting out failures with a backoff."""
-        from predictor.errors import TschedError
+        from kernel.errors import TschedError
 
         retry = 0.5
         while not stop.is_set():
@@ -147,29 +144,3 @@ class Follower:
             retry = 0.5
             if not consumed:
                 stop.wait(POLL_SECONDS)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from predictor.cli import add_connection_options, credentials_from, positive_number
-    from predictor.service.client import PredictorClient
-
-    parser = argparse.ArgumentParser(prog="tsched-slurm-jobcomp", description=__doc__.splitlines()[0])
-    parser.add_argument("--follow", required=True, type=Path, metavar="SPOOL", help="the spool jobcomp.sh appends to")
-    parser.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
-    parser.add_argument("--namespace", default="", help="the cluster's namespace (default: the server's default)")
-    parser.add_argument(
-        "--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help="seconds each report may take"
-    )
-    add_connection_options(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s tsched-slurm-jobcomp: %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _signum, _frame: stop.set())
-    with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
-        Follower(args.follow, lambda jobs: client.observe(jobs, namespace=args.namespace)).run(stop)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
