@@ -123,7 +123,7 @@ def run_simulation(
             f"{result.predictor_fallbacks} of {len(result.jobs)} jobs ({fallback_share:.1%}) got t_req because the "
             f"predictor service at {address} did not answer, more than the {max_fallback_share:.1%} allowed "
             "(--max-fallback-share): the numbers would be mostly the request's, not the estimator's. "
-            "Check the service or the network, give it longer (--predictor-timeout), or run in-process"
+            "Check the service or the network, give it longer (--timeout), or run in-process"
         )
     summary: dict[str, Any] = {
         "trace": trace.path,

@@ -388,17 +388,17 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
     words = ["tsched", "evaluate"]
     for entry in traces:
         if entry.path is not None:
-            words += ["--trace", entry.path]
+            words += ["--traces", entry.path]
     if plan.procs is not None:
-        words += ["--procs", str(plan.procs)]
+        words += ["--machine-procs", str(plan.procs)]
     axes = {
         "--estimators": plan.estimators,
         "--policies": plan.policies,
-        "--backfill": plan.backfills,
+        "--backfills": plan.backfills,
         "--modes": plan.modes,
-        "--backfill-order": plan.backfill_orders,
+        "--backfill-orders": plan.backfill_orders,
         "--corrections": plan.corrections,
-        "--load-factor": [f"{factor:g}" for factor in plan.load_factors],
+        "--load-factors": [f"{factor:g}" for factor in plan.load_factors],
     }
     for option, values in axes.items():
         words += [option, ",".join(values)]

@@ -135,17 +135,17 @@ class EvaluationPlan:
         for policy in self.policies:
             split_policies(policy)
         for values, allowed, option in (
-            (self.backfills, BACKFILLS, "--backfill"),
+            (self.backfills, BACKFILLS, "--backfills"),
             (self.modes, PREDICTION_MODES, "--modes"),
-            (self.backfill_orders, BACKFILL_ORDERS, "--backfill-order"),
+            (self.backfill_orders, BACKFILL_ORDERS, "--backfill-orders"),
             (self.corrections, CORRECTIONS, "--corrections"),
         ):
             split_choices(",".join(values), allowed, option)
         orderless = [backfill for backfill in self.backfills if backfill in ORDERLESS]
         if orderless and "sjf" in self.backfill_orders:
-            raise UsageError(f"--backfill {orderless[0]} has no backfill order: leave sjf out of --backfill-order")
+            raise UsageError(f"--backfills {orderless[0]} has no backfill order: leave sjf out of --backfill-orders")
         if not self.load_factors or not all(0 < factor < float("inf") for factor in self.load_factors):
-            raise UsageError(f"--load-factor: every factor must be a positive number, not {self.load_factors}")
+            raise UsageError(f"--load-factors: every factor must be a positive number, not {self.load_factors}")
         if self.replicates < 1 or self.jitter < 0:
             raise UsageError(
                 f"--replicates must be 1 or more and --jitter 0 or more, not {self.replicates} and {self.jitter}"

@@ -97,7 +97,7 @@ def read_trace(
     options = site_log_options(timezone, size, default_request)
     if chosen == "swf":
         if options is not None:
-            raise UsageError("--timezone, --size and --default-request apply to sacct and PBS logs, not to SWF")
+            raise UsageError("--timezone, --size-unit and --default-request apply to sacct and PBS logs, not to SWF")
         if not isinstance(path, str | Path):
             raise UsageError("an SWF trace is one file")
         return read_swf(path, lenient=lenient)
@@ -134,7 +134,7 @@ def convert_trace(trace: Trace, out: str | Path, procs: int | None = None) -> Pa
     counts = ", ".join(f"{n} {why}" for why, n in sorted(trace.skipped.items())) or "none"
     lines = [line for line in trace.header.lines if not _MAX_PROCS.match(line)]
     lines += [
-        f"; MaxProcs: {machine}" + (" (from --procs)" if procs is not None else ""),
+        f"; MaxProcs: {machine}" + (" (from --machine-procs)" if procs is not None else ""),
         f"; Note: written by tsched trace convert on {datetime.now(tz=UTC).date().isoformat()}: "
         f"{len(trace.records)} records, {len(trace.jobs)} replayable; skipped: {counts}",
     ]
