@@ -1,4 +1,4 @@
-"""The docs site's generated pages: the command-line reference from the parser, the API reference from the code.
+"""The docs site's generated pages: the command-line, estimator-parameter and API references, from the code.
 
 A mkdocs hook (`hooks:` in mkdocs.yml). Pages hold markers that this hook replaces at build time, so the
 reference is rebuilt from the code on every build and cannot drift from it:
@@ -25,9 +25,9 @@ import io
 import logging
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The layers, top first (pyproject.toml's import-linter contract).
@@ -45,21 +45,6 @@ _documented: set[str] = set()
 
 
 # ---- the command line ----
-
-
-@contextlib.contextmanager
-def _fixed_terminal() -> Iterator[None]:
-    """argparse wraps to the terminal's width and may colour its output: neither belongs in a page."""
-    saved = {name: os.environ.get(name) for name in ("COLUMNS", "NO_COLOR")}
-    os.environ.update(COLUMNS=HELP_COLUMNS, NO_COLOR="1")
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _escape(text: str) -> str:
@@ -126,7 +111,8 @@ def cli_reference() -> str:
     """The Markdown of every command, from the parsers the entry points build."""
     from tsched.cli import build_parser
 
-    with _fixed_terminal():
+    # argparse wraps to the terminal's width and may colour its output: neither belongs in a page.
+    with mock.patch.dict(os.environ, COLUMNS=HELP_COLUMNS, NO_COLOR="1"):
         lines = _command_sections(build_parser(), "", 2)
         lines += ["## `tsched-slurm-jobcomp`", "", "```text", _jobcomp_help(), "```", ""]
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from predictor.service.server import start_server
+from simulator.forecast import FORWARD_SIMULATION
 from tsched.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +30,9 @@ CHEAP = ("trace info", "trace generate", "simulate", "predict-eval")
 COSTLY = ("--grid", "--predictor-address", "--address")
 #: The address the service examples use; they run against a server started for the test.
 README_ADDRESS = "127.0.0.1:50051"
+#: The deadline a replay through the test's server gets where the example leaves the default (1 s, a live
+#: cluster's): on a loaded, shared test machine that default measures the machine, not the example.
+REPLAY_DEADLINE = ["--predictor-timeout", "600"]
 
 
 def shell_blocks(pages: tuple[Path, ...] = PAGES) -> list[str]:
@@ -131,15 +135,18 @@ def test_the_readme_service_examples_run_as_written(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`tsched predict`, `observe`, `namespaces`, `forecast` and `simulate --predictor-address`, against a
-    server of the test's own in place of the docs' 127.0.0.1:50051, with the files the docs write first."""
+    server of the test's own in place of the docs' 127.0.0.1:50051, with the files the docs write first
+    (and a replay's deadline that does not hang on the machine's load: `REPLAY_DEADLINE`)."""
     assert len(SERVICE_COMMANDS) >= 5
     monkeypatch.chdir(tmp_path)
     for name, text in readme_files().items():
         (tmp_path / name).write_text(text)
-    running, port = start_server("127.0.0.1:0")
+    running, port = start_server("127.0.0.1:0", start_forecaster=FORWARD_SIMULATION)  # as `tsched serve` does
     try:
         for command in SERVICE_COMMANDS:
             arguments = _as_here(command.replace(README_ADDRESS, f"127.0.0.1:{port}"), request)
+            if arguments[0] == "simulate" and "--predictor-timeout" not in arguments:
+                arguments += REPLAY_DEADLINE
             assert main(arguments) == 0, command
     finally:
         running.stop(0).wait()
