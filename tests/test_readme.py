@@ -32,7 +32,7 @@ COSTLY = ("--grid", "--predictor-address", "--address")
 README_ADDRESS = "127.0.0.1:50051"
 #: The deadline a replay through the test's server gets where the example leaves the default (1 s, a live
 #: cluster's): on a loaded, shared test machine that default measures the machine, not the example.
-REPLAY_DEADLINE = ["--predictor-timeout", "600"]
+REPLAY_DEADLINE = ["--timeout", "600"]
 
 
 def shell_blocks(pages: tuple[Path, ...] = PAGES) -> list[str]:
@@ -145,7 +145,7 @@ def test_the_readme_service_examples_run_as_written(
     try:
         for command in SERVICE_COMMANDS:
             arguments = _as_here(command.replace(README_ADDRESS, f"127.0.0.1:{port}"), request)
-            if arguments[0] == "simulate" and "--predictor-timeout" not in arguments:
+            if arguments[0] == "simulate" and "--timeout" not in arguments:
                 arguments += REPLAY_DEADLINE
             assert main(arguments) == 0, command
     finally:

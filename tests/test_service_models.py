@@ -147,7 +147,7 @@ def test_simulate_accepts_a_model_the_service_serves(
     trace = tmp_path / "later.swf"  # the same jobs after the model's training span
     lines = [line.split() for line in generated.read_text().splitlines() if not line.startswith(";")]
     trace.write_text("".join(" ".join([f[0], str(int(f[1]) + 20 * DAY), *f[2:]]) + "\n" for f in lines))
-    run = ["simulate", "--trace", str(trace), "--predictor-address", f"127.0.0.1:{served.port}", "--estimator"]
+    run = ["simulate", "--trace", str(trace), "--address", f"127.0.0.1:{served.port}", "--estimator"]
     assert main([*run, "small"]) == 0
     assert "estimator small" in capsys.readouterr().out
     assert main([*run, "smal"]) == 2

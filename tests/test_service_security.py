@@ -221,7 +221,7 @@ def test_commands_connect_with_a_token_file_and_tls(
     assert "UNAUTHENTICATED" in capsys.readouterr().err
     summary, trace = tmp_path / "run.json", tmp_path / "small.swf"
     assert main(["trace", "generate", "--jobs", "600", "--procs", "64", "--out", str(trace)]) == 0
-    simulate = ["simulate", "--trace", str(trace), "--predictor-address", address, "--predictor-namespace", "sim-run"]
+    simulate = ["simulate", "--trace", str(trace), "--address", address, "--namespace", "sim-run"]
     assert main([*simulate, "--estimator", "last2", *connection, "--json", str(summary)]) == 0
     assert json.loads(summary.read_text())["predictor_fallbacks"] == 0
 
