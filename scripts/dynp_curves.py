@@ -35,7 +35,6 @@ from matplotlib.figure import Figure
 
 from simulator.dynp import canonical_policy
 from simulator.engine import SimulationConfig
-from simulator.evaluation.execution import result_row
 from simulator.experiment import run_simulation
 from simulator.workloads.swf import Trace, read_swf
 
@@ -80,7 +79,7 @@ def run_point(path: str, jobs: int, load: float, policy: str, backfill: str, spe
     config = SimulationConfig(period.machine_procs(), policy, backfill, mode)
     started = time.perf_counter()
     summary, _ = run_simulation(period, config, spec, load_factor=load)
-    row = result_row(Path(path).name.removesuffix(".swf.gz"), summary)
+    row = summary.to_row(Path(path).name.removesuffix(".swf.gz"))
     return row | {"seconds": round(time.perf_counter() - started, 2)}
 
 

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from simulator.evaluation.report import estimator_color
+from simulator.evaluation.plots import estimator_color
 
 TRACES = ("KTH-SP2-1996-2.1-cln", "CTC-SP2-1996-3.1-cln", "SDSC-SP2-1998-4.2-cln", "SDSC-BLUE-2000-4.2-cln")
 #: (estimator, backfill order, label), in the order drawn.

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from kernel.errors import SpecError, UsageError
+from simulator.evaluation.columns import METRIC_DEFINITIONS
 from simulator.evaluation.execution import Progress, run_evaluation, run_task, service_host
 from simulator.evaluation.plan import (
     Backend,
@@ -26,16 +27,9 @@ from simulator.evaluation.plan import (
     split_specs,
     task_costs,
 )
-from simulator.evaluation.plots import improvement_plot, monthly_plot, pareto_front
-from simulator.evaluation.report import (
-    METRIC_DEFINITIONS,
-    WEIGHTED_WAIT_SWINGS,
-    WHOLE_VS_MONTHLY,
-    estimator_color,
-    estimator_colors,
-    improvement,
-    monthly_averages,
-)
+from simulator.evaluation.plots import estimator_color, estimator_colors, improvement_plot, monthly_plot, pareto_front
+from simulator.evaluation.report import WEIGHTED_WAIT_SWINGS, WHOLE_VS_MONTHLY
+from simulator.evaluation.tables import improvement, monthly_averages
 from simulator.workloads.swf import write_swf
 from simulator.workloads.synthetic import generate_workload
 from tsched.cli import main
@@ -328,8 +322,8 @@ def test_the_report_summarises_defines_and_gives_units_for_every_column(referenc
 
 
 def test_colours_follow_the_estimator_not_its_position():
-    forward = estimator_colors(PLAN)
-    backward = estimator_colors(EvaluationPlan(**{**PLAN.__dict__, "estimators": tuple(reversed(PLAN.estimators))}))
+    forward = estimator_colors(PLAN.quality_estimators)
+    backward = estimator_colors(reversed(PLAN.quality_estimators))
     assert forward == backward and len(set(forward.values())) == len(forward)
     assert forward["request"] == estimator_color("request") == "#444444"
 
@@ -338,7 +332,7 @@ def test_every_panel_says_which_way_is_better_and_weighted_wait_has_its_own_axis
     """Panels mixed directions unannounced, weighted wait squashed the other bars, colours followed position."""
     table = pd.read_csv(monthly / "monthly.csv", keep_default_na=False, na_values=[""])
     averages = monthly_averages(table)
-    colors = estimator_colors(PLAN)
+    colors = estimator_colors(PLAN.quality_estimators)
     selective = table[table["mode"] == "selective"]
     figures = [
         monthly_plot(selective, averages[averages["mode"] == "selective"], "t", tmp_path / "m.png", colors),
