@@ -24,6 +24,7 @@ from simulator.evaluation.plan import (
     build_tasks,
     months_with_jobs,
     split_choices,
+    split_policies,
     split_specs,
     task_costs,
 )
@@ -409,3 +410,15 @@ def test_replicates_are_an_axis_with_paired_baselines_and_the_report_shows_their
 def test_replicates_with_the_monthly_protocol_are_refused() -> None:
     with pytest.raises(UsageError, match="--replicates with --monthly"):
         EvaluationPlan(replicates=2, monthly=True).check()
+
+
+def test_a_monthly_report_of_dynp_compares_the_modes_on_the_metrics_it_has(tmp_path: Path) -> None:
+    """dynP has no weighted wait (NaN, its policies' scores have different units): the monthly report's
+    comparison of the modes failed on that metric's missing column instead of leaving it out."""
+    plan = EvaluationPlan(
+        estimators=("request", "last2"), policies=split_policies("dynp"), backfills=("easy",), monthly=True
+    )
+    outcome = run_evaluation([small_input()], plan, tmp_path, Backend(in_process=True), show_progress=False)
+    report = outcome.report.read_text()
+    assert "Selective mode beat regular mode in" in report
+    assert re.search(r"in \d of 2 estimator x metric comparisons", report)  # wait and slowdown, for last2

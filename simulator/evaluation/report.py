@@ -413,9 +413,10 @@ def _selective_finding(averages: pd.DataFrame, modes: tuple[str, ...]) -> list[s
     """How often selective mode beat regular mode: the question Tang et al.'s Figures 14-17 answer."""
     if not {"regular", "selective"} <= set(modes):
         return []
-    pivot = averages.pivot_table(
-        index="run", columns="mode", values=[f"improvement_{m}" for m in PAPER_METRICS], sort=False
-    )
+    improvements = [f"improvement_{m}" for m in PAPER_METRICS]
+    pivot = averages.pivot_table(index="run", columns="mode", values=improvements, sort=False).reindex(
+        columns=pd.MultiIndex.from_product([improvements, ["regular", "selective"]])
+    )  # a metric no run has (dynP's weighted wait) is a column of NaN, compared nowhere
     compared = better = 0
     for metric in PAPER_METRICS:
         regular = pivot[(f"improvement_{metric}", "regular")]
