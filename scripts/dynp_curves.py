@@ -36,7 +36,8 @@ from matplotlib.figure import Figure
 from simulator.dynp import canonical_policy
 from simulator.engine import SimulationConfig
 from simulator.experiment import run_simulation
-from simulator.workloads.swf import Trace, read_swf
+from simulator.workloads.swf import read_swf
+from simulator.workloads.trace import Trace
 
 TRACES = ("KTH-SP2-1996-2.1-cln", "CTC-SP2-1996-3.1-cln", "SDSC-SP2-1998-4.2-cln")
 #: Streit's Figure 4: the three single policies, basic dynP with the bounds that were best in his earlier work,

@@ -22,7 +22,7 @@ from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.summary import RunSummary
 from simulator.workloads.load import scale_load
 from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS, replicate_trace
-from simulator.workloads.swf import Trace
+from simulator.workloads.trace import Trace
 
 if TYPE_CHECKING:
     from predictor.service.client import Credentials, RemoteSession

@@ -56,7 +56,7 @@ from simulator.evaluation.plan import (
 from simulator.evaluation.report import ReportInputs, claim_report_folder, write_report
 from simulator.experiment import run_simulation
 from simulator.summary import RunSummary
-from simulator.workloads.swf import Trace
+from simulator.workloads.trace import Trace
 
 if TYPE_CHECKING:
     from predictor.service.client import Credentials

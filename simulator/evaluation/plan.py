@@ -24,8 +24,8 @@ from simulator.summary import RunSummary
 from simulator.workloads.formats import read_trace
 from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
 from simulator.workloads.sitelog import SizeUnit
-from simulator.workloads.swf import Trace
 from simulator.workloads.synthetic import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
+from simulator.workloads.trace import Trace
 
 #: The baseline every run is compared with: the users' requests, used as they are.
 BASELINE_ESTIMATOR = "request"

@@ -18,7 +18,8 @@ import pandas as pd
 
 from kernel.errors import TraceError, UsageError
 from simulator.workloads.sitelog import SiteLogOptions, SizeUnit
-from simulator.workloads.swf import SWFHeader, Trace, read_swf, write_swf
+from simulator.workloads.swf import read_swf, write_swf
+from simulator.workloads.trace import SWFHeader, Trace
 
 TRACE_FORMATS = ("swf", "sacct", "pbs")
 #: How much of a file format detection reads.

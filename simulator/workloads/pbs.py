@@ -40,7 +40,7 @@ import pandas as pd
 from kernel.errors import TraceError
 from predictor.digests import files_of
 from simulator.workloads import sitelog
-from simulator.workloads.swf import Trace, read_trace_bytes
+from simulator.workloads.trace import Trace, read_trace_bytes
 
 _RECORD = re.compile(r"\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}")
 _JOB_ID = r"(\d+)(\[\d*\])?(?:\.|$)"

@@ -61,7 +61,7 @@ from simulator.workloads.sitelog import (
     requests_with_default,
     site_trace,
 )
-from simulator.workloads.swf import Trace, read_trace_bytes
+from simulator.workloads.trace import Trace, read_trace_bytes
 
 #: The fields of the documented command, in its order.
 SACCT_FIELDS = (

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from kernel.errors import TraceError, UsageError
-from simulator.workloads.swf import FLOAT_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace
+from simulator.workloads.trace import FLOAT_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace
 
 SizeUnit = Literal["cores", "nodes"]
 SIZE_UNITS: tuple[SizeUnit, ...] = ("cores", "nodes")

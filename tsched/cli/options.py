@@ -16,7 +16,7 @@ from kernel.errors import UsageError
 
 if TYPE_CHECKING:
     from predictor.service.client import Credentials
-    from simulator.workloads.swf import Trace
+    from simulator.workloads.trace import Trace
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -112,7 +112,7 @@ def cmd_pbs_report(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_info(args: argparse.Namespace) -> int:
-    from simulator.workloads.swf import format_trace_info, trace_info
+    from simulator.workloads.info import format_trace_info, trace_info
 
     info = trace_info(read_trace_option(args))  # also a trace nothing of which can be replayed
     print(format_trace_info(info))
