@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from simulator.engine import SimulationConfig, SimulationResult
+from simulator.engine import SimulationResult
 from simulator.metrics import prediction_metrics, scheduling_metrics
 
 #: The results.csv columns that come first, in this order: the run's parameters, then its size.
@@ -32,6 +32,8 @@ ROW_PARAMETERS = (
     "jobs",
     "skipped",
 )
+#: The scheduler's configuration (`SimulationConfig`) a summary gives, in its order.
+_CONFIG_FIELDS = ("procs", "policy", "backfill", "mode", "correction", "backfill_order")
 #: Fields results.csv spells out in columns of their own (`trace` becomes the trace's label there).
 _NESTED = ("trace", "skipped", "prediction", "dynp")
 
@@ -87,19 +89,14 @@ class RunSummary:
         jitter: int = 0,
     ) -> RunSummary:
         """The summary of `result`, a run of `estimator` on `trace` (its `month`) that left `skipped` jobs out."""
-        config: SimulationConfig = result.config
+        config = result.config
         metrics: dict[str, Any] = scheduling_metrics(result.jobs, config.procs, config.policy)
         jobs = len(result.jobs)
         return cls(
             trace=trace,
             month=month,
             estimator=estimator,
-            procs=config.procs,
-            policy=config.policy,
-            backfill=config.backfill,
-            mode=config.mode,
-            correction=config.correction,
-            backfill_order=config.backfill_order,
+            **{name: getattr(config, name) for name in _CONFIG_FIELDS},
             load_factor=load_factor,
             replicate=replicate,
             jitter=jitter if replicate else 0,
