@@ -33,7 +33,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator.dynp import canonical_policy
+from simulator.dynp import canonical_policy, is_dynamic
 from simulator.engine import SimulationConfig
 from simulator.experiment import run_simulation
 from simulator.workloads.swf import read_swf
@@ -90,7 +90,7 @@ def run_all(args: argparse.Namespace) -> pd.DataFrame:
     paths = [str(Path(args.traces) / f"{name}.swf.gz") for name in args.trace]
     tasks = list(itertools.product(paths, args.loads, POLICIES, args.backfill, sources(args.estimator)))
     # the slowest runs (dynP, heavy load) first, so that the two workers finish together
-    tasks.sort(key=lambda task: (task[2] not in ("fcfs", "sjf", "ljf"), task[1]), reverse=True)
+    tasks.sort(key=lambda task: (is_dynamic(task[2]), task[1]), reverse=True)
     parallel = Parallel(n_jobs=args.workers, return_as="generator_unordered")
     rows = []
     started = time.monotonic()

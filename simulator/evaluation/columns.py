@@ -87,11 +87,14 @@ _DERIVED_COLUMNS: tuple[tuple[str, str | None, str, str], ...] = (
 )
 
 
-#: dynP's counts (JSON `dynp`, flattened): a name, or a prefix ending in "_" followed by a policy or a case.
+#: dynP's summary (JSON `dynp`, flattened into columns): its totals,
 DYNP_COLUMNS: dict[str, tuple[str, str]] = {
     "dynp_decisions": ("decisions", "dynP: scheduling decisions (Streit's tries of switches)"),
     "dynp_kept": ("decisions", "dynP: decisions that kept the current policy"),
     "dynp_mean_backlog": ("jobs", "dynP: mean number of waiting jobs at a decision (Streit's Table 5)"),
+}
+#: and its counts, a column per policy or case: the prefix, then the policy or the case.
+DYNP_COUNTS: dict[str, tuple[str, str]] = {
     "dynp_switches_": ("decisions", "dynP: switches to {}"),
     "dynp_jobs_started_": ("jobs", "dynP: jobs started while the policy was {}"),
     "dynp_cases_": ("decisions", "dynP: decisions in Table 1's case {}"),
@@ -100,12 +103,13 @@ DYNP_COLUMNS: dict[str, tuple[str, str]] = {
 
 def describe_column(column: str) -> tuple[str, str, str]:
     """(unit, which way is better, meaning) of a CSV column of the report."""
-    if column in PARAMETER_COLUMNS:
-        unit, meaning = PARAMETER_COLUMNS[column]
-        return unit, "-", meaning
-    for name, (unit, meaning) in DYNP_COLUMNS.items():
-        if column == name or (name.endswith("_") and column.startswith(name)):
-            return unit, "-", meaning.format(column.removeprefix(name))
+    for named in (PARAMETER_COLUMNS, DYNP_COLUMNS):
+        if column in named:
+            unit, meaning = named[column]
+            return unit, "-", meaning
+    for prefix, (unit, meaning) in DYNP_COUNTS.items():
+        if column.startswith(prefix):
+            return unit, "-", meaning.format(column.removeprefix(prefix))
     for prefix, derived_unit, better, meaning in _DERIVED_COLUMNS:
         metric = column.removeprefix(prefix)
         if column.startswith(prefix) and metric in METRIC_DEFINITIONS:

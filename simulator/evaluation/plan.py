@@ -322,7 +322,7 @@ def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task
             periods, plan.load_factors, range(plan.replicates), plan.policies, plan.backfills, plan.backfill_orders
         )
         for month, load_factor, replicate, policy, backfill, order in configurations:
-            if backfill in ORDERLESS and order != "queue":
+            if backfill in ORDERLESS and order != REFERENCE_ORDER:
                 continue
             for spec, mode, correction in _runs(plan):
                 tasks.append(
