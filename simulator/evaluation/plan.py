@@ -1,7 +1,7 @@
-"""What `tsched evaluate` runs: the plan, its tasks, and the inputs they name.
+"""What `tsched evaluate` runs: the plan, its tasks, the inputs they name and what they produce.
 
-A leaf of the evaluation package: the execution and the report both read these
-definitions, and nothing here imports either of them.
+A leaf of the evaluation package: the execution, the tables and the report
+read these definitions, and nothing here imports any of them.
 """
 
 from __future__ import annotations
