@@ -22,8 +22,8 @@ from predictor.estimators.lgbm.store import (
     train,
 )
 from predictor.estimators.percentile import PercentileEstimator
-from simulator.workloads.swf import Trace
 from simulator.workloads.synthetic import UNIX_START_TIME, generate_workload
+from simulator.workloads.trace import Trace
 
 DAY = 86_400
 SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"

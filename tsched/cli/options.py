@@ -21,7 +21,7 @@ from tsched.cli.spec import STDOUT, Group, Option
 
 if TYPE_CHECKING:
     from predictor.service.client import Credentials
-    from simulator.workloads.swf import Trace
+    from simulator.workloads.trace import Trace
 
 #: `--trace -`: SWF lines on standard input (a scheduler's finished jobs piped to `tsched observe`).
 STDIN = "-"

@@ -72,47 +72,6 @@ def default_mode(estimator: str) -> str:
     return "none" if estimator == BASELINE_ESTIMATOR else "selective"
 
 
-def _format_summary(summary: dict[str, Any]) -> str:
-    """A readable block for `tsched simulate`."""
-    skipped = ", ".join(f"{k} {v}" for k, v in summary["skipped"].items())
-    lines = [
-        f"trace      {summary['trace']}" + (f"  month {summary['month']}" if summary["month"] else ""),
-        f"scheduler  {summary['policy']} + {summary['backfill']} backfilling ({summary['backfill_order']} order), "
-        f"{summary['procs']} processors, mode {summary['mode']} (correction {summary['correction']}), "
-        f"estimator {summary['estimator']}"
-        + (f", load x{summary['load_factor']:g}" if summary["load_factor"] != 1 else "")
-        + (f", replicate {summary['replicate']} (±{summary['jitter']} s)" if summary["replicate"] else ""),
-        f"jobs       {summary['jobs']}" + (f"  (skipped: {skipped})" if skipped else ""),
-        f"wait       {summary['avg_wait']:.0f} s average   weighted wait {summary['weighted_wait']:.0f} s",
-        f"response   {summary['avg_response']:.0f} s average   weighted by width (ARTwW) {summary['artww']:.0f} s",
-        f"slowdown   {summary['avg_slowdown']:.2f} average   bounded {summary['avg_bounded_slowdown']:.2f}   "
-        f"weighted by area (SLDwA) {summary['sldwa']:.2f}",
-        f"machine    utilization {summary['utilization']:.3f}   makespan {summary['makespan'] / 86400:.1f} days",
-    ]
-    dynp = summary["dynp"]
-    if dynp is not None:
-        lines.append(
-            f"dynP       {dynp['decisions']} decisions (kept {dynp['kept']}, mean backlog {dynp['mean_backlog']:.1f}), "
-            f"switches to {_per_policy(dynp['switches'])}; jobs started with {_per_policy(dynp['jobs_started'])}"
-        )
-    p = summary["prediction"]
-    lines.append(
-        f"estimates  accuracy mean {p['accuracy_mean']:.3f} median {p['accuracy_median']:.3f}, "
-        f"underestimated {p['underestimated']:.1%} (NA {p['NA']:.1%} OE {p['OE']:.1%} "
-        f"UE {p['UE']:.1%} BE {p['BE']:.1%})"
-    )
-    if summary["predictor_fallbacks"]:
-        lines.append(
-            f"predictor  {summary['predictor_fallbacks']} job(s) ({summary['predictor_fallback_share']:.2%}) got "
-            "t_req: the service did not answer"
-        )
-    return "\n".join(lines)
-
-
-def _per_policy(counts: dict[str, int]) -> str:
-    return " / ".join(f"{policy} {count}" for policy, count in counts.items())
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.engine import SimulationConfig
     from simulator.experiment import run_simulation
@@ -136,7 +95,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         replicate=args.replicate,
         jitter=args.jitter,
     )
-    show(args.json, summary, lambda: _format_summary(summary))
+    show(args.json, summary.to_dict(), summary.describe)
     if args.jobs_csv:
         result.jobs.to_csv(args.jobs_csv, index=False)
     return 0

@@ -18,7 +18,7 @@ from tsched.cli.spec import Command, Option, Table
 
 
 def cmd_trace_info(args: argparse.Namespace) -> int:
-    from simulator.workloads.swf import format_trace_info, trace_info
+    from simulator.workloads.info import format_trace_info, trace_info
 
     info = trace_info(read_trace_option(args))  # also a trace nothing of which can be replayed
     show(args.json, info, lambda: format_trace_info(info))
