@@ -54,7 +54,7 @@ def test_a_second_server_on_the_same_file_refuses_naming_the_first(tmp_path: Pat
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     second = ServerProcess(state=str(state))  # the kernel dropped the dead server's lock
     with PredictorClient(second.address) as client:
-        assert client.list_estimators("kept")["completions"] == 10
+        assert client.list_estimators("kept").completions == 10
     assert second.stop() == 0
 
 
@@ -68,7 +68,7 @@ def test_after_kill_9_the_clock_and_every_answer_are_as_before(tmp_path: Path) -
     try:
         with PredictorClient(first.address) as client:
             client.sync(finished, submissions(finished[-1].end + 3600, count=2), namespace="cluster")
-            clock = client.list_estimators("cluster")["clock"]
+            clock = client.list_estimators("cluster").clock
             before = client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster")
     finally:
         first.stop(signal.SIGKILL)
@@ -76,7 +76,7 @@ def test_after_kill_9_the_clock_and_every_answer_are_as_before(tmp_path: Path) -
     second = ServerProcess(state=state, default_estimators=["last2"])
     try:
         with PredictorClient(second.address) as client:
-            assert client.list_estimators("cluster")["clock"] == clock
+            assert client.list_estimators("cluster").clock == clock
             assert client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster") == before
     finally:
         second.stop()
@@ -109,15 +109,15 @@ def test_a_restart_replays_from_the_latest_snapshot(tmp_path: Path) -> None:
     finished = history(500)
     for start in range(0, 500, 50):
         core.observe("bounded", finished[start : start + 50], lambda: None)
-    answer = core.predict("bounded", "", submissions(finished[-1].end), None).predictions
+    answer = core.predict("bounded", "", submissions(finished[-1].end)).predictions
     core.close()
     with sqlite3.connect(state) as db:
         events = db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         snapshots = db.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0]
     assert snapshots == 1 and events < 100 / 50 + 1  # the file holds the snapshot and the events after it only
     restored = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=limits)
-    assert restored.describe("bounded")["completions"] == 150  # the oldest were dropped, on disk too
-    assert restored.predict("bounded", "", submissions(finished[-1].end), None).predictions == answer
+    assert restored.describe("bounded").completions == 150  # the oldest were dropped, on disk too
+    assert restored.predict("bounded", "", submissions(finished[-1].end)).predictions == answer
     restored.close()
 
 
@@ -226,9 +226,9 @@ def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
             [(*job.request, job.end, job.runtime) for job in finished],
         )
     core = PredictorCore([PERCENTILE], store=CompletionStore(state))
-    assert core.describe("cluster")["completions"] == 120
+    assert core.describe("cluster").completions == 120
     expected = LocalSession(make_estimator(PERCENTILE)).sync(finished, submissions(finished[-1].end))
-    assert core.predict("cluster", "", submissions(finished[-1].end), None).predictions == expected
+    assert core.predict("cluster", "", submissions(finished[-1].end)).predictions == expected
     core.close()
     assert (tmp_path / "state.sqlite.v1-backup").is_file()
     with sqlite3.connect(state) as db:
@@ -303,7 +303,7 @@ def test_a_full_disk_is_not_serving_and_writes_answer_unavailable(small_disk: Pa
             assert codes == {grpc.StatusCode.UNAVAILABLE}
             assert client.health() == "NOT_SERVING"
             assert client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster").prediction.t_sched > 0
-            assert client.list_estimators("cluster")["completions"] == kept  # nothing half-learned
+            assert client.list_estimators("cluster").completions == kept  # nothing half-learned
             filler.unlink()
             deadline = time.monotonic() + 10
             while client.health() != "SERVING" and time.monotonic() < deadline:

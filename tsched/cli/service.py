@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         state=args.state,
         default_estimators=args.estimator or None,
         models_dir=args.models,
-        allow_oracle=args.allow_oracle,
         security=security,
         limits=limits_from(args),
         metrics_listen=args.metrics_listen,
@@ -152,7 +152,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         args.timeout,
         credentials_from(args),
         args.account,
-    )
+    ).plain()
     if args.json:
         print(json.dumps(answer))
     else:
@@ -171,7 +171,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from predictor.service.client import PredictorClient
 
     with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
-        status = client.status(args.namespace)
+        status = dataclasses.asdict(client.status(args.namespace))
     if args.json:
         print(json.dumps(status))
         return 0
@@ -207,16 +207,13 @@ def cmd_observe(args: argparse.Namespace) -> int:
         held = client.list_estimators(args.namespace)
     print(
         f"namespace {args.namespace or 'default'}: {accepted} finished job(s) learned, {duplicates} already held; "
-        f"now {held['completions']} held, clock {held['clock']}"
+        f"now {held.completions} held, clock {held.clock}"
     )
     return 0
 
 
-def _namespace_line(info: dict[str, Any]) -> str:
-    return (
-        f"{info['name']}  completions {info['completions']}  clock {info['clock']}  "
-        f"estimators {', '.join(info['estimators']) or '-'}"
-    )
+def _namespace_line(name: str, completions: int, clock: int, estimators: Sequence[str]) -> str:
+    return f"{name}  completions {completions}  clock {clock}  estimators {', '.join(estimators) or '-'}"
 
 
 def cmd_namespaces(args: argparse.Namespace) -> int:
@@ -225,12 +222,13 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
     with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
         if args.action == "list":
             listing = client.list_namespaces()
-            print("\n".join(_namespace_line(info) for info in listing) if listing else "no namespaces")
+            lines = [_namespace_line(view.name, view.completions, view.clock, view.estimators) for view in listing]
+            print("\n".join(lines) if lines else "no namespaces")
         elif args.action == "show":
             held = client.list_estimators(args.name)
-            if not held["namespace_exists"]:
+            if not held.namespace_exists:
                 raise UsageError(f"namespace {args.name!r} does not exist on {args.address}")
-            print(_namespace_line({**held, "name": args.name, "estimators": held["namespace_specs"]}))
+            print(_namespace_line(args.name, held.completions, held.clock, held.namespace_specs))
         else:
             print(f"namespace {args.name}: reset, {client.reset_namespace(args.name)} completion(s) forgotten")
     return 0
@@ -370,9 +368,6 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         f"(default: {DEFAULT_ESTIMATOR})",
     )
     serve.add_argument("--models", metavar="DIR", help="folder of trained models to serve by name")
-    serve.add_argument(
-        "--allow-oracle", action="store_true", help="serve the evaluation-only oracle (needs actual runtimes)"
-    )
     access = serve.add_argument_group("who may connect (docs/service-operations.md)")
     access.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (with --tls-key)")
     access.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
