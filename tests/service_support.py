@@ -23,6 +23,8 @@ from predictor.service.codec import add_completions, add_names, sync_request
 from simulator.workloads.synthetic import generate_workload
 
 DAY = 86_400
+#: The deadline of calls whose speed no test checks: writes wait for fsync, which a busy disk can hold for seconds.
+PATIENT_SECONDS = 60
 #: Flow-control windows of a client that has stopped reading: it takes what fits in 64 KiB, then nothing.
 NOT_READING = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)]
 

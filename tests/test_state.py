@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from service_support import history, instants, observe_by_name, status_of, submissions
+from service_support import PATIENT_SECONDS, history, instants, observe_by_name, status_of, submissions
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
@@ -48,12 +48,12 @@ def test_a_second_server_on_the_same_file_refuses_naming_the_first(tmp_path: Pat
             CompletionStore(state)
         with pytest.raises(RuntimeError, match=f"pid {first.pid}"):
             ServerProcess(state=str(state))
-        with PredictorClient(first.address) as client:
+        with PredictorClient(first.address, timeout=PATIENT_SECONDS) as client:
             assert client.observe(history(10), namespace="kept") == 10
     finally:
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     second = ServerProcess(state=str(state))  # the kernel dropped the dead server's lock
-    with PredictorClient(second.address) as client:
+    with PredictorClient(second.address, timeout=PATIENT_SECONDS) as client:
         assert client.list_estimators("kept").completions == 10
     assert second.stop() == 0
 
@@ -66,7 +66,7 @@ def test_after_kill_9_the_clock_and_every_answer_are_as_before(tmp_path: Path) -
     finished = history(40)
     first = ServerProcess(state=state, default_estimators=["last2"])
     try:
-        with PredictorClient(first.address) as client:
+        with PredictorClient(first.address, timeout=PATIENT_SECONDS) as client:
             client.sync(finished, submissions(finished[-1].end + 3600, count=2), namespace="cluster")
             clock = client.list_estimators("cluster").clock
             before = client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster")
@@ -75,7 +75,7 @@ def test_after_kill_9_the_clock_and_every_answer_are_as_before(tmp_path: Path) -
     assert clock == finished[-1].end + 3600  # the submissions moved it
     second = ServerProcess(state=state, default_estimators=["last2"])
     try:
-        with PredictorClient(second.address) as client:
+        with PredictorClient(second.address, timeout=PATIENT_SECONDS) as client:
             assert client.list_estimators("cluster").clock == clock
             assert client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster") == before
     finally:
@@ -129,7 +129,7 @@ def crashed(tmp_path: Path) -> Path:
     """A state file whose server was killed: its last writes are only in the write-ahead log."""
     state = tmp_path / "state.sqlite"
     server = ServerProcess(state=str(state))
-    with PredictorClient(server.address) as client:
+    with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
         client.observe(history(50), namespace="cluster")
     server.stop(signal.SIGKILL)
     assert check_wal(Path(f"{state}-wal")) >= 1
@@ -290,7 +290,7 @@ def test_a_full_disk_is_not_serving_and_writes_answer_unavailable(small_disk: Pa
     server = ServerProcess(state=str(small_disk / "state.sqlite"))
     filler = small_disk / "filler"
     try:
-        with PredictorClient(server.address, timeout=10) as client:
+        with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
             kept = client.observe(history(100), namespace="cluster")
             free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
             filler.write_bytes(b"\0" * (free - 32 * 1024))
@@ -320,13 +320,13 @@ def test_names_keep_their_ids_across_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite"
     server = ServerProcess(state=str(state), default_estimators=["last2"])
     assert observe_by_name(server.address, "cluster", history(30)) == 30
-    with PredictorClient(server.address) as client:
+    with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
         before = client.predict(user="user-1", group=-1, account="proj1", t_req=3600, procs=4, namespace="cluster")
         stranger = client.predict(user="user-9", group="proj1", t_req=3600, procs=4, namespace="cluster")
     assert not before.prediction.fallback and stranger.prediction.fallback
     assert server.stop(signal.SIGKILL) == -signal.SIGKILL
     server = ServerProcess(state=str(state), default_estimators=["last2"])
-    with PredictorClient(server.address) as client:
+    with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
         after = client.predict(user="user-1", group=-1, account="proj1", t_req=3600, procs=4, namespace="cluster")
     assert after == before
     assert observe_by_name(server.address, "cluster", history(30)) == 0  # the same jobs: recognised, not relearned
