@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from predictor.service.server import start_server
+from simulator.forecast import FORWARD_SIMULATION
 from tsched.cli import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -90,7 +91,7 @@ def test_the_readme_service_examples_run_as_written(
     monkeypatch.chdir(tmp_path)
     for name, text in readme_files().items():
         (tmp_path / name).write_text(text)
-    running, port = start_server("127.0.0.1:0")
+    running, port = start_server("127.0.0.1:0", start_forecaster=FORWARD_SIMULATION)  # as `tsched serve` starts it
     try:
         for command in SERVICE_COMMANDS:
             arguments = _as_here(command.replace(README_ADDRESS, f"127.0.0.1:{port}"), request)
