@@ -53,9 +53,11 @@ def test_a_second_server_on_the_same_file_refuses_naming_the_first(tmp_path: Pat
     finally:
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     second = ServerProcess(state=str(state))  # the kernel dropped the dead server's lock
-    with PredictorClient(second.address, timeout=PATIENT_SECONDS) as client:
-        assert client.list_estimators("kept").completions == 10
-    assert second.stop() == 0
+    try:
+        with PredictorClient(second.address, timeout=PATIENT_SECONDS) as client:
+            assert client.list_estimators("kept").completions == 10
+    finally:
+        assert second.stop() == 0
 
 
 # --- restarts answer alike ----------------------------------------------------------------------------
