@@ -25,7 +25,8 @@ from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS, replicate_tra
 from simulator.workloads.trace import Trace
 
 if TYPE_CHECKING:
-    from predictor.service.client import Credentials, RemoteSession
+    from predictor.service.client import Credentials
+    from predictor.service.remote import RemoteSession
 
 #: The share of a run's jobs that may get t_req because the service did not answer before the run is refused:
 #: past it, the summary would report mostly the request's schedule under the estimator's name.
@@ -43,34 +44,40 @@ def open_session(
     """An in-process session, or one served by the predictor at `address` (with `credentials`: token, TLS).
 
     The oracle is the one estimator that is handed the actual runtimes, and
-    only here, by the evaluation harness.
+    only here, by the evaluation harness: being evaluation-only it is never
+    served, so it runs in-process even when the run goes through the service.
     """
-    if address is None:
-        estimator = make_estimator(spec)
-        if isinstance(estimator, OracleEstimator):
-            estimator.bind_truth(_runtimes(jobs))
-        return LocalSession(estimator)
-    from predictor.service.client import RemoteSession  # grpc is only imported for the service path
+    if address is not None:
+        from predictor.service.remote import RemoteSession  # grpc is only imported for the service path
 
-    session = RemoteSession(
-        address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, timeout=timeout, credentials=credentials
-    )
-    try:
-        if _evaluation_only(spec, session):
-            session.truth = _runtimes(jobs)
-    except BaseException:
+        session = RemoteSession(
+            address,
+            namespace or f"sim-{uuid.uuid4().hex[:12]}",
+            spec,
+            reset=True,
+            timeout=timeout,
+            credentials=credentials,
+        )
+        try:
+            if not _evaluation_only(spec, session):
+                return session
+        except BaseException:
+            session.close()
+            raise
         session.close()
-        raise
-    return session
+    estimator = make_estimator(spec)
+    if isinstance(estimator, OracleEstimator):
+        estimator.bind_truth(_runtimes(jobs))
+    return LocalSession(estimator)
 
 
 def _evaluation_only(spec: str, session: RemoteSession) -> bool:
-    """Whether the served estimator is the oracle. A built-in's SPEC is checked here (a bad one fails before
-    the run, even with the service down); any other name is asked of the service, the judge of which
+    """Whether the estimator is evaluation-only (the oracle). A built-in's SPEC is checked here (a bad one fails
+    before the run, even with the service down); any other name is asked of the service, the judge of which
     trained models it serves."""
     if parse_spec(spec)[0] in available():
         return make_estimator(spec).evaluation_only
-    return bool(session.client.served_estimator(spec)["evaluation_only"])
+    return session.client.served_estimator(spec).evaluation_only
 
 
 def _runtimes(jobs: pd.DataFrame) -> dict[int, int]:

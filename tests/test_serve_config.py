@@ -120,11 +120,11 @@ def test_a_server_started_from_a_file_serves_it_and_logs_what_it_runs_with(tmp_p
     path.write_text('estimators = ["last2"]\nstate = "state.sqlite"\n[limits]\nmax-calls = 3\n')
     server = serve_in_subprocess(address, "--config", str(path), "--max-streams", "5")
     try:
-        with PredictorClient(address, timeout=5.0) as client:
+        with PredictorClient(address, timeout=60.0) as client:
             assert client.predict(user=1, group=1, t_req=600, procs=4).estimator == "last2"
     finally:
         server.send_signal(signal.SIGTERM)
-        _, log = server.communicate(timeout=30)
+        _, log = server.communicate(timeout=120)
     assert server.returncode == 0
     assert f"effective configuration (flags over {path} over the defaults)" in log
     assert 'estimators = ["last2"]  # the file' in log and "max-streams = 5  # --max-streams" in log

@@ -124,7 +124,7 @@ def _forget_namespace(address: str, namespace: str, credentials: Credentials | N
     from predictor.service.client import PredictorClient
 
     with PredictorClient(address, timeout=FORGET_TIMEOUT_SECONDS, credentials=credentials) as client:
-        client.reset_namespace(namespace)
+        client.reset_namespace(namespace, missing_ok=True)  # none for a run predicted in-process (the oracle)
 
 
 # --- execution -------------------------------------------------------------------------------
@@ -306,7 +306,6 @@ def _start_service(
     server = launcher(
         listen=f"{service_host(backend.dask_scheduler)}:0",
         default_estimators=[BASELINE_ESTIMATOR],
-        allow_oracle=plan.uses_oracle(),
         security=Security(tokens=str(tokens)),
     )
     return server, Credentials(token=token)

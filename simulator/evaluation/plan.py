@@ -170,9 +170,6 @@ class EvaluationPlan:
         """Estimators simulated in each mode; `request` in any mode is the baseline itself (t_sched = t_req)."""
         return tuple(spec for spec in self.estimators if spec != BASELINE_ESTIMATOR)
 
-    def uses_oracle(self) -> bool:
-        return any(make_estimator(spec).evaluation_only for spec in self.estimators)
-
 
 @dataclass(frozen=True)
 class Backend:

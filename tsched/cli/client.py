@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         args.timeout,
         credentials_from(args),
         args.account,
-    )
+    ).plain()
     show(args.json, answer, lambda: _format_prediction(answer))
     return 0
 
@@ -68,7 +69,7 @@ def _format_prediction(answer: dict[str, Any]) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     with connect(args) as client:
-        status = client.status(args.namespace)
+        status = dataclasses.asdict(client.status(args.namespace))
     show(args.json, status, lambda: _format_status(status))
     return 0
 
@@ -109,7 +110,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
         held = client.list_estimators(args.namespace)
     print(
         f"namespace {args.namespace or 'default'}: {accepted} finished job(s) learned, {duplicates} already held; "
-        f"now {held['completions']} held, clock {held['clock']}"
+        f"now {held.completions} held, clock {held.clock}"
     )
     return 0
 
@@ -132,7 +133,7 @@ def _namespace_line(info: dict[str, Any]) -> str:
 
 def cmd_namespaces_list(args: argparse.Namespace) -> int:
     with connect(args) as client:
-        listing = client.list_namespaces()
+        listing = [dataclasses.asdict(view) for view in client.list_namespaces()]
     show(args.json, listing, lambda: "\n".join(map(_namespace_line, listing)) if listing else "no namespaces")
     return 0
 
@@ -140,9 +141,9 @@ def cmd_namespaces_list(args: argparse.Namespace) -> int:
 def cmd_namespaces_show(args: argparse.Namespace) -> int:
     with connect(args) as client:
         held = client.list_estimators(args.name)
-    if not held["namespace_exists"]:
+    if not held.namespace_exists:
         raise UsageError(f"namespace {args.name!r} does not exist on {args.address}")
-    info = {**held, "name": args.name, "estimators": held["namespace_specs"]}
+    info = {**dataclasses.asdict(held), "name": args.name, "estimators": list(held.namespace_specs)}
     show(args.json, info, lambda: _namespace_line(info))
     return 0
 
