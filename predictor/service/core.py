@@ -317,19 +317,30 @@ class Namespace:
         jobs: Sequence[JobRequest],
         truth: dict[int, int] | None,
         check_deadline: DeadlineCheck,
-    ) -> list[Prediction]:
-        """Predict `jobs` (their submit times set); one `predict_many` per chunk, the deadline checked between."""
+        intervals: bool = False,
+    ) -> tuple[list[Prediction], list[RuntimeInterval | None]]:
+        """Predict `jobs` (their submit times set); one `predict_many` per chunk, the deadline checked between.
+
+        With `intervals`, each prediction's interval from the same call (else no intervals).
+        """
         if isinstance(estimator, OracleEstimator):
             estimator.bind_truth(truth or {})
         predictions: list[Prediction] = []
+        shown: list[RuntimeInterval | None] = []
         for start in range(0, len(jobs), DEADLINE_CHECK_EVERY):
             if start:
                 check_deadline()
+            chunk = jobs[start : start + DEADLINE_CHECK_EVERY]
             try:
-                predictions += estimator.predict_many(jobs[start : start + DEADLINE_CHECK_EVERY])
+                if intervals:
+                    for prediction, interval in estimator.predict_many(chunk, intervals=True):
+                        predictions.append(prediction)
+                        shown.append(interval)
+                else:
+                    predictions += estimator.predict_many(chunk)
             except HistoryDiscardedError as error:
                 raise FailedPrecondition(str(error)) from None
-        return predictions
+        return predictions, shown
 
 
 @dataclass(frozen=True)
@@ -446,12 +457,11 @@ class PredictorCore:
             estimator = held.estimator(resolved)
             if resolved.records:
                 self._record(held, [], asked, resolved, moves_clock=False, new_names=new_names)
-                predictions = held.predict(estimator, asked, truth, no_deadline)
+                predictions, shown = held.predict(estimator, asked, truth, no_deadline, intervals)
                 self._maybe_snapshot(held)
             else:
-                predictions = held.predict(estimator, asked, truth, check_deadline)
+                predictions, shown = held.predict(estimator, asked, truth, check_deadline, intervals)
             self._remember(held, resolved, asked, predictions)
-            shown = [estimator.interval(*pair) for pair in zip(asked, predictions, strict=True)] if intervals else []
         return Answer(predictions, resolved.canonical, held.name, clock, intervals=shown)
 
     def observe(
@@ -498,7 +508,7 @@ class PredictorCore:
             accepted, duplicates, submitted, clock = self._record(
                 held, batch, jobs, resolved, moves_clock=True, new_names=new_names
             )
-            predictions = [] if estimator is None else held.predict(estimator, submitted, truth, no_deadline)
+            predictions = [] if estimator is None else held.predict(estimator, submitted, truth, no_deadline)[0]
             self._remember(held, resolved, submitted, predictions)
             self._maybe_snapshot(held)
         return Answer(predictions, resolved.canonical, held.name, clock, accepted, duplicates)
