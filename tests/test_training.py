@@ -10,8 +10,9 @@ import pytest
 
 from kernel.errors import SpecError
 from predictor.digests import sha256_of
-from predictor.estimators.lgbm.estimator import CLASSES, LGBMQuantileEstimator
+from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
 from predictor.estimators.lgbm.features import feature_names
+from predictor.estimators.lgbm.model import CLASSES
 from predictor.estimators.lgbm.store import (
     MANIFEST_FILE,
     MODEL_FILE,

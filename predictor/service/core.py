@@ -170,12 +170,11 @@ class PredictorCore:
             estimator = held.estimator(resolved)
             if resolved.records:
                 self.recorder.record(held, [], asked, resolved, moves_clock=False, new_names=new_names)
-                predictions = held.predict(estimator, asked, no_deadline)
+                predictions, shown = held.predict(estimator, asked, no_deadline, intervals)
                 self.recorder.maybe_snapshot(held)
             else:
-                predictions = held.predict(estimator, asked, check_deadline)
+                predictions, shown = held.predict(estimator, asked, check_deadline, intervals)
             self.recorder.remember(held, resolved, asked, predictions)
-            shown = [estimator.interval(*pair) for pair in zip(asked, predictions, strict=True)] if intervals else []
         return Answer(predictions, resolved.canonical, held.name, clock, intervals=shown)
 
     def observe(
@@ -220,7 +219,7 @@ class PredictorCore:
             estimator = held.estimator(resolved) if jobs else None
             recorded = self.recorder.record(held, batch, jobs, resolved, moves_clock=True, new_names=new_names)
             submitted = recorded.submitted
-            predictions = [] if estimator is None else held.predict(estimator, submitted, no_deadline)
+            predictions = [] if estimator is None else held.predict(estimator, submitted, no_deadline)[0]
             self.recorder.remember(held, resolved, submitted, predictions)
             self.recorder.maybe_snapshot(held)
         return Answer(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from kernel.durations import SECONDS_PER_DAY
 from kernel.errors import Conflict, FailedPrecondition, InvalidRequest, NotFound, ResourceExhausted
-from kernel.jobs import UNSET_SUBMIT, FinishedJob, JobName, JobRequest, Prediction
+from kernel.jobs import UNSET_SUBMIT, FinishedJob, JobName, JobRequest, Prediction, RuntimeInterval
 from predictor.estimators.base import Estimator
 from predictor.history import HistoryDiscardedError
 from predictor.service import records
@@ -207,18 +207,28 @@ class Namespace:
         self.history.evict(completions[-1].end - self.limits.history_window_seconds, self.limits.max_history)
 
     def predict(
-        self, estimator: Estimator, jobs: Sequence[JobRequest], check_deadline: DeadlineCheck
-    ) -> list[Prediction]:
-        """Predict `jobs` (their submit times set); one `predict_many` per chunk, the deadline checked between."""
+        self, estimator: Estimator, jobs: Sequence[JobRequest], check_deadline: DeadlineCheck, intervals: bool = False
+    ) -> tuple[list[Prediction], list[RuntimeInterval | None]]:
+        """Predict `jobs` (their submit times set); one `predict_many` per chunk, the deadline checked between.
+
+        With `intervals`, each prediction's interval from the same call (else no intervals).
+        """
         predictions: list[Prediction] = []
+        shown: list[RuntimeInterval | None] = []
         for start in range(0, len(jobs), DEADLINE_CHECK_EVERY):
             if start:
                 check_deadline()
+            chunk = jobs[start : start + DEADLINE_CHECK_EVERY]
             try:
-                predictions += estimator.predict_many(jobs[start : start + DEADLINE_CHECK_EVERY])
+                if intervals:
+                    for prediction, interval in estimator.predict_many(chunk, intervals=True):
+                        predictions.append(prediction)
+                        shown.append(interval)
+                else:
+                    predictions += estimator.predict_many(chunk)
             except HistoryDiscardedError as error:
                 raise FailedPrecondition(str(error)) from None
-        return predictions
+        return predictions, shown
 
     # --- views ---
 
