@@ -58,7 +58,7 @@ def forecast_starts(
 ) -> list[int]:
     """Every waiting job's start, in `state.waiting` order."""
     starts = [0] * len(state.waiting)
-    for position, start in _starts(state, scheduler, running_ends, waiting_runtimes):
+    for position, start in ForwardRun(state, scheduler, running_ends, waiting_runtimes).starts():
         starts[position] = start
     return starts
 
@@ -75,7 +75,7 @@ def forecast_starts_of(
     found: dict[int, int] = {}
     if not wanted:
         return found
-    for position, start in _starts(state, scheduler, running_ends, waiting_runtimes):
+    for position, start in ForwardRun(state, scheduler, running_ends, waiting_runtimes).starts():
         if position in wanted:
             found[position] = start
             if len(found) == len(wanted):
@@ -84,11 +84,39 @@ def forecast_starts_of(
 
 
 class ForwardRun(Simulation[WaitingJob, QueueScheduler]):
-    """The scheduler run forward from a state: the waiting jobs arrive at `now`, and every job ends as assumed."""
+    """The scheduler run forward from `state`: the waiting jobs arrive at `now`, and every job ends as assumed.
 
-    def __init__(self, scheduler: QueueScheduler, now: int, waiting_runtimes: Sequence[int]) -> None:
-        super().__init__(scheduler, now)
+    Machine indexes: waiting job j is j, running job i is len(waiting) + i.
+    The waiting jobs are admitted in their order (FCFS keeps it) and planned
+    with their requests.
+    """
+
+    def __init__(
+        self, state: QueueState, scheduler: Scheduler, running_ends: Sequence[int], waiting_runtimes: Sequence[int]
+    ) -> None:
+        now, waiting = state.now, state.waiting
+        if len(running_ends) != len(state.running) or len(waiting_runtimes) != len(waiting):
+            raise ValueError("one end per running job and one runtime per waiting job are needed")
+        machine = ProcessorPool(state.procs)
+        backfill = make_backfill(scheduler.backfill, scheduler.backfill_order)
+        super().__init__(QueueScheduler(make_policy(scheduler.policy), backfill, machine), now)
         self._runtimes = waiting_runtimes
+        for offset, (started, end) in enumerate(zip(state.running, running_ends, strict=True)):
+            job = started.job
+            if end <= now:
+                raise ValueError(f"running job {job.job_id} is expected to end at {end}, not after now ({now})")
+            if job.procs > machine.free:
+                raise ValueError(f"the running jobs hold more than the machine's {state.procs} processors")
+            index = len(waiting) + offset
+            machine.start(WaitingJob(index, job.job_id, job.submit, job.procs, job.t_req, job.t_req), started.start)
+            self.schedule(end, EventKind.COMPLETION, index, index)
+        for position, job in enumerate(waiting):
+            if job.procs > state.procs:
+                raise ValueError(
+                    f"waiting job {job.job_id} needs {job.procs} processors; the machine has {state.procs}"
+                )
+            queued = WaitingJob(position, job.job_id, job.submit, job.procs, job.t_req, job.t_req)
+            self.schedule(now, EventKind.ARRIVAL, queued, position)
 
     def admit(self, completed: list[int], arrived: list[WaitingJob]) -> list[WaitingJob]:
         return arrived
@@ -96,46 +124,13 @@ class ForwardRun(Simulation[WaitingJob, QueueScheduler]):
     def completion_time(self, job: WaitingJob) -> int:
         return self.now + self._runtimes[job.index]
 
-
-def _starts(
-    state: QueueState, scheduler: Scheduler, running_ends: Sequence[int], waiting_runtimes: Sequence[int]
-) -> Iterator[tuple[int, int]]:
-    """(position in `state.waiting`, start) of each waiting job, in start order.
-
-    Machine indexes: waiting job j is j, running job i is len(waiting) + i.
-    The waiting jobs are admitted at `now` in their order (FCFS keeps it),
-    planned with their requests; the run stops once none waits.
-    """
-    now, waiting = state.now, state.waiting
-    if len(running_ends) != len(state.running) or len(waiting_runtimes) != len(waiting):
-        raise ValueError("one end per running job and one runtime per waiting job are needed")
-    machine = ProcessorPool(state.procs)
-    run = ForwardRun(
-        QueueScheduler(
-            make_policy(scheduler.policy), make_backfill(scheduler.backfill, scheduler.backfill_order), machine
-        ),
-        now,
-        waiting_runtimes,
-    )
-    for offset, (started, end) in enumerate(zip(state.running, running_ends, strict=True)):
-        job = started.job
-        if end <= now:
-            raise ValueError(f"running job {job.job_id} is expected to end at {end}, not after now ({now})")
-        if job.procs > machine.free:
-            raise ValueError(f"the running jobs hold more than the machine's {state.procs} processors")
-        index = len(waiting) + offset
-        machine.start(WaitingJob(index, job.job_id, job.submit, job.procs, job.t_req, job.t_req), started.start)
-        run.schedule(end, EventKind.COMPLETION, index, index)
-    for position, job in enumerate(waiting):
-        if job.procs > state.procs:
-            raise ValueError(f"waiting job {job.job_id} needs {job.procs} processors; the machine has {state.procs}")
-        queued = WaitingJob(position, job.job_id, job.submit, job.procs, job.t_req, job.t_req)
-        run.schedule(now, EventKind.ARRIVAL, queued, position)
-    while waiting:
-        step = run.step()
-        for chosen in step.started:
-            yield chosen.index, step.time
-        if not len(run.scheduler):
-            return
-        if run.peek() is None:
-            raise AssertionError(f"{len(run.scheduler)} job(s) left waiting on an idle machine")
+    def starts(self) -> Iterator[tuple[int, int]]:
+        """(position in the state's waiting jobs, start) of each, in start order; the run stops once none waits."""
+        while self.peek() is not None:
+            step = self.step()
+            for job in step.started:
+                yield job.index, step.time
+            if not len(self.scheduler):
+                return
+        if len(self.scheduler):
+            raise AssertionError(f"{len(self.scheduler)} job(s) left waiting on an idle machine")

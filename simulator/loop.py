@@ -15,9 +15,15 @@ The loop never knows how long a job runs: its driver (a subclass) says when a
 started job ends (`completion_time`; the engine from the trace's actual
 runtimes, a forecast from its assumptions) and what an arrival is as a waiting
 job (`admit`). The scheduler sees neither. Wake-ups come from the scheduler
-(`BatchScheduler.wake_time`: a reservation's start, later a backfill cycle); a
-wake-up that a later pass moves is cancelled, so that no pass runs where the
-scheduler did not ask for one.
+(`BatchScheduler.wake_time`: a reservation's start); a wake-up that a later
+pass moves is cancelled, so that no pass runs where the scheduler did not ask
+for one.
+
+What a batch system adds fits these hooks: a scheduler with periodic cycles
+(Slurm's backfill every `bf_interval`) answers `wake_time` with its next cycle;
+limits enforced on a sweep are the driver's `completion_time` (the first sweep
+after the limit); nodes going down or drained, and reservations, are external
+events; a machine of nodes is a `simulator.machine.Machine`.
 """
 
 from __future__ import annotations

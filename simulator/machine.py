@@ -225,7 +225,6 @@ class ProcessorPool(Machine):
         self, procs: int, planning: Planning = PLANNINGS["none"], correction: Correction | None = None
     ) -> None:
         super().__init__(planning, correction)
-        self.procs = procs
         self.free = procs
 
     def _allocate(self, job: WaitingJob) -> None:

@@ -145,7 +145,9 @@ def simulate_with(
     assert strategy.name == config.backfill
     machine = ProcessorPool(config.procs, planning_mode(config.mode), make_correction(config.correction))
     scheduler = QueueScheduler(make_queue_policy(config.policy), strategy, machine)
-    return TraceReplay(table, config, session, scheduler=scheduler).replay()
+    replay = TraceReplay(table, config, session, scheduler=scheduler)
+    assert replay.scheduler.backfill is strategy
+    return replay.replay()
 
 
 # ---------------------------------------------------------------------------------------------
