@@ -8,12 +8,22 @@ step by step. The machine has 10 processors unless a test says otherwise.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
+from hypothesis import settings
+from test_simulator import Spec, job_table, random_runs, session_for
 
-from simulator.backfill import ConservativeBackfill, EasyBackfill, make_backfill
+from kernel.jobs import FinishedJob
+from predictor.frames import jobs_to_requests
+from predictor.session import LocalSession
+from simulator.backfill import Backfill, ConservativeBackfill, EasyBackfill, make_backfill
+from simulator.dynp import make_queue_policy
+from simulator.engine import SimulationConfig, simulate
 from simulator.jobs import WaitingJob
 from simulator.loop import EventKind, Observer, Round, Simulation
 from simulator.machine import Machine, ProcessorPool, make_correction, planning_mode
@@ -202,3 +212,108 @@ def test_a_planning_backfill_is_never_cut_short() -> None:
     run = ProbeRun(QueueScheduler(make_policy("fcfs"), backfill, ProcessorPool(10)), jobs)
     assert started(rounds(run)) == [(0, [0]), (50, []), (100, [1]), (200, [2]), (300, [])]
     assert backfill.calls == [0, 50, 100, 200]
+
+
+# ---------------------------------------------------------------------------------------------
+# Equivalence with the loop it replaced
+
+
+class _Planner:
+    """The scheduler's planning questions answered from a backfilling and a machine, as the old engine did."""
+
+    def __init__(self, backfill: Backfill, machine: Machine) -> None:
+        self.backfill, self.machine = backfill, machine
+
+    def plan(self, now: int, jobs: list[WaitingJob]) -> list[int]:
+        return self.backfill.plan(now, jobs, self.machine)
+
+    def busy_until(self, now: int) -> int:
+        return max([now, *(end for end, _ in self.machine.expected_releases())])
+
+
+def replay_as_the_old_engine(table: pd.DataFrame, config: SimulationConfig, session: LocalSession) -> pd.DataFrame:
+    """The engine's hand-written loop before `simulator.loop` (main at c2c3089), on today's policy, backfilling and
+    machine objects: completions, then arrivals, then one pass at each instant; start, end, t_sched per job."""
+    requests = jobs_to_requests(table)
+    runtime = np.minimum(table["t_act"].to_numpy(), table["t_req"].to_numpy()).tolist()
+    count = len(requests)
+    start_at, end_at, t_sched = [0] * count, [0] * count, [0] * count
+    machine = ProcessorPool(config.procs, planning_mode(config.mode), make_correction(config.correction))
+    queue = make_queue_policy(config.policy)
+    backfill = make_backfill(config.backfill, config.backfill_order)
+    use_prediction = config.mode != "none"
+    completions: list[tuple[int, int]] = []
+    next_arrival, wake, never = 0, None, 2**62
+    while next_arrival < count or completions or wake is not None:
+        now = min(
+            completions[0][0] if completions else never,
+            requests[next_arrival].submit if next_arrival < count else never,
+            never if wake is None else wake,
+        )
+        finished: list[FinishedJob] = []
+        while completions and completions[0][0] == now:
+            _, index = heapq.heappop(completions)
+            machine.finish(index)
+            finished.append(FinishedJob(requests[index], now, now - start_at[index]))
+        first = next_arrival
+        while next_arrival < count and requests[next_arrival].submit == now:
+            next_arrival += 1
+        arrivals = requests[first:next_arrival]
+        if finished or arrivals:
+            predictions = session.sync(finished, arrivals)
+            for offset, (request, prediction) in enumerate(zip(arrivals, predictions, strict=True)):
+                index = first + offset
+                t_sched[index] = prediction.t_sched
+                t_est = prediction.t_sched if use_prediction else request.t_req
+                job = WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est)
+                queue.add(job)
+                backfill.admit(job)
+        if not len(queue):
+            wake = None
+            continue
+        if machine.free == 0 and backfill.idle_when_full:
+            continue
+        if use_prediction:
+            machine.correct_overruns(now)
+        queue.decide(now, _Planner(backfill, machine), bool(arrivals), bool(finished))
+        for job in backfill.select(now, queue.ordered(now), machine):
+            queue.remove(job)
+            backfill.forget(job)
+            machine.start(job, now)
+            start_at[job.index], end_at[job.index] = now, now + runtime[job.index]
+            heapq.heappush(completions, (end_at[job.index], job.index))
+        wake = backfill.wake_time()
+    return pd.DataFrame({"start": start_at, "end": end_at, "t_sched": t_sched})
+
+
+@pytest.mark.parametrize(
+    ("policy", "backfill", "order"),
+    [
+        ("fcfs", "none", "queue"),
+        ("fcfs", "easy", "queue"),
+        ("fcfs", "easy", "sjf"),
+        ("wfp", "conservative", "queue"),
+        ("sjf", "conservative", "sjf"),
+        ("ljf", "replan", "queue"),
+        ("dynp", "easy", "queue"),
+        ("dynp:decider=simple,quality=sldwa", "conservative", "queue"),
+        ("dynp:variant=basic,lower=200,upper=400", "easy", "sjf"),
+    ],
+)
+@settings(max_examples=30, deadline=None)
+@random_runs
+def test_the_loop_schedules_as_the_engine_it_replaced(
+    policy: str,
+    backfill: str,
+    order: str,
+    workload: tuple[int, list[Spec], list[int]],
+    estimator: str,
+    mode: str,
+    correction: str,
+) -> None:
+    procs, specs, guesses = workload
+    table = job_table(specs)
+    config = SimulationConfig(procs, policy, backfill, mode, correction, order)
+    result = simulate(table, config, session_for(estimator, table, guesses))
+    reference = replay_as_the_old_engine(table, config, session_for(estimator, table, guesses))
+    pd.testing.assert_frame_equal(result.jobs[["start", "end", "t_sched"]], reference, check_dtype=False)
