@@ -64,8 +64,11 @@ def make_scheduler(config: SimulationConfig) -> QueueScheduler:
     return QueueScheduler(policy, backfill, machine)
 
 
-class TraceReplay(Simulation[int, QueueScheduler]):
-    """A trace replayed on a simulated machine; arrivals carry trace positions (indexes).
+class TraceReplay(Simulation[range, QueueScheduler]):
+    """A trace replayed on a simulated machine; an arrival carries the trace positions submitted at its time.
+
+    The arrivals enter the heap one instant at a time, the next when one is
+    admitted, so that the heap holds the running jobs rather than the whole trace.
 
     Observers (`simulator.loop.Observer`) watch the one run; `finished_job`
     is how they learn a completion as the predictor does.
@@ -99,8 +102,11 @@ class TraceReplay(Simulation[int, QueueScheduler]):
         self.end_at = [0] * count
         self.t_sched = [0] * count
         self._planning = self.scheduler.machine.planning
-        for index, request in enumerate(self.requests):
-            self.schedule(request.submit, EventKind.ARRIVAL, index, index)
+        submits = self.jobs["submit"].to_numpy(dtype=np.int64)
+        changes = (np.flatnonzero(np.diff(submits)) + 1).tolist()
+        self._instants = [0, *changes, count] if count else [0]  # where each submit time's jobs begin, and the end
+        self._next_instant = 0
+        self._schedule_arrivals()
         if history is not None:
             session.sync(finished_from_frame(history), [])
 
@@ -108,15 +114,27 @@ class TraceReplay(Simulation[int, QueueScheduler]):
         """The job at trace position `index`, which has just ended, as the predictor learns it."""
         return FinishedJob(self.requests[index], self.now, self.now - self.start_at[index])
 
-    def admit(self, completed: list[int], arrived: list[int]) -> list[WaitingJob]:
+    def _schedule_arrivals(self) -> None:
+        """Put the next submit time's jobs on the heap, if any is left."""
+        instant, instants = self._next_instant, self._instants
+        if instant + 1 < len(instants):
+            first = instants[instant]
+            self.schedule(self.requests[first].submit, EventKind.ARRIVAL, range(first, instants[instant + 1]), first)
+            self._next_instant = instant + 1
+
+    def admit(self, completed: list[int], arrived: list[range]) -> list[WaitingJob]:
         """Tell the predictor what ended, ask it about what arrived; the planning mode picks each job's estimate."""
         if not (completed or arrived):
             return []
-        requests, estimate = self.requests, self._planning.estimate
-        finished = [self.finished_job(index) for index in completed]
-        predictions = self.session.sync(finished, [requests[index] for index in arrived])
+        requests, estimate, now, start_at = self.requests, self._planning.estimate, self.now, self.start_at
+        finished = [FinishedJob(requests[index], now, now - start_at[index]) for index in completed]
+        indexes = range(0)
+        if arrived:  # one batch per submit time: consecutive trace positions
+            indexes = range(arrived[0].start, arrived[-1].stop)
+            self._schedule_arrivals()
+        predictions = self.session.sync(finished, requests[indexes.start : indexes.stop])
         jobs = []
-        for index, prediction in zip(arrived, predictions, strict=True):
+        for index, prediction in zip(indexes, predictions, strict=True):
             request = requests[index]
             self.t_sched[index] = prediction.t_sched
             t_est = estimate(request.t_req, prediction.t_sched)

@@ -57,6 +57,12 @@ class Event(NamedTuple):
     payload: Any
 
 
+#: The kinds as module constants: the loop compares them at every event, and an enum's class attribute is slow to read.
+_COMPLETION, _EXTERNAL, _ARRIVAL, _WAKE = EventKind.COMPLETION, EventKind.EXTERNAL, EventKind.ARRIVAL, EventKind.WAKE
+#: What the heap holds: an `Event`, or for the loop's own completions the plain tuple of its fields (cheaper to make).
+_Entry = tuple[int, EventKind, int, int, Any]
+
+
 class BatchScheduler(Protocol):
     """What the loop asks of a scheduler (`simulator.scheduler.QueueScheduler` is one)."""
 
@@ -107,7 +113,7 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
         self.now = start
         self.scheduler = scheduler
         self.observers: list[Observer] = []
-        self._heap: list[Event] = []
+        self._heap: list[_Entry] = []
         self._ids = count()
         self._cancelled: set[int] = set()
         self._wake: Event | None = None
@@ -139,14 +145,14 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
     def peek(self) -> int | None:
         """The time of the next event; None if there is none."""
         heap, cancelled = self._heap, self._cancelled
-        while heap and cancelled and heap[0].id in cancelled:
-            cancelled.discard(heapq.heappop(heap).id)
-        return heap[0].time if heap else None
+        while heap and cancelled and heap[0][3] in cancelled:
+            cancelled.discard(heapq.heappop(heap)[3])
+        return heap[0][0] if heap else None
 
     def run(self, until: int | None = None) -> None:
         """Step until no event is left, or until the next one is at or after `until` (then the clock is there)."""
         while (time := self.peek()) is not None and (until is None or time < until):
-            self.step()
+            self._round(time)
         if until is not None and until > self.now:
             self.now = until
 
@@ -155,6 +161,10 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
         now = self.peek()
         if now is None:
             raise IndexError("no event left to step to")
+        return Round(*self._round(now))
+
+    def _round(self, now: int) -> tuple[int, list[int], list[WaitingJob], list[WaitingJob]]:
+        """The round at `now`, the time of the next event, as a plain tuple (`run` makes no `Round` it would drop)."""
         self.now = now
         completed, arrived = self._pop_round(now)
         scheduler = self.scheduler
@@ -164,13 +174,16 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
         for observer in self.observers:
             observer.admitted(now, completed, submitted)
         started = scheduler.schedule(now, bool(submitted), bool(completed))
-        for job in started:
-            self.schedule(self.completion_time(job), EventKind.COMPLETION, job.index, job.index)
-        self._rearm(now, scheduler.wake_time())
+        heap, ids, completion_time = self._heap, self._ids, self.completion_time
+        for job in started:  # `schedule`'s event, made as a plain tuple; an end is never before now
+            heapq.heappush(heap, (completion_time(job), _COMPLETION, job.index, next(ids), job.index))
+        wake = scheduler.wake_time()
+        if wake is not None or self._wake is not None:
+            self._rearm(now, wake)
         if self.observers and self.peek() != now:
             for observer in self.observers:
                 observer.settled(now)
-        return Round(now, completed, submitted, started)
+        return now, completed, submitted, started
 
     def _pop_round(self, now: int) -> tuple[list[int], list[Arrival]]:
         """Take every event due at `now` off the heap and apply the completions and external events in order; the
@@ -178,17 +191,17 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
         heap, cancelled, finish = self._heap, self._cancelled, self.scheduler.finish
         completed: list[int] = []
         arrived: list[Arrival] = []
-        while heap and heap[0].time == now:
-            event = heapq.heappop(heap)
-            if event.id in cancelled:
-                cancelled.discard(event.id)
-            elif event.kind is EventKind.COMPLETION:
-                finish(event.payload)
-                completed.append(event.payload)
-            elif event.kind is EventKind.ARRIVAL:
-                arrived.append(event.payload)
-            elif event.kind is EventKind.EXTERNAL:
-                self.external(event.payload)
+        while heap and heap[0][0] == now:
+            _, kind, _, number, payload = heapq.heappop(heap)
+            if number in cancelled:
+                cancelled.discard(number)
+            elif kind is _COMPLETION:
+                finish(payload)
+                completed.append(payload)
+            elif kind is _ARRIVAL:
+                arrived.append(payload)
+            elif kind is _EXTERNAL:
+                self.external(payload)
         return completed, arrived
 
     def _rearm(self, now: int, wake: int | None) -> None:
@@ -200,4 +213,4 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
             return
         if current is not None and current.time > now:  # not yet due (a due one was taken off with its round)
             self.cancel(current)
-        self._wake = None if wake is None else self.schedule(wake, EventKind.WAKE)
+        self._wake = None if wake is None else self.schedule(wake, _WAKE)

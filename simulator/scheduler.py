@@ -9,12 +9,35 @@ when a started job ends, and tells it.
 
 from __future__ import annotations
 
-from sortedcontainers import SortedList
-
 from simulator.backfill import Backfill
 from simulator.jobs import WaitingJob
 from simulator.machine import Machine
 from simulator.policies import QueuePolicy
+
+
+class SizeCount:
+    """How many waiting jobs have each size, and the smallest size: kept as jobs come and go, cheaper than a
+    sorted list (the sizes are few; the smallest is looked for again only when its last job leaves)."""
+
+    def __init__(self) -> None:
+        self._count: dict[int, int] = {}
+        self.smallest = 0  # no job waits
+
+    def add(self, size: int) -> None:
+        count = self._count
+        count[size] = count.get(size, 0) + 1
+        if size < self.smallest or len(count) == 1:
+            self.smallest = size
+
+    def remove(self, size: int) -> None:
+        count = self._count
+        left = count[size] - 1
+        if left:
+            count[size] = left
+            return
+        del count[size]
+        if size == self.smallest:
+            self.smallest = min(count, default=0)
 
 
 class QueueScheduler:
@@ -24,7 +47,7 @@ class QueueScheduler:
         self.policy = policy
         self.backfill = backfill
         self.machine = machine
-        self._sizes = SortedList()  # of the waiting jobs: a pass that cannot start the smallest starts nothing
+        self._sizes = SizeCount()  # of the waiting jobs: a pass that cannot start the smallest starts nothing
 
     def __len__(self) -> int:
         """How many jobs wait."""
@@ -57,7 +80,7 @@ class QueueScheduler:
             return []
         machine.correct_overruns(now)
         policy.decide(now, self, submitted, completed)
-        if machine.free < self._sizes[0] and backfill.idle_when_full:
+        if machine.free < self._sizes.smallest and backfill.idle_when_full:
             return []
         started = backfill.select(now, policy.ordered(now), machine)
         for job in started:
