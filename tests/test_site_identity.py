@@ -9,54 +9,22 @@ accounts named as Slurm names them, and the real `tsched observe`, `tsched predi
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from site_support import USERS, utc_text, write_dump
 
 from predictor.estimators.lgbm.store import ModelCatalog
 from predictor.service.client import PredictorClient
 from predictor.service.server import PredictorServer, start_server
 from simulator.workloads.formats import read_trace
-from simulator.workloads.sacct import SACCT_FIELDS
 from sites.slurm import Follower
 from tsched.cli import main
 
 NAMESPACE = "cluster"
 SPEC = "percentile:floor=0,min_jobs=5"
-#: Users, their UIDs and accounts, and the share of the request their jobs use.
-USERS = {"mallory3": (1070, "proj6", 0.1), "trent": (1071, "proj2", 0.5), "peggy": (1072, "proj6", 0.9)}
-
-
-def _local(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def write_dump(path: Path, jobs: int = 300, days: float = 3.0) -> Path:
-    """A sacct dump (the documented fields) of `jobs` finished jobs over the `days` before now, in UTC."""
-    rng = random.Random(27)
-    now = int(time.time())
-    lines = ["|".join(SACCT_FIELDS)]
-    for job_id in range(1, jobs + 1):
-        user = rng.choice(list(USERS))
-        uid, account, share = USERS[user]
-        limit = rng.choice([30, 60])  # minutes
-        submit = now - int(days * 86_400) + job_id * int(days * 86_400 * 0.9 / jobs)
-        start, elapsed = submit + 5, int(limit * 60 * share)
-        values = {
-            "JobIDRaw": str(job_id), "JobID": str(job_id), "User": user, "UID": str(uid), "Group": user,
-            "GID": str(uid), "Account": account, "Partition": "batch", "QOS": "normal", "Submit": _local(submit),
-            "Eligible": _local(submit), "Start": _local(start), "End": _local(start + elapsed),
-            "ElapsedRaw": str(elapsed), "TimelimitRaw": str(limit), "AllocCPUS": "1", "ReqCPUS": "1",
-            "NNodes": "1", "ReqTRES": "billing=1,cpu=1,mem=1000M,node=1", "AllocTRES": "billing=1,cpu=1,node=1",
-            "State": "COMPLETED", "ExitCode": "0:0", "Flags": "SchedMain", "JobName": "namd",
-        }  # fmt: skip
-        lines.append("|".join(values[name] for name in SACCT_FIELDS))
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @pytest.fixture
@@ -79,7 +47,11 @@ def test_a_dump_keeps_unix_times_and_names(tmp_path: Path) -> None:
     trace = read_trace(write_dump(tmp_path / "site.sacct"))
     assert trace.header.unix_start_time == 0
     assert abs(int(trace.jobs["end"].max()) - time.time()) < 86_400
-    assert set(trace.names["user"].values()) == set(USERS) and set(trace.names["group"].values()) == {"proj6", "proj2"}
+    assert set(trace.names["user"].values()) == set(USERS) and set(trace.names["group"].values()) == {
+        "proj6",
+        "proj2",
+        "physics",
+    }
 
 
 def test_a_seeded_namespace_answers_by_name_at_a_live_submit_time(
@@ -124,7 +96,7 @@ def test_a_model_trained_on_the_dump_answers_live_questions(tmp_path: Path, caps
     dump = write_dump(tmp_path / "site.sacct", jobs=600, days=4)
     models = tmp_path / "models"
     spec = "lgbm-quantile:min_train=200"
-    until = _local(int(time.time()) - 86_400)[:10]
+    until = utc_text(int(time.time()) - 86_400)[:10]
     assert (
         main(["train", "--trace", str(dump), "--estimator", spec, "--until", until, "--out", str(models / "site")]) == 0
     )
