@@ -85,7 +85,7 @@ def seed(
     try:
         clock = client.status(namespace).clock
     except PredictorError as error:
-        raise SeedingError(f"nothing sent to {client.address}: {error}") from None
+        raise SeedingError(_stopped(done, client, error)) from None
     first = next((index for index, job in enumerate(finished) if job.end >= clock), len(finished))
     done.skipped = first
     for start in range(first, len(finished), CHUNK):
