@@ -1,51 +1,23 @@
-"""PBS's side of the predictor: how users and groups, known to PBS by name, are numbered, and how a site's
-accounting logs reach a running service (`tsched pbs-report`, from cron).
+"""PBS's accounting logs to a running service (`tsched pbs-report`, from cron).
 
-The queuejob hook (deploy/pbs/tsched_queuejob.py) runs in PBS's own Python,
-where tsched is not installed, and carries a copy of `name_id`; a test checks
-that the two agree.
+Users and groups go by name, as the queuejob hook (deploy/pbs/tsched_queuejob.py)
+asks about them and as `tsched observe` sends any site log (`sites.seeding`);
+times are Unix seconds, as the PBS reader keeps them.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from kernel.jobs import FinishedJob
-from predictor.frames import finished_from_frame
 from predictor.service.client import PredictorClient
 from simulator.workloads.pbs import read_pbs
-from simulator.workloads.trace import Trace
-
-#: Completions per ObserveCompletions call of `pbs-report`.
-REPORT_BATCH = 10_000
+from sites.seeding import Seeded, seed, trace_completions
 
 
-def name_id(name: str) -> int:
-    """A user or group name as the non-negative number the predictor keys it by (the same on every host)."""
-    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
-
-
-def site_completions(trace: Trace) -> list[FinishedJob]:
-    """The trace's jobs as completions for a live predictor: Unix times, and users and groups numbered from
-    their names (`name_id`) as the queuejob hook asks about them; in end order."""
-    epoch = trace.header.unix_start_time or 0
-    users, groups = trace.names.get("user", {}), trace.names.get("group", {})
-    finished = []
-    for job in finished_from_frame(trace.jobs):
-        request = job.request._replace(
-            submit=job.request.submit + epoch,
-            user=name_id(users.get(job.request.user, str(job.request.user))),
-            group=name_id(groups.get(job.request.group, str(job.request.group))),
-        )
-        finished.append(FinishedJob(request, job.end + epoch, job.runtime))
-    return sorted(finished, key=lambda job: (job.end, job.request.submit, job.request.job_id))
-
-
-def report_accounting(paths: Sequence[str], client: PredictorClient, namespace: str) -> tuple[int, int]:
-    """Send the jobs of PBS accounting logs to `namespace` in batches: (completions sent, new to the service)."""
-    finished = site_completions(read_pbs(paths, lenient=True).require_jobs())
-    new = 0
-    for start in range(0, len(finished), REPORT_BATCH):
-        new += client.observe(finished[start : start + REPORT_BATCH], namespace=namespace)
-    return len(finished), new
+def report_accounting(
+    paths: Sequence[str], client: PredictorClient, namespace: str, progress: Callable[[Seeded], None] = lambda _: None
+) -> Seeded:
+    """Send the jobs of PBS accounting logs to `namespace`, in chunks (what was new, already held)."""
+    trace = read_pbs(paths, lenient=True).require_jobs()
+    finished, names = trace_completions(trace.jobs, trace.names)
+    return seed(client, namespace, finished, names, progress)

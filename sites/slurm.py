@@ -6,8 +6,10 @@ appends the job's JOBID, UID, GID, SUBMIT, START, END, LIMIT, PROCS and
 JOBSTATE (and USERNAME, ACCOUNT, PARTITION, QOS) as one line to a spool file,
 whatever the predictor's state. This follower, left running beside the
 service, reads the spool and reports the jobs with `ObserveCompletions` in
-batches, as job_submit.lua asked about them: user = UID, group = GID, t_req =
-LIMIT, procs = PROCS. A job that never started or had no limit is not reported.
+batches, as job_submit.lua asked about them and as `tsched observe` sends a
+sacct dump: the user by name (USERNAME, else the number UID) and the account
+by name (ACCOUNT, else the number GID), t_req = LIMIT, procs = PROCS, times in
+Unix seconds. A job that never started or had no limit is not reported.
 
 A spool line is untrusted: any Slurm user names their jobs. jobcomp.sh writes
 only checked values, and the follower checks them again: a line with a field
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from kernel.errors import UsageError
 from kernel.jobs import FinishedJob, JobRequest
+from predictor.service.client import SiteNames
 
 log = logging.getLogger("tsched.slurm")
 
@@ -74,8 +77,8 @@ FIELD_PATTERNS = {
     }.items()
 }
 
-#: Reports completions; raises PredictorError.
-Send = Callable[[Sequence[FinishedJob]], object]
+#: Reports completions, each with its user's and account's names; raises PredictorError.
+Send = Callable[[Sequence[FinishedJob], Sequence[SiteNames]], object]
 
 
 class ForgedLineError(ValueError):
@@ -119,6 +122,11 @@ def completion_from_env(env: Mapping[str, str], now: float | None = None) -> tup
         return None, f"job {job_id} had no processors"
     request = JobRequest(job_id, submit, user, group, t_req, procs)
     return FinishedJob(request, end, min(end - start, t_req)), ""
+
+
+def names_from_env(env: Mapping[str, str]) -> SiteNames:
+    """The job's user and account by name, as job_submit.lua asks about them (None where Slurm gave none)."""
+    return SiteNames(env.get("USERNAME") or None, (env.get("ACCOUNT") or "").lower() or None)
 
 
 def parse_line(line: str) -> dict[str, str]:
@@ -211,33 +219,34 @@ class Follower:
         self._skipping = True
 
     @staticmethod
-    def _completions(lines: Sequence[bytes]) -> list[FinishedJob]:
-        """The jobs the lines describe, in end order; the others logged with the reason."""
+    def _completions(lines: Sequence[bytes]) -> list[tuple[FinishedJob, SiteNames]]:
+        """The jobs the lines describe with their names, in end order; the others logged with the reason."""
         jobs = []
         for line in lines:
             try:
-                job, why = completion_from_env(parse_line(line.decode("utf-8", "replace")))
+                env = parse_line(line.decode("utf-8", "replace"))
+                job, why = completion_from_env(env)
             except ForgedLineError as forged:
                 log.warning("refused a spool line: %s", forged)
                 continue
             if job is None:
                 log.info("not reported: %s", why)
             else:
-                jobs.append(job)
-        return sorted(jobs, key=lambda job: (job.end, job.request.submit, job.request.job_id))
+                jobs.append((job, names_from_env(env)))
+        return sorted(jobs, key=lambda pair: (pair[0].end, pair[0].request.submit, pair[0].request.job_id))
 
-    def _send(self, jobs: list[FinishedJob]) -> None:
+    def _send(self, jobs: list[tuple[FinishedJob, SiteNames]]) -> None:
         """Report `jobs`; a batch the service refuses is sent again job by job, skipping those refused."""
         from predictor.service.client import PredictorError, is_transient
 
         try:
-            self.send(jobs)
+            self.send([job for job, _ in jobs], [names for _, names in jobs])
         except PredictorError as error:
             if is_transient(error):
                 raise
-            for job in jobs:
+            for job, names in jobs:
                 try:
-                    self.send([job])
+                    self.send([job], [names])
                 except PredictorError as refusal:
                     if is_transient(refusal):
                         raise

@@ -281,7 +281,7 @@ def test_observe_feeds_finished_jobs_from_a_file_or_standard_input(
     """Before `observe`, no command could feed a service finished jobs: every prediction was a fallback."""
     first = read_swf(trace_file).jobs.iloc[0]
     ask = ["predict", "--address", service, "--namespace", "cluster", "--json", "-", "--user", str(first["user"])]
-    ask += ["--group", str(first["group"]), "--request", "3600", "--procs", "4"]
+    ask += ["--group", str(first["group"]), "--request", "3600", "--procs", "4", "--submit", "clock"]
     assert main(ask) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is True
     feed = ["observe", "--address", service, "--namespace", "cluster", "--trace"]
@@ -292,6 +292,8 @@ def test_observe_feeds_finished_jobs_from_a_file_or_standard_input(
     assert "0 finished job(s) learned, 3000 already held" in capsys.readouterr().out
     assert main(ask) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is False
+    assert main(ask[:-2]) == 2  # at this host's clock, decades past the trace's
+    assert "not on Unix time (a trace fed on its own clock): ask with --submit clock" in capsys.readouterr().err
     assert main(["observe", "--address", service]) == 2
     assert "observe needs --trace" in capsys.readouterr().err
 
@@ -364,6 +366,7 @@ def test_predict_takes_users_groups_and_accounts_by_name(service: str, capsys: p
     """`tsched predict --user alice` failed: users and groups had to be integers."""
     observe_by_name(service, "named", history(30))
     ask = ["predict", "--address", service, "--namespace", "named", "--request", "3600", "--procs", "4", "--json", "-"]
+    ask += ["--submit", "clock"]  # the history is on a trace's clock
     assert main([*ask, "--user", "user-1", "--account", "proj1"]) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is False
     assert main([*ask, "--user", "alice", "--group", "physics"]) == 0

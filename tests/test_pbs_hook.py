@@ -19,9 +19,8 @@ import pytest
 from test_pbs import exit_record
 
 from kernel.jobs import FinishedJob, JobRequest
-from predictor.service.client import PredictorClient
+from predictor.service.client import PredictorClient, SiteNames
 from predictor.service.server import PredictorServer, start_server
-from sites.pbs import name_id
 from tsched.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,20 +57,17 @@ def test_the_soft_walltime_is_the_prediction_capped_at_the_request() -> None:
     assert hook.soft_walltime(3600, None) is None
     assert hook.group_of(None, "_pbs_project_default", "users") == "users"
     assert hook.group_of("physics", "p1", "users") == "physics"
-    assert hook.name_id("alice") == hook.name_id("alice") != hook.name_id("bob")
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PredictorServer]:
     running, port = start_server("127.0.0.1:0", default_estimators=["percentile:floor=0,min_jobs=3"])
-    alice, physics = hook.name_id("alice"), hook.name_id("physics")
     start = int(time.time()) - 3600  # PBS asks at the time of day
     history = [
-        FinishedJob(JobRequest(i + 1, start + i * 100, alice, physics, 3600, 4), start + i * 100 + 400, 360)
-        for i in range(5)
+        FinishedJob(JobRequest(i + 1, start + i * 100, -1, -1, 3600, 4), start + i * 100 + 400, 360) for i in range(5)
     ]
-    with PredictorClient(f"127.0.0.1:{port}") as client:
-        client.observe(history, namespace="pbs")
+    with PredictorClient(f"127.0.0.1:{port}") as client:  # alice of physics, by name as the hook asks
+        client.observe(history, names=[SiteNames("alice", "physics")] * 5, namespace="pbs")
     yield running
     running.stop(0).wait()
 
@@ -124,11 +120,6 @@ def test_pbs_runs_the_hook_file_itself_and_a_job_without_walltime_passes() -> No
     assert standin.current.accepted and job.Resource_List["soft_walltime"] is None
 
 
-def test_the_hook_numbers_names_as_tsched_does() -> None:
-    for name in ("alice", "physics", "ünïcode", ""):
-        assert hook.name_id(name) == name_id(name)
-
-
 def test_pbs_report_sends_the_completions_the_hook_asked_about(tmp_path: Path, capsys) -> None:
     start = int(time.time()) - 7200
     lines = [
@@ -148,13 +139,11 @@ def test_pbs_report_sends_the_completions_the_hook_asked_about(tmp_path: Path, c
     try:
         arguments = ["pbs-report", str(log), "--address", f"127.0.0.1:{port}", "--namespace", "pbs"]
         assert main(arguments) == 0
-        assert "5 completions sent: 5 new, 0 already held" in capsys.readouterr().out
+        assert "5 finished job(s) learned, 0 already held" in capsys.readouterr().out
         assert main(arguments) == 0  # from cron, again: nothing twice
-        assert "5 completions sent: 0 new, 5 already held" in capsys.readouterr().out
+        assert "0 finished job(s) learned, 5 already held" in capsys.readouterr().out
         with PredictorClient(f"127.0.0.1:{port}") as client:
-            served = client.predict(
-                user=name_id("alice"), group=name_id("physics"), t_req=3600, procs=1, namespace="pbs"
-            )
+            served = client.predict(user="alice", group=-1, account="physics", t_req=3600, procs=1, namespace="pbs")
         assert served.prediction.t_sched == 360
     finally:
         running.stop(0).wait()

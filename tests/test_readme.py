@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import shlex
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from site_support import write_dump
 
+from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.server import start_server
 from simulator.forecast import FORWARD_SIMULATION
 from tsched.cli import build_parser, main
@@ -35,9 +42,22 @@ README_ADDRESS = "127.0.0.1:50051"
 REPLAY_DEADLINE = ["--timeout", "600"]
 
 
+#: README's "at your site" walk-through: its own test runs it (below), on a cluster of its own.
+SITE_SECTION = re.compile(r"<!-- --8<-- \[start:site\] -->.*?<!-- --8<-- \[end:site\] -->", re.S)
+
+
 def shell_blocks(pages: tuple[Path, ...] = PAGES) -> list[str]:
-    """The ```sh blocks of `pages`, in order."""
-    return [block for page in pages for block in re.findall(r"```sh\n(.*?)```", page.read_text(), re.S)]
+    """The ```sh blocks of `pages` (but README's walk-through), in order."""
+    texts = [SITE_SECTION.sub("", page.read_text()) for page in pages]
+    return [block for text in texts for block in re.findall(r"```sh\n(.*?)```", text, re.S)]
+
+
+def site_walkthrough() -> list[str]:
+    """The command lines of README's "at your site" walk-through, continuation lines joined."""
+    section = SITE_SECTION.search(README.read_text())
+    assert section, "README has an 'at your site' walk-through"
+    (block,) = re.findall(r"```sh\n(.*?)```", section.group(0), re.S)
+    return [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
 
 def commands_in(blocks: list[str]) -> list[str]:
@@ -150,3 +170,91 @@ def test_the_readme_service_examples_run_as_written(
             assert main(arguments) == 0, command
     finally:
         running.stop(0).wait()
+
+
+def test_the_site_walkthrough_is_at_most_ten_commands_and_dumps_as_the_reader_reads() -> None:
+    from simulator.workloads.sacct import SACCT_FIELDS
+
+    lines = site_walkthrough()
+    commands = [part for line in lines for part in line.split(" && ")]
+    assert len(commands) <= 10, commands
+    dump = shlex.split(lines[0])
+    assert dump[0] == "TZ=UTC" and dump[1] == "sacct"
+    assert f"--format={','.join(SACCT_FIELDS)}" in dump and "--parsable2" in dump and "--allocations" in dump
+
+
+#: The spool jobcomp.sh appends to, as README and the script name it.
+SPOOL = "/var/spool/tsched/completions"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _wait_serving(address: str, server: subprocess.Popen[bytes]) -> None:
+    with PredictorClient(address, timeout=10) as client:
+        for _ in range(120):
+            assert server.poll() is None, "tsched serve exited"
+            try:
+                if client.health() == "SERVING":
+                    return
+            except PredictorError:
+                time.sleep(0.5)
+    raise AssertionError(f"tsched serve at {address} did not come up")
+
+
+def _wait_held(address: str, count: int) -> None:
+    with PredictorClient(address, timeout=30) as client:
+        for _ in range(120):
+            if client.status("cluster").completions >= count:
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"the follower did not report to {address}")
+
+
+@pytest.mark.slow
+def test_the_site_walkthrough_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """README's "at your site", as written but for the dump (generated: no Slurm here; tests/test_slurm_seeding.py
+    runs it on a real one), the copies into Slurm's folders, and the addresses and the spool (the test's own)."""
+    monkeypatch.chdir(tmp_path)
+    port, spool = _free_port(), tmp_path / "completions"
+    address = f"127.0.0.1:{port}"
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        for written in site_walkthrough():
+            line = written.replace(README_ADDRESS, address).replace(SPOOL, str(spool))
+            words = shlex.split(line.rstrip(" &"))
+            if words[:2] == ["TZ=UTC", "sacct"]:
+                write_dump(tmp_path / "site.sacct", jobs=1500, days=60)  # two months: 30 days to train on
+            elif words[0] == "cp":
+                continue  # Slurm's configuration folders
+            elif line.endswith("&"):  # the server and the follower, as they run for good
+                program = [sys.executable, "-m", "tsched.cli" if words[0] == "tsched" else "tsched.cli.jobcomp"]
+                started.append(subprocess.Popen([*program, *words[1:]], stderr=subprocess.DEVNULL))
+                if words[:2] == ["tsched", "serve"]:
+                    _wait_serving(address, started[-1])
+            else:
+                assert words[0] == "tsched", line
+                capsys.readouterr()
+                assert main(words[1:]) == 0, line
+                if words[1] == "predict":
+                    assert "fallback false" in capsys.readouterr().out  # alice's history, by name, at now
+        held = 1500
+        _wait_held(address, held)
+        finished = int(time.time()) - 5
+        job = {"JOBID": "99001", "UID": "1073", "GID": "1073", "SUBMIT": str(finished - 600), "LIMIT": "01:00:00"}
+        job |= {"START": str(finished - 590), "END": str(finished), "PROCS": "4", "JOBSTATE": "COMPLETED"}
+        job |= {"USERNAME": "alice", "ACCOUNT": "physics"}
+        script = (
+            (ROOT / "deploy" / "slurm" / "jobcomp.sh").read_text().replace("/var/spool/tsched/completions", str(spool))
+        )
+        (tmp_path / "jobcomp.sh").write_text(script)
+        subprocess.run(["bash", str(tmp_path / "jobcomp.sh")], env={**os.environ, **job}, check=True, timeout=30)
+        _wait_held(address, held + 1)  # jobcomp.sh's line, reported by the follower
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            process.wait(30)

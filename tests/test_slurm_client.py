@@ -161,3 +161,43 @@ def test_a_port_squatter_that_floods_bytes_costs_the_deadline(honest: tuple[str,
         thread.join(5)
     assert outcome.startswith("nil ")
     assert seconds < 2 * DEADLINE_MS / 1000 + 3 * honest[1]
+
+
+#: Prints the PredictRequest job_submit.lua sends for a job given by name (hex, without the gRPC frame).
+NAMED_REQUEST = """
+local tsched = dofile(arg[1])
+local config = tsched.read_config("/nonexistent")
+config.namespace = "cluster"
+local job = { submit = 1795800000, user = 1070, user_name = arg[2], group = 1070, account = arg[3], t_req = 1800,
+    procs = 2 }
+print((tsched.predict_request(config, job):sub(6):gsub(".", function(c) return string.format("%02x", c:byte()) end)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("user_name", "account", "expected"),
+    [
+        ("mallory3", "proj6", {"user_name": "mallory3", "account": "proj6"}),
+        ("", "", {"user": 1070, "group": 1070}),  # no names (a UID without a passwd entry): the numbers
+        ("bad name", "proj6", {"user": 1070, "account": "proj6"}),  # not a Slurm name: the number
+    ],
+)
+def test_job_submit_asks_by_the_names_the_site_history_is_keyed_by(
+    user_name: str, account: str, expected: dict[str, object]
+) -> None:
+    """job_submit.lua sent the UID and the GID, which no sacct dump seeded namespace knows (issue 27)."""
+    done = subprocess.run(
+        [str(LUA), "-", str(CLIENT), user_name, account],
+        input=NAMED_REQUEST,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    request = pb.PredictRequest.FromString(bytes.fromhex(done.stdout.strip()))
+    assert request.namespace == "cluster"
+    job = request.job
+    given = {name: getattr(job, name) for name in ("user", "group") if job.HasField(name)}
+    given |= {name: getattr(job, name) for name in ("user_name", "account") if getattr(job, name)}
+    assert given == expected
+    assert (job.submit, job.t_req, job.procs) == (1795800000, 1800, 2)

@@ -65,7 +65,7 @@ def test_the_follower_reports_the_spool_and_waits_out_a_service_down(tmp_path: P
     spool = tmp_path / "completions"
     running, port = start_server("127.0.0.1:0")
     client = PredictorClient(f"127.0.0.1:{port}", timeout=5)
-    follower = Follower(spool, lambda jobs: client.observe(jobs, namespace="c"))
+    follower = Follower(spool, lambda jobs, names: client.observe(jobs, names=names, namespace="c"))
     try:
         assert follower.step() == 0  # no spool yet
         _spool_line(tmp_path, spool)
@@ -83,7 +83,10 @@ def test_the_follower_reports_the_spool_and_waits_out_a_service_down(tmp_path: P
             file.write("JOBID=44 UID=1")  # a line being written: left until it is whole
         assert follower.step() == 0
         # A new follower goes on from the kept offset.
-        assert Follower(spool, lambda jobs: client.observe(jobs, namespace="c")).offset == follower.offset
+        assert (
+            Follower(spool, lambda jobs, names: client.observe(jobs, names=names, namespace="c")).offset
+            == follower.offset
+        )
     finally:
         running.stop(0).wait()
     with spool.open("a") as file:
@@ -109,7 +112,7 @@ def test_the_follower_reports_the_spool_and_waits_out_a_service_down(tmp_path: P
 
 def _follow(spool: Path) -> tuple[Follower, list[FinishedJob]]:
     reported: list[FinishedJob] = []
-    return Follower(spool, reported.extend), reported
+    return Follower(spool, lambda jobs, _names: reported.extend(jobs)), reported
 
 
 @pytest.mark.parametrize("field", ["JOBNAME", "WORK_DIR", "COMMENT"])

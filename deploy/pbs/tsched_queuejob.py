@@ -16,8 +16,10 @@ Install (as root on the server host), after editing SETTINGS below:
 
 The hook runs in PBS's own Python, which has no gRPC: it asks through the
 `tsched predict` command (installed with tsched on the server host) with a
-deadline. Users and groups are sent as stable numbers derived from their
-names (`name_id`), the same as `tsched pbs-report` sends with completions.
+deadline. Users and groups (the account, else the project, else the Unix
+group) are sent by name, as `tsched pbs-report` and `tsched observe` send
+them with completions: one identity for the site's jobs whatever path they
+arrive by.
 Everything here but `run` takes plain values, so it is tested without PBS
 (tests/test_pbs_hook.py, against a stand-in of the `pbs` module).
 """
@@ -25,7 +27,6 @@ Everything here but `run` takes plain values, so it is tested without PBS
 import json
 import subprocess
 import time
-import zlib
 
 try:
     import pbs  # provided by PBS to the hooks it runs
@@ -40,11 +41,6 @@ SETTINGS = {
     "extra": [],  # e.g. ["--token-file", "/etc/tsched/token", "--tls-ca", "/etc/tsched/ca.pem"]
     "advisory": False,  # True: log the soft walltime the job would get, set nothing (the first rollout step)
 }
-
-
-def name_id(name):
-    """A user or group name as the non-negative number the predictor keys it by (the same on every host)."""
-    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
 
 
 def soft_walltime(walltime, prediction):
@@ -72,9 +68,8 @@ def ask(settings, user, group, walltime, procs, submit):
         "--namespace",
         settings["namespace"],
         "--user",
-        str(name_id(user)),
-        "--group",
-        str(name_id(group)),
+        str(user),
+        *(["--account", group] if group else ["--group", "-1"]),
         "--request",
         str(walltime),
         "--procs",

@@ -44,11 +44,23 @@ local function seconds(text)
     return nil
 end
 
-local function id(flag)
-    local pipe = io.popen("id " .. flag)
-    local value = tonumber(pipe:read("*a"))
+local function output(command)
+    local pipe = io.popen(command)
+    local text = pipe:read("*a") or ""
     pipe:close()
-    return value
+    return (text:gsub("%s+$", ""))
+end
+
+-- The account the job will be charged: the one given, else the user's default (sacctmgr), in lower case.
+local function account_of(options, user_name)
+    local account = options["account"] or os.getenv("SBATCH_ACCOUNT")
+    if (account == nil or account == "") and user_name:match("^[%w._@-]+$") then
+        account = output("sacctmgr -nP show user " .. user_name .. " format=DefaultAccount 2>/dev/null")
+    end
+    if account == nil or account == "" then
+        return nil
+    end
+    return string.lower(account)
 end
 
 local function advise(options)
@@ -60,7 +72,16 @@ local function advise(options)
         return
     end
     local procs = tonumber(options["ntasks"] or "1") or 1
-    local job = { submit = os.time(), user = id("-u"), group = id("-g"), t_req = t_req, procs = procs }
+    local user_name = output("id -un")
+    local job = {
+        submit = os.time(),
+        user = tonumber(output("id -u")),
+        user_name = user_name,
+        group = tonumber(output("id -g")),
+        account = account_of(options, user_name),
+        t_req = t_req,
+        procs = procs,
+    }
     local answer = tsched.predict(config, job)
     if answer == nil or answer.fallback or answer.t_sched * ADVISE_ABOVE > t_req then
         return

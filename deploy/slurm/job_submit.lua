@@ -1,6 +1,7 @@
 --[[
 job_submit.lua: at each submission, ask the tsched predictor for the job's t_sched and write it on the
-job's admin comment (`scontrol show job` and `sacct -o AdminComment` show it); with set_time_min=yes in
+job's admin comment (`scontrol show job` and `sacct -o AdminComment` show it). The job is asked about
+as the site's history is keyed: its user and account by name, its submit time in Unix seconds; with set_time_min=yes in
 tsched.conf, also set the job's time_min to it (Slurm may then shorten the job's limit down to it when
 that lets the job backfill: only for a site that accepts that).
 
@@ -36,10 +37,18 @@ local function job_from(job_desc)
         end
         procs = job_desc.num_tasks * per_task
     end
+    -- The account the job will be charged: the one asked for, else the user's default (Slurm keeps account
+    -- names in lower case); sacct, jobcomp.sh and the follower key the job by the same names.
+    local account = job_desc.account
+    if account == nil or account == "" then
+        account = job_desc.default_account
+    end
     return {
         submit = os.time(),
         user = job_desc.user_id,
+        user_name = job_desc.user_name,
         group = job_desc.group_id,
+        account = account and string.lower(account) or nil,
         t_req = job_desc.time_limit * 60,
         procs = procs,
     }

@@ -153,11 +153,22 @@ local function first(message, number, default)
     return values[1]
 end
 
--- The PredictRequest of tsched.v1 for `job` (submit, user, group, t_req, procs), framed for gRPC.
+-- A user or account name the service takes (Slurm's names are short, printable, no spaces), or nil.
+local function usable_name(name)
+    if type(name) == "string" and #name > 0 and #name <= 128 and name:match("^[%w._@-]+$") then
+        return name
+    end
+    return nil
+end
+
+-- The PredictRequest of tsched.v1 for `job`, framed for gRPC: submit, t_req and procs; the user by name
+-- (`user_name`, else the number `user`) and the account by name (`account`, else the number `group`), as
+-- the site's history is keyed (docs/deployment.md, "One identity and one clock").
 function M.predict_request(config, job)
+    local user_name, account = usable_name(job.user_name), usable_name(job.account)
     local message = int_field(2, job.submit)
-        .. int_field(3, job.user)
-        .. int_field(4, job.group)
+        .. (user_name and bytes_field(10, user_name) or int_field(3, job.user))
+        .. (account and bytes_field(12, account) or int_field(4, job.group))
         .. int_field(5, job.t_req)
         .. int_field(6, job.procs)
     local request = bytes_field(1, config.namespace) .. bytes_field(2, config.estimator) .. bytes_field(3, message)

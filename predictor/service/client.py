@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -52,6 +52,7 @@ __all__ = [
     "PredictorClient",
     "PredictorError",
     "ServedPrediction",
+    "SiteNames",
     "SyncStream",
     "is_transient",
     "predict_once",
@@ -61,6 +62,18 @@ __all__ = [
 COMPLETIONS_PER_CALL = 20_000
 #: Extra deadline a call allows per completion it carries, so that a warm-up backlog is not cut short.
 SECONDS_PER_COMPLETION = 5e-5
+
+
+class SiteNames(NamedTuple):
+    """A job's user and account by name, as the batch system knows them; None: the job's number stands.
+
+    A site's jobs are keyed by these names whatever path they arrive by (a log,
+    job_submit.lua, the jobcomp follower, `tsched predict --user NAME --account NAME`),
+    so its history and its live questions meet (docs/deployment.md).
+    """
+
+    user: str | None
+    account: str | None
 
 
 @dataclass(frozen=True)
@@ -172,23 +185,26 @@ class PredictorClient:
         add_jobs(request.jobs, jobs)
         return [prediction_from(p) for p in self._call(self._stub.PredictBatch, request, timeout).predictions]
 
-    def observe(self, finished: Sequence[FinishedJob], *, namespace: str = "", timeout: float | None = None) -> int:
-        """Report finished jobs (in end order); return how many were new to the namespace."""
+    def observe(
+        self,
+        finished: Sequence[FinishedJob],
+        *,
+        names: Sequence[SiteNames] | None = None,
+        namespace: str = "",
+        timeout: float | None = None,
+    ) -> int:
+        """Report finished jobs (in end order), each by the user and account `names` gives it (one per job) or by
+        its numbers; return how many were new to the namespace."""
         request = pb.ObserveCompletionsRequest(namespace=namespace)
         add_completions(request.completions, finished)
+        if names is not None:
+            if len(names) != len(finished):
+                raise UsageError(f"{len(names)} names for {len(finished)} completions")
+            for completion, (user, account) in zip(request.completions, names, strict=True):
+                if user is not None or account is not None:
+                    add_names(completion.job, user, None, account)
         response: pb.ObserveCompletionsResponse = self._call(self._stub.ObserveCompletions, request, timeout)
         return response.accepted
-
-    def observe_all(self, finished: Sequence[FinishedJob], *, namespace: str = "") -> tuple[int, int]:
-        """Report any number of finished jobs (in end order), in calls of COMPLETIONS_PER_CALL; return
-        (new to the namespace, already held): feeding the same jobs twice learns nothing twice."""
-        accepted = 0
-        for start in range(0, len(finished), COMPLETIONS_PER_CALL):
-            chunk = finished[start : start + COMPLETIONS_PER_CALL]
-            accepted += self.observe(
-                chunk, namespace=namespace, timeout=self.timeout + len(chunk) * SECONDS_PER_COMPLETION
-            )
-        return accepted, len(finished) - accepted
 
     def sync(
         self,

@@ -9,8 +9,16 @@ A site log is turned into SWF records, so that every command downstream
   raises a `TraceError` naming the file, line and field of the earliest bad
   line; lenient mode drops bad lines and counts them by reason.
 - `SiteJobs` and `site_trace`: the jobs a reader found, as columns, turned
-  into a `Trace` with SWF records, a header (UnixStartTime, TimeZoneString,
+  into a `Trace` with SWF records, a header (UnixStartTime 0, TimeZoneString,
   MaxProcs, notes) and names mapped to stable integer ids.
+
+A site log keeps its absolute times: submit times are Unix seconds (the SWF
+header's UnixStartTime is 0), so that the jobs a site's history holds and the
+jobs its scheduler submits now share one clock (a namespace seeded from the
+log accepts live submissions; a model trained on it reads the hour of day and
+the weekday of live jobs as it read them in training). Every replay is
+translation-invariant: the simulator, the metrics, load scaling and replicates
+count from the first submission, and months from UnixStartTime.
 """
 
 from __future__ import annotations
@@ -237,14 +245,14 @@ def site_trace(
     options: SiteLogOptions,
     malformed: dict[str, int] | None,
 ) -> Trace:
-    """SWF records for `jobs` (submit and wait relative to the first arrival), with a header, as a Trace."""
+    """SWF records for `jobs` (submit times in Unix seconds: UnixStartTime 0), with a header, as a Trace."""
     order = np.lexsort((jobs.job, jobs.arrival))
-    epoch = int(jobs.arrival.min()) if len(order) else 0
+    first = int(jobs.arrival.min()) if len(order) else 0
     arrival = jobs.arrival[order]
     start = jobs.start[order]
     columns: dict[str, np.ndarray] = {
         "job": jobs.job[order],
-        "submit": arrival - epoch,
+        "submit": arrival,
         "wait": np.where(start >= 0, start - arrival, -1),
         "run": jobs.run[order],
         "alloc_procs": jobs.alloc_procs[order],
@@ -273,7 +281,7 @@ def site_trace(
             records[name] = records[name].astype(np.int64)
     sizes = np.where(records["alloc_procs"] > 0, records["alloc_procs"], records["req_procs"]).astype(np.int64)
     peak = peak_usage(start, jobs.end[order], sizes)
-    header = SWFHeader.from_lines(_header_lines(source, log_kind, options, epoch, peak, jobs, malformed))
+    header = SWFHeader.from_lines(_header_lines(source, log_kind, options, first, peak, jobs, malformed))
     return Trace.from_records(source, header, records, malformed, left_out=jobs.left_out, names=names)
 
 
@@ -281,7 +289,7 @@ def _header_lines(
     source: str,
     log_kind: str,
     options: SiteLogOptions,
-    epoch: int,
+    first: int,
     peak: int,
     jobs: SiteJobs,
     malformed: dict[str, int] | None,
@@ -300,8 +308,9 @@ def _header_lines(
         )
     lines += [f"; Note: {note}" for note in jobs.notes]
     lines += [
-        f"; UnixStartTime: {epoch}",
-        f"; StartTime: {datetime.fromtimestamp(epoch, tz=UTC).isoformat()}",
+        f"; Note: submit times are Unix seconds (UnixStartTime 0); the first job arrived "
+        f"{datetime.fromtimestamp(first, tz=UTC).isoformat()}",
+        "; UnixStartTime: 0",
         f"; TimeZoneString: {options.timezone}",
     ]
     if peak > 0:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ from tsched.cli.spec import Command, Option, Table
 if TYPE_CHECKING:
     from predictor.forecasting import QueueState
     from predictor.service.client import PredictorClient
+    from sites.seeding import Seeded
 
 
 def connect(args: argparse.Namespace) -> PredictorClient:
@@ -36,21 +39,30 @@ def connect(args: argparse.Namespace) -> PredictorClient:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from predictor.service.client import predict_once
+    from predictor.service.client import PredictorError, predict_once
 
-    answer = predict_once(
-        args.address,
-        args.namespace,
-        args.estimator or "",
-        args.user,
-        args.group,
-        args.request,
-        args.procs,
-        args.submit,
-        args.timeout,
-        credentials_from(args),
-        args.account,
-    ).plain()
+    try:
+        served = predict_once(
+            args.address,
+            args.namespace,
+            args.estimator or "",
+            args.user,
+            args.group,
+            args.request,
+            args.procs,
+            submit_time(args.submit),
+            args.timeout,
+            credentials_from(args),
+            args.account,
+        )
+    except PredictorError as error:
+        if args.submit == "now" and "ahead of namespace" in error.details:
+            raise UsageError(
+                f"{error}. This namespace is not on Unix time (a trace fed on its own clock): "
+                "ask with --submit clock, or --submit SECONDS"
+            ) from None
+        raise
+    answer = served.plain()
     show(args.json, answer, lambda: _format_prediction(answer))
     return 0
 
@@ -100,18 +112,16 @@ def _format_status(status: dict[str, Any]) -> str:
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
-    from predictor.frames import finished_from_frame
+    from sites.seeding import seed, trace_completions
 
     if args.trace is None:
         raise UsageError("observe needs --trace FILE, or --trace - for SWF lines on standard input")
-    finished = finished_from_frame(load_trace(args).jobs)
+    trace = load_trace(args)
+    finished, names = trace_completions(trace.jobs, trace.names)
     with connect(args) as client:
-        accepted, duplicates = client.observe_all(finished, namespace=args.namespace)
-        held = client.list_estimators(args.namespace)
-    print(
-        f"namespace {args.namespace or 'default'}: {accepted} finished job(s) learned, {duplicates} already held; "
-        f"now {held.completions} held, clock {held.clock}"
-    )
+        done = seed(client, args.namespace, finished, names, Progress("observe"))
+        held = client.status(args.namespace)
+    print(f"{done.line()}; now {held.completions} held, clock {held.clock}")
     return 0
 
 
@@ -119,9 +129,38 @@ def cmd_pbs_report(args: argparse.Namespace) -> int:
     from sites.pbs import report_accounting
 
     with connect(args) as client:
-        sent, new = report_accounting(args.accounting, client, args.namespace)
-    print(f"{sent} completions sent: {new} new, {sent - new} already held")
+        done = report_accounting(args.accounting, client, args.namespace, Progress("pbs-report"))
+    print(done.line())
     return 0
+
+
+class Progress:
+    """A long load's progress on standard error: a line at most every `EVERY` seconds, and the last one."""
+
+    EVERY = 2.0
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.shown = time.monotonic()
+
+    def __call__(self, done: Seeded) -> None:
+        now = time.monotonic()
+        if now - self.shown >= self.EVERY or done.sent + done.skipped == done.total:
+            self.shown = now
+            print(f"{self.command}: namespace {done.namespace}: {done.progress()}", file=sys.stderr, flush=True)
+
+
+def submit_time(text: str) -> int | None:
+    """`--submit`: Unix seconds; `now` (the default): this host's clock; `clock`: the namespace's clock (a
+    replayed trace's time), None."""
+    if text == "now":
+        return int(time.time())
+    if text == "clock":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--submit {text!r}: Unix seconds, now or clock") from None
 
 
 def _namespace_line(info: dict[str, Any]) -> str:
@@ -254,7 +293,12 @@ def predict_table() -> Table:
         Option("--account", "the account charged, instead of --group", metavar="NAME"),
         Option("--request", "requested time t_req", int, metavar="SECONDS", required=True),
         Option("--procs", "the job's size in processors", int, required=True),
-        Option("--submit", "submit time (default: the namespace's clock)", int),
+        Option(
+            "--submit",
+            "submit time in Unix seconds; now: this host's clock; clock: the namespace's (a replayed trace's time)",
+            default="now",
+            metavar="SECONDS|now|clock",
+        ),
         json_option("the answer"),
     )
 

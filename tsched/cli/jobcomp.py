@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _signum, _frame: stop.set())
     with connect(args) as client:
-        Follower(args.follow, lambda jobs: client.observe(jobs, namespace=args.namespace)).run(stop)
+        Follower(args.follow, lambda jobs, names: client.observe(jobs, names=names, namespace=args.namespace)).run(stop)
     return 0
 
 
