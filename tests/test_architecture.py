@@ -136,6 +136,9 @@ def reaches(graph: dict[str, set[str]], source: str, forbidden: str) -> list[str
                 "simulator.machine",
                 "simulator.jobs",
                 "simulator.dynp",
+                "simulator.cluster",
+                "simulator.nodes",
+                "simulator.nodeplan",
             )
             for other in ("simulator.engine", "simulator.evaluation", "simulator.experiment", "predictor")
         ],
