@@ -105,6 +105,19 @@ def _batches(
         yield batch
 
 
+def _counts_cpus_only(demand: Demand) -> bool:
+    """Whether a node offers the job exactly its free CPUs (no memory, GPU, per-node or whole-node condition)."""
+    return (
+        not demand.exclusive
+        and demand.mem_per_cpu is None
+        and demand.mem_per_node is None
+        and not demand.gpu_job
+        and demand.pn_min_cpus == 1
+        and demand.max_cpus_per_node is None
+        and demand.max_nodes > 1
+    )
+
+
 def earliest_start(
     demand: Demand,
     state: NodeState,
@@ -125,12 +138,19 @@ def earliest_start(
     if allocation is not None:
         return Estimate(now, allocation)
     free_cpus, free_memory, free_gpus = state.free_cpus.copy(), state.free_memory.copy(), state.free_gpus.copy()
+    # a job that only counts CPUs cannot fit before the usable nodes have that many free: no need to try
+    counted = _counts_cpus_only(demand)
+    usable_free = int(free_cpus[available].sum())
     for batch in _batches(ends, available, state.allocations, window_scale):
         for job in batch:
             held = state.allocations[job.key]
             free_cpus[held.nodes] += held.cpus
             free_memory[held.nodes] += held.memory
             free_gpus[held.nodes] += held.gpus
+            if counted:
+                usable_free += int(held.cpus[available[held.nodes]].sum())
+        if counted and usable_free < demand.min_cpus:
+            continue
         allocation = pick(demand, state.table, free_cpus, free_memory, free_gpus, available)
         if allocation is not None:
             last = batch[-1]

@@ -50,6 +50,8 @@ class NodeTable:
         self.memory = np.array([node.usable_memory for node in nodes], dtype=np.int64)
         self.gpus = np.array([node.gpus for node in nodes], dtype=np.int64)
         self.weight = np.array([node.weight for node in nodes], dtype=np.int64)
+        self.sched_weight = (self.weight << 8) | 0xFF  # the low byte is for GPU jobs
+        self.uniform_weight = bool((self.weight == self.weight[0]).all())
         unit = cluster.select.unit
         self.unit = np.array(
             [
@@ -58,6 +60,7 @@ class NodeTable:
             ],
             dtype=np.int64,
         )
+        self.one_cpu_units = bool((self.unit == 1).all())
         self.usable = np.array([node.usable for node in nodes], dtype=bool)
         self.memory_consumed = cluster.select.memory
         self.partition_masks = {partition.name: self._mask(partition.nodes) for partition in cluster.partitions}
@@ -274,14 +277,14 @@ class _Chooser:
         self.table = table
         self.offered = offered
         self.free_gpus = free_gpus
-        weight = table.weight << 8
         if demand.gpu_job:  # favour nodes with more usable GPUs (the low byte of sched_weight)
             cap = demand.gpus_per_node or demand.gpus_per_job
             near = np.minimum(free_gpus, cap) if cap else free_gpus
-            weight = weight | (0xFF - np.minimum(near, 0xFF))
+            self.weight = (table.weight << 8) | (0xFF - np.minimum(near, 0xFF))
+            self.uniform = False
         else:
-            weight = weight | 0xFF
-        self.weight = weight
+            self.weight = table.sched_weight
+            self.uniform = table.uniform_weight
 
     def choose(self) -> tuple[IntArray, IntArray, IntArray] | None:
         """(nodes, CPUs each gives, GPUs each gives), or None; with choose_nodes' retries."""
@@ -314,6 +317,56 @@ class _Chooser:
         return _Fill(self, candidates).best_fit()
 
 
+class _Runs:
+    """Runs of consecutive usable nodes of equal weight (_eval_nodes' consecutive sets), as arrays."""
+
+    def __init__(self, offered: IntArray, weight: IntArray | None, free_gpus: IntArray | None) -> None:
+        """`weight` None: every node weighs the same; `free_gpus` None: the job gathers no GPUs per job."""
+        usable = offered > 0
+        if weight is None:
+            edges = np.flatnonzero(np.diff(np.concatenate(([0], usable.view(np.int8), [0]))))
+            self.starts, self.ends = edges[::2], edges[1::2]
+            self.weight = None
+        else:
+            indices = np.flatnonzero(usable)
+            breaks = np.flatnonzero((np.diff(indices) != 1) | (np.diff(weight[indices]) != 0)) + 1
+            first = np.concatenate(([0], breaks)) if len(indices) else breaks
+            self.starts = indices[first]
+            self.ends = indices[np.concatenate((breaks - 1, [len(indices) - 1]))] + 1 if len(indices) else first
+            self.weight = weight[self.starts]
+        self.nodes = self.ends - self.starts
+        total = np.concatenate(([0], np.cumsum(offered)))
+        self.cpus = total[self.ends] - total[self.starts]
+        self.gpus = None
+        if free_gpus is not None:
+            gpu_total = np.concatenate(([0], np.cumsum(np.where(usable, free_gpus, 0))))
+            self.gpus = gpu_total[self.ends] - gpu_total[self.starts]
+
+    def best(self, rem_cpus: int, rem_nodes: int, rem_gpus: int) -> int | None:
+        """The run _eval_nodes takes next: lowest weight; then its three clauses, in order, as written."""
+        alive = self.nodes > 0
+        if self.weight is not None and alive.any():
+            alive &= self.weight == self.weight[alive].min()
+        candidates = np.flatnonzero(alive)
+        if not len(candidates):
+            return None
+        sufficient = (self.cpus >= rem_cpus) & (self.nodes >= rem_nodes)
+        if self.gpus is not None:
+            sufficient &= self.gpus >= rem_gpus
+        if rem_nodes <= 1 and rem_gpus <= 0:
+            # a run short of CPUs has fewer than a sufficient one: the clauses reduce to these
+            fits = candidates[sufficient[candidates]]
+            if len(fits):
+                return int(fits[np.argmin(self.cpus[fits])])
+            return int(candidates[np.argmax(self.cpus[candidates])])
+        best, best_sufficient = int(candidates[0]), bool(sufficient[candidates[0]])
+        for position in candidates[1:].tolist():
+            good, cpus, best_cpus = bool(sufficient[position]), int(self.cpus[position]), int(self.cpus[best])
+            if (good and not best_sufficient) or (good and cpus < best_cpus) or (not good and cpus > best_cpus):
+                best, best_sufficient = position, good
+        return best
+
+
 class _Fill:
     """One evaluation (_eval_nodes): the counters of what is still needed, and the nodes taken so far."""
 
@@ -328,9 +381,9 @@ class _Fill:
         self.rem_nodes = demand.min_nodes
         self.max_nodes = demand.max_nodes
         self.rem_gpus = demand.gpus_per_job
-        self.nodes: list[int] = []
-        self.caps: list[int] = []
-        self.gpus: list[int] = []
+        self.nodes: list[IntArray] = []
+        self.caps: list[IntArray] = []
+        self.gpus: list[IntArray] = []
 
     @property
     def done(self) -> bool:
@@ -349,89 +402,80 @@ class _Fill:
         if demand.gpus_per_job:
             gpus = min(int(self.chooser.free_gpus[index]), max(self.rem_gpus, 0))
             self.rem_gpus -= gpus
-        self.nodes.append(index)
-        self.caps.append(cpus)
+        self._record(np.array([index]), np.array([cpus]), np.array([gpus]))
+
+    def _record(self, nodes: IntArray, caps: IntArray, gpus: IntArray) -> None:
+        self.nodes.append(nodes)
+        self.caps.append(caps)
         self.gpus.append(gpus)
-        self.rem_cpus -= cpus
-        self.rem_max_cpus -= cpus
-        self.rem_nodes -= 1
-        self.min_rem_nodes -= 1
-        self.max_nodes -= 1
+        count, given = len(nodes), int(caps.sum())
+        self.rem_cpus -= given
+        self.rem_max_cpus -= given
+        self.rem_nodes -= count
+        self.min_rem_nodes -= count
+        self.max_nodes -= count
 
     def result(self) -> tuple[IntArray, IntArray, IntArray] | None:
-        if not (self.rem_cpus <= 0 and self.rem_gpus <= 0 and self.rem_nodes <= 0) or not self.nodes:
+        if not self.done or not self.nodes:
             return None
-        order = np.argsort(self.nodes, kind="stable")
-        return (
-            np.asarray(self.nodes, dtype=np.int64)[order],
-            np.asarray(self.caps, dtype=np.int64)[order],
-            np.asarray(self.gpus, dtype=np.int64)[order],
-        )
-
-    def _runs(self) -> list[list[int]]:
-        """Runs of consecutive usable nodes of equal weight, as [start, end, cpus, nodes, gpus, weight]."""
-        usable = self.offered > 0
-        indices = np.flatnonzero(usable)
-        if not len(indices):
-            return []
-        weight = self.chooser.weight[indices]
-        breaks = np.flatnonzero((np.diff(indices) != 1) | (np.diff(weight) != 0)) + 1
-        starts = np.concatenate(([0], breaks))
-        ends = np.concatenate((breaks, [len(indices)]))
-        cpus = np.add.reduceat(self.offered[indices], starts)
-        gpus = np.add.reduceat(self.chooser.free_gpus[indices], starts)
-        return [
-            [int(indices[s]), int(indices[e - 1]), int(c), int(e - s), int(g), int(weight[s])]
-            for s, e, c, g in zip(starts, ends, cpus, gpus, strict=True)
-        ]
-
-    def _best_run(self, runs: list[list[int]]) -> int | None:
-        """The run _eval_nodes takes next: lowest weight; then first sufficient with fewest CPUs, else largest."""
-        best: int | None = None
-        best_sufficient = False
-        for position, (_, _, cpus, nodes, gpus, weight) in enumerate(runs):
-            if nodes == 0:
-                continue
-            sufficient = cpus >= self.rem_cpus and nodes >= self.rem_nodes and gpus >= self.rem_gpus
-            if best is None or weight < runs[best][5]:
-                better = True
-            else:
-                best_cpus = runs[best][2]
-                better = weight == runs[best][5] and (  # Slurm's three clauses, as written
-                    (sufficient and not best_sufficient)
-                    or (sufficient and cpus < best_cpus)
-                    or (not sufficient and cpus > best_cpus)
-                )
-            if better:
-                best, best_sufficient = position, sufficient
-        return best
+        nodes = np.concatenate(self.nodes)
+        order = np.argsort(nodes, kind="stable")
+        return nodes[order], np.concatenate(self.caps)[order], np.concatenate(self.gpus)[order]
 
     def best_fit(self) -> tuple[IntArray, IntArray, IntArray] | None:
         """_eval_nodes: take runs of nodes, best first, until the job is satisfied."""
-        runs = self._runs()
-        while runs and self.max_nodes > 0:
-            chosen = self._best_run(runs)
+        chooser = self.chooser
+        runs = _Runs(
+            self.offered,
+            None if chooser.uniform else chooser.weight,
+            chooser.free_gpus if self.demand.gpus_per_job else None,
+        )
+        while self.max_nodes > 0:
+            chosen = runs.best(self.rem_cpus, self.rem_nodes, self.rem_gpus)
             if chosen is None:
                 break
-            first, last = runs[chosen][0], runs[chosen][1]
-            offered = self.offered[first : last + 1].copy()
+            first, stop = int(runs.starts[chosen]), int(runs.ends[chosen])
+            offered = self.offered[first:stop].copy()
             if self.rem_nodes <= 1:
                 single = self._single_node(first, offered)
                 if single is not None:
                     keep = offered[single - first]
                     offered[:] = 0
                     offered[single - first] = keep
-            for position in np.flatnonzero(offered):
-                if self.max_nodes == 0 or self.done:
-                    break
-                cpus = int(offered[position])
-                if self.max_nodes == 1 and cpus < self.rem_cpus:
-                    continue
-                self.take(first + int(position), cpus)
+            self._fill_run(first, offered)
             if self.done:
                 break
-            runs[chosen][2] = runs[chosen][3] = 0
+            runs.cpus[chosen] = runs.nodes[chosen] = 0
         return self.result()
+
+    def _fill_run(self, first: int, offered: IntArray) -> None:
+        """The run's nodes in order, each giving what is still needed (_cpus_to_use), until satisfied."""
+        usable = np.flatnonzero(offered)
+        if self.min_rem_nodes <= 1 and self.rem_gpus <= 0 and self._fill_at_once(first, offered, usable):
+            return
+        for position in usable.tolist():
+            if self.max_nodes == 0 or self.done:
+                break
+            cpus = int(offered[position])
+            if self.max_nodes == 1 and cpus < self.rem_cpus:
+                continue
+            self.take(first + position, cpus)
+
+    def _fill_at_once(self, first: int, offered: IntArray, usable: IntArray) -> bool:
+        """The node-by-node fill as one cumulative sum, when no CPU is kept for later nodes and the node
+        limit cannot skip a node; False (nothing taken) when it could."""
+        given = offered[usable]
+        reached = np.flatnonzero(np.cumsum(given) >= self.rem_cpus)
+        count = max(int(reached[0]) + 1 if len(reached) else len(usable), min(self.rem_nodes, len(usable)))
+        if count > self.max_nodes or (count == self.max_nodes and not len(reached)):
+            return False
+        caps = given[:count].copy()
+        if not self.demand.exclusive and count:
+            before = int(caps[:-1].sum())
+            if caps[-1] > self.rem_max_cpus - before:
+                caps[-1] = max(self.rem_max_cpus - before, self.demand.pn_min_cpus)
+        self._record(first + usable[:count], caps, np.zeros(count, dtype=np.int64))
+        return True
 
     def _single_node(self, first: int, offered: IntArray) -> int | None:
         """The node of a run that alone satisfies the job with the fewest CPUs (the first such), if any."""
@@ -504,6 +548,8 @@ def _allocation(
     if demand.exclusive:
         cpus = table.cpus[nodes].copy()
         tasks = spread_tasks(demand, cpus)
+    elif demand.cpus_per_task == 1 and int(caps.sum()) == demand.tasks and table.one_cpu_units:
+        tasks = cpus = caps  # dist_tasks fills every node to what _eval_nodes gave it
     else:
         tasks = spread_tasks(demand, caps)
         unit = table.unit[nodes]

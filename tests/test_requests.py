@@ -101,11 +101,11 @@ def test_sacct_requests_guessed_from_tres():
     guessed = [sacct_request(req, alloc_tres=alloc, req_mem=mem) for req, alloc, mem, _ in LIVE]
     assert guessed[0] == ResourceRequest(nodes=1, tasks=4, mem_per_node=4000)
     assert guessed[1] == ResourceRequest(nodes=1, tasks=12, mem_per_cpu=1000)  # spread over two nodes
-    assert guessed[2] == ResourceRequest(nodes=2, max_nodes=2, tasks=4, mem_per_node=2000)
+    assert guessed[2] == ResourceRequest(nodes=2, max_nodes=2, tasks=4, mem_per_cpu=1000)
     assert guessed[3] == ResourceRequest(nodes=1, tasks=3, mem_per_node=7500)
     assert guessed[4] == ResourceRequest(nodes=1, tasks=1, mem_per_node=1000, exclusive=True)
     assert guessed[5] == ResourceRequest(nodes=1, tasks=2, mem_per_cpu=1000, gpus=3)
-    assert guessed[6] == ResourceRequest(nodes=2, max_nodes=2, tasks=4, mem_per_node=8192, gpus_per_node=2)
+    assert guessed[6] == ResourceRequest(nodes=2, max_nodes=2, tasks=4, mem_per_cpu=4096, gpus_per_node=2)
     assert guessed[7] == ResourceRequest(nodes=1, tasks=6, mem_per_cpu=1000)
 
 
@@ -118,6 +118,9 @@ def test_the_submit_line_overrides_the_guesses():
     assert told[5] == ResourceRequest(nodes=1, tasks=2, mem_per_cpu=1000, gpus=3, partitions=("gpu",))
     assert told[7] == ResourceRequest(nodes=1, max_nodes=3, tasks=6, mem_per_cpu=1000)
     assert told[4].exclusive
+    assert told[6] == ResourceRequest(
+        nodes=2, max_nodes=2, tasks=4, mem_per_node=8192, gpus_per_node=2, partitions=("gpu",)
+    )
 
 
 def test_submit_options():

@@ -12,8 +12,9 @@ on the project's one-host Slurm, `tests/slurm`):
 - nodes: `ReqTRES node=N`; N > 1 is a `-N N` (Slurm only raises the minimum
   when asked), so exactly N; N = 1 may be `-n K` spread over as many nodes as
   the CPUs need (what Slurm does without `-N`), so at least one;
-- memory: one node: per node; N fixed nodes: the total split per node;
-  otherwise per CPU (the total over the CPUs);
+- memory: on one node, per node; on several, per CPU (the total over the
+  CPUs), as DefMemPerCPU and `--mem-per-cpu` give it (a `--mem` per node
+  shows in the submit line, or as `Mn` in older ReqMem);
 - GPUs: `gres/gpu` is the job's total; per node when it splits evenly over
   N fixed nodes (`--gres=gpu:G`), else per job (`--gpus=G`);
 - exclusive: given more CPUs than asked, all the CPUs of its nodes.
@@ -250,7 +251,7 @@ def sacct_request(
             qos=qos or None,
             exclusive=_exclusive(cpus, given.get("cpu"), node_cpus),
         ),
-        **_memory_fields(memory, per, cpus, nodes, fixed or spread == 1),
+        **_memory_fields(memory, per, cpus, nodes == spread == 1),
         **_gpu_fields(asked or given, nodes, fixed or spread == 1),
     )
     if submit_line:
@@ -274,15 +275,13 @@ def _exclusive(asked: int, given: int | None, node_cpus: int | None) -> bool:
     return node_cpus is None or given == node_cpus
 
 
-def _memory_fields(memory: int | None, per: str, cpus: int, nodes: int, fixed: bool) -> dict[str, Any]:
+def _memory_fields(memory: int | None, per: str, cpus: int, one_node: bool) -> dict[str, Any]:
     if memory is None:
         return {}
     if per == "cpu":
         return {"mem_per_cpu": memory}
-    if per == "node" or (fixed and nodes == 1):
+    if per == "node" or one_node:
         return {"mem_per_node": memory if memory else ALL_MEMORY}
-    if fixed:
-        return {"mem_per_node": -(-memory // nodes)}
     return {"mem_per_cpu": max(-(-memory // cpus), 1)}
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Slurm cluster with accounting on one host, self-contained in one scratch folder.
 #
-#   one_host_cluster.sh start|stop|status|env|clean
+#   one_host_cluster.sh start|stop|status|env|clean|munge|munge-stop
 #
 # The daemons keep their state, logs and pid files in the scratch folder: a private MariaDB (its
 # own data folder and socket, TCP on 127.0.0.1 only), slurmdbd, slurmctld, and one slurmd per
@@ -289,5 +289,8 @@ stop) cmd_stop ;;
 status) cmd_status ;;
 env) echo "export SLURM_CONF=$SLURM_CONF" ;;
 clean) cmd_stop; rm -rf "$DIR" ;;
-*) echo "usage: $0 start|stop|status|env|clean" >&2; exit 2 ;;
+# several clusters at once share one munged: start it first (a cluster then leaves it alone), stop it last
+munge) need_packages; mkdir -p "$DIR/run"; start_munge ;;
+munge-stop) stop_pid "$DIR/run/munged.pid" munged ;;
+*) echo "usage: $0 start|stop|status|env|clean|munge|munge-stop" >&2; exit 2 ;;
 esac

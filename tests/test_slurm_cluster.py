@@ -1,0 +1,77 @@
+"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed); what it did is checked against the model.
+
+tests/slurm/cluster_workloads.py runs the three at once, each on its own
+one-host cluster, in about ten minutes; the checks are those the offline
+test applies to the committed captures, plus what only a live run knows:
+what was submitted. Skipped without root or Debian's slurm packages.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+from slurm.checks import Run, check_allocations, check_configuration, check_requests, replay_node_choices
+from slurm.cluster_workloads import Capture, run_all
+from slurm.workload import unavailable
+
+pytestmark = pytest.mark.slurm
+NAMES = ("fcfs", "fcfs-tight", "mixed")
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Capture]:
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    runs = run_all(tmp_path_factory.mktemp("clusters"))
+    failed = {name: repr(capture.error) for name, capture in runs.items() if capture.error is not None}
+    assert not failed, failed
+    return runs
+
+
+@pytest.fixture(params=NAMES)
+def capture(request: pytest.FixtureRequest, captures: dict[str, Capture]) -> Capture:
+    return captures[request.param]
+
+
+def test_every_job_ran_as_submitted(capture):
+    run = Run(capture.folder)
+    jobs = {job.id: job for job in run.jobs}
+    assert sorted(jobs) == sorted(job.job_ids[0] for job in capture.submitted)
+    for submitted in capture.submitted:
+        job = jobs[submitted.job_ids[0]]
+        limit = submitted.limit_minutes * 60
+        assert int(job.row["TimelimitRaw"]) * 60 == limit
+        assert job.row["State"] == ("TIMEOUT" if submitted.kind == "timeout" else "COMPLETED"), job.id
+        assert job.row["User"] == submitted.user and job.row["Partition"] == submitted.partition
+        elapsed = int(job.row["ElapsedRaw"])
+        assert elapsed >= limit if submitted.kind == "timeout" else elapsed < limit, job.id
+
+
+def test_the_slurm_conf_reads_as_slurm_reported_it(capture):
+    check_configuration(Run(capture.folder))
+
+
+def test_requests_read_from_sacct_say_what_was_asked(capture):
+    check_requests(Run(capture.folder))
+
+
+def test_what_slurm_gave_fits_the_model(capture):
+    check_allocations(Run(capture.folder))
+
+
+def test_the_model_places_jobs_where_slurm_did(capture):
+    replay = replay_node_choices(Run(capture.folder))
+    assert replay.differing == [] and replay.unplaceable == []
+
+
+def test_jobs_queued(capture):
+    """Waits long enough to compare schedulers on: a queue formed, and backfilling started jobs."""
+    run = Run(capture.folder)
+    waits = [job.wait for job in run.jobs]
+    assert statistics.mean(waits) >= 20
+    assert sum(wait > 10 for wait in waits) >= len(waits) / 4
+    assert any("SchedBackfill" in job.row["Flags"] for job in run.jobs)
+    assert Path(capture.folder / "backfill.log").stat().st_size > 0
