@@ -265,8 +265,8 @@ def pick(
     chosen = chooser.choose()
     if chosen is None:
         return None
-    nodes, caps, gpus = chosen
-    return _allocation(demand, table, nodes, caps, gpus, offered[nodes])
+    nodes, caps, _ = chosen
+    return _allocation(demand, table, nodes, caps, offered[nodes], free_gpus[nodes])
 
 
 class _Chooser:
@@ -542,7 +542,7 @@ def _rounds(extra: IntArray, remaining: int) -> int:
 
 
 def _allocation(
-    demand: Demand, table: NodeTable, nodes: IntArray, caps: IntArray, gpus: IntArray, offered: IntArray
+    demand: Demand, table: NodeTable, nodes: IntArray, caps: IntArray, offered: IntArray, free_gpus: IntArray
 ) -> Allocation:
     """CPUs (whole allocation units, within what each node offered), memory and GPUs on each chosen node."""
     if demand.exclusive:
@@ -566,4 +566,26 @@ def _allocation(
         gpus = np.full(len(nodes), demand.gpus_per_node, dtype=np.int64)
     elif demand.gpus_per_task:
         gpus = tasks * demand.gpus_per_task
+    elif demand.gpus_per_job:
+        gpus = _job_gpus(demand.gpus_per_job, free_gpus)
+    else:
+        gpus = np.zeros(len(nodes), dtype=np.int64)
     return Allocation(nodes=nodes, cpus=cpus, memory=memory, gpus=gpus, exclusive=demand.exclusive)
+
+
+def _job_gpus(wanted: int, free: IntArray) -> IntArray:
+    """A job's GPUs over its nodes (_set_job_bits1, then _set_job_bits2): in node order, each node as many
+    as it has while one is left for each node after it; then what is still missing from any node."""
+    gpus = np.zeros(len(free), dtype=np.int64)
+    remaining = wanted
+    for position, available in enumerate(free.tolist()):
+        taken = max(min(available, remaining - (len(free) - position - 1)), 0)
+        gpus[position] = taken
+        remaining -= taken
+    for position, available in enumerate(free.tolist()):
+        if remaining <= 0:
+            break
+        extra = min(available - int(gpus[position]), remaining)
+        gpus[position] += extra
+        remaining -= extra
+    return gpus

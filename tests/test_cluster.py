@@ -153,6 +153,17 @@ def test_gres_conf_beside_slurm_conf_is_checked(tmp_path):
         read_slurm_conf(conf)
 
 
+def test_the_last_default_partition_wins_as_in_slurmctld(tmp_path):
+    conf = write(
+        tmp_path,
+        "slurm.conf",
+        "NodeName=a CPUs=2\nPartitionName=p Nodes=a Default=YES\nPartitionName=q Nodes=a Default=YES\n",
+    )
+    cluster = read_slurm_conf(conf)
+    assert cluster.default_partition is cluster.partition("q") and not cluster.partition("p").default
+    assert any("the last Default=YES wins" in note for note in cluster.notes)
+
+
 def test_notes_say_what_is_not_modelled(tmp_path):
     conf = write(
         tmp_path,
@@ -191,10 +202,6 @@ def test_notes_say_what_is_not_modelled(tmp_path):
         ),
         ("NodeName=a CPUs=2 just words\nPartitionName=p Nodes=a\n", r"line 1: just: is not KEY=VALUE"),
         ("Include missing.conf\n", r"missing.conf: cannot read"),
-        (
-            "NodeName=a CPUs=2\nPartitionName=p Nodes=a Default=YES\nPartitionName=q Nodes=a Default=YES\n",
-            "more than one default partition",
-        ),
     ],
 )
 def test_bad_slurm_conf_names_file_line_and_key(tmp_path, text, message):

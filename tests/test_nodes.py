@@ -147,8 +147,9 @@ def test_gpus_per_node_per_job_and_per_task():
     machine = cluster(Node("c1", 8), Node("g1", 8, gres={"gpu": 2}), Node("g2", 8, gres={"gpu": 4}))
     state = state_of(machine)
     assert place(state, ResourceRequest(tasks=2, gpus_per_node=1)) == {"g1": (2, 0, 1)}  # best fit, not more GPUs
-    # per job: nodes with more free GPUs first (g2), then what is still needed
-    assert place(state, ResourceRequest(tasks=2, gpus=5)) == {"g1": (1, 0, 1), "g2": (1, 0, 4)}
+    # per job: the nodes g1 and g2 (each node's GPUs count toward the five), then in node order each takes
+    # what it has while leaving one for each node after it (_set_job_bits1): g1 two, g2 three
+    assert place(state, ResourceRequest(tasks=2, gpus=5)) == {"g1": (1, 0, 2), "g2": (1, 0, 3)}
     assert place(state, ResourceRequest(tasks=1, gpus=3), key=1) == {"g2": (1, 0, 3)}
     assert place(state, ResourceRequest(nodes=2, max_nodes=2, tasks=2, gpus_per_node=2)) is None  # g2 has one left
     assert place(state, ResourceRequest(tasks=3, gpus_per_task=1)) == {"g1": (2, 0, 2), "g2": (1, 0, 1)}

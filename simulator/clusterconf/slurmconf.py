@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from simulator.cluster import Cluster, Node, natural_key
+from simulator.cluster import Cluster, Node, Partition, natural_key
 from simulator.clusterconf.conffile import Line, read_lines
 from simulator.clusterconf.gresconf import check_gres_conf
 from simulator.clusterconf.hostlist import expand_hostlist
@@ -152,10 +152,19 @@ def read_slurm_conf(path: str | Path, gres_conf: str | Path | None = None) -> Cl
     _check_gres_types(collected)
     lookup = _lookup(nodes, collected)
     notes: list[str] = []
-    partitions = []
+    partitions: list[Partition] = []
     for head, values in collected.partitions:
         indices = resolve_nodes(values["nodes"], "Nodes", lookup.get, len(nodes)) if "nodes" in values else ()
-        partitions.append(make_partition(head.text, indices, values, notes))
+        partition = make_partition(head.text, indices, values, notes)
+        if partition.default:  # as slurmctld: the last Default=YES wins
+            for position, earlier in enumerate(partitions):
+                if earlier.default:
+                    notes.append(
+                        f"{head.where.source} line {head.where.line}: {partition.name} is the default "
+                        f"partition, not {earlier.name} (the last Default=YES wins)"
+                    )
+                    partitions[position] = replace(earlier, default=False)
+        partitions.append(partition)
     if not partitions:
         raise ClusterConfigError(f"{path}: no PartitionName line: jobs could not run anywhere")
     globals_ = collected.globals

@@ -11,11 +11,13 @@ Slurm reported and did.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
+from itertools import combinations
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,7 @@ from kernel.resources import ResourceRequest
 from simulator.cluster import Cluster
 from simulator.clusterconf import read_slurm_conf
 from simulator.clusterconf.hostlist import expand_hostlist
-from simulator.nodes import NodeState, NodeTable, demand
+from simulator.nodes import Demand, NodeState, NodeTable, demand
 from simulator.workloads.tres import parse_tres, sacct_request, submit_options
 
 _LOGGED = re.compile(r"^\[(\S+)\] .*?(Allocate|Started|_job_complete):? JobId=(\d+)")
@@ -114,8 +116,8 @@ class Run:
     def logged(self) -> dict[tuple[str, int], float]:
         """("start" or "end", job) -> when slurmctld logged it, in seconds with milliseconds (if it did)."""
         times: dict[tuple[str, int], float] = {}
-        path = self.folder / "backfill.log"
-        for line in path.read_text().splitlines() if path.exists() else []:
+        path = self.folder / "backfill.log.gz"
+        for line in gzip.decompress(path.read_bytes()).decode().splitlines() if path.exists() else []:
             found = _LOGGED.search(line)
             if found:
                 when = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
@@ -175,7 +177,10 @@ def check_requests(run: Run) -> None:
         assert request.min_nodes == job.asked["node"], job.id
         assert request.total_gpus == job.asked.get("gres/gpu", 0), job.id
         assert request.partitions == (job.row["Partition"],) and request.qos == job.row["QOS"], job.id
-        assert request.exclusive == ("--exclusive" in options) == job.guessed.exclusive, job.id
+        assert request.exclusive == ("--exclusive" in options), job.id
+        # sacct alone tells an exclusive job by the CPUs it was given beyond those it asked
+        whole = sum(job.cluster.nodes[index].cpus for index in job.nodes)
+        assert job.guessed.exclusive == (request.exclusive and job.asked["cpu"] < whole), job.id
         if "--mem" in options:
             assert request.mem_per_node * len(job.nodes) == job.asked["mem"], job.id
         guessed = job.guessed
@@ -203,13 +208,40 @@ def check_allocations(run: Run) -> None:
             assert sum(other.given["cpu"] for other in at_once) <= node.cpus, (node.name, job.id)
 
 
+#: How long after a job's end its nodes may still be completing it (seconds).
+COMPLETING = 3.0
+
+
 @dataclass
 class NodeReplay:
     """Slurm's starts replayed on the model's nodes: where the model disagrees with what Slurm did."""
 
     checked: int = 0  # starts by Slurm's main scheduler whose nodes the model chose afresh
-    differing: list[tuple[int, list[str], list[str]]] | None = None  # (job, Slurm's nodes, the model's)
-    unplaceable: list[int] | None = None  # jobs the model cannot fit on the very nodes Slurm gave them
+    differing: list[tuple[int, list[str], list[str]]] = field(default_factory=list)  # job, Slurm's, the model's
+    completing: list[tuple[int, list[str]]] = field(default_factory=list)  # job, nodes still completing then
+    unplaceable: list[int] = field(default_factory=list)  # jobs the model cannot fit where Slurm put them
+
+
+def _chosen(state: NodeState, wanted: Demand, partition: str, left_out: tuple[int, ...]) -> list[int]:
+    available = state.table.partition_masks[partition].copy()
+    available[list(left_out)] = False
+    fresh = state.pick(wanted, available)
+    return [] if fresh is None else fresh.nodes.tolist()
+
+
+def _compare(replay: NodeReplay, job: Job, state: NodeState, wanted: Demand, recent: list[int]) -> None:
+    """Whether the model chooses Slurm's nodes, with none, or some, of the `recent`ly freed nodes left out."""
+    partition = job.row["Partition"]
+    plain = _chosen(state, wanted, partition, ())
+    if plain == job.nodes:
+        return
+    names = [node.name for node in job.cluster.nodes]
+    for size in range(1, len(recent) + 1):
+        for left_out in combinations(recent, size):
+            if _chosen(state, wanted, partition, left_out) == job.nodes:
+                replay.completing.append((job.id, [names[i] for i in left_out]))
+                return
+    replay.differing.append((job.id, [names[i] for i in job.nodes], [names[i] for i in plain]))
 
 
 def replay_node_choices(run: Run) -> NodeReplay:
@@ -223,26 +255,30 @@ def replay_node_choices(run: Run) -> NodeReplay:
     select/cons_tres's choice, which `pick` reproduces, decides alone. Events
     go in the order slurmctld logged them (to the millisecond); without a log,
     ends at a second come before starts at it, and starts go in job order.
+
+    A node is not given to a job while it is still completing the last one
+    (its epilog, a second or so after the job's end; sacct does not say when it
+    was done): a choice that differs only that way, nodes freed in the last
+    `COMPLETING` seconds left out, is counted in `completing`, not `differing`.
     """
     cluster = run.cluster
     table = NodeTable(cluster)
     state = NodeState(table)
-    replay = NodeReplay(differing=[], unplaceable=[])
+    replay = NodeReplay()
     running: list[Job] = []
+    freed: dict[int, float] = {}  # node -> when a job on it last ended
     for job in sorted(run.jobs, key=lambda job: (run.when("start", job), job.id)):
         started = run.when("start", job)
         for ended in [other for other in running if run.when("end", other) <= started]:
             state.release(ended.id)
             running.remove(ended)
+            freed.update(dict.fromkeys(ended.nodes, run.when("end", ended)[0]))
         partition = cluster.partition(job.row["Partition"])
         wanted = demand(job.request, cluster, partition)
         if "SchedMain" in job.row["Flags"]:
-            fresh = state.pick(wanted, table.partition_masks[partition.name])
             replay.checked += 1
-            chosen = [] if fresh is None else [cluster.nodes[i].name for i in fresh.nodes]
-            slurm = [cluster.nodes[i].name for i in job.nodes]
-            if chosen != slurm:
-                replay.differing.append((job.id, slurm, chosen))
+            recent = [node for node, when in freed.items() if started[0] - when < COMPLETING]
+            _compare(replay, job, state, wanted, recent)
         own = np.zeros(table.size, dtype=bool)
         own[job.nodes] = True
         allocation = state.pick(wanted, own)

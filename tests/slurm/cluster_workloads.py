@@ -1,12 +1,15 @@
 """Workloads for checking the node-level simulator against a real Slurm: (a) fcfs, (b) fcfs-tight, (c) mixed.
 
 Each is a plan of `sleep` jobs submitted at set offsets to a one-host cluster
-(one_host_cluster.sh) configured for it, run to the end, and captured:
-`sacct --parsable2` with the fields a replay needs, the slurm.conf and
-gres.conf Slurm ran with, and the planned starts of Slurm's backfill
-scheduler from its debug log. The three run at once, each on its own
-cluster, in about ten minutes of wall time; the live test and the capture of
-the committed fixtures (tests/data/slurm-22.05-cluster/) share this::
+(one_host_cluster.sh) configured for it, run to the end, and captured in a
+folder: `jobs.sacct` (`sacct --parsable2`, the documented fields and what a
+node-level replay needs besides), the `slurm.conf` and `gres.conf` Slurm ran
+with and its own view of them (`scontrol-nodes.txt`, `scontrol-partitions.txt`),
+and `backfill.log.gz`, slurmctld's log (DebugFlags=Backfill) cut to every start
+and end to the millisecond and each change of a job's planned start. The
+three run at once, each on its own cluster, in about ten minutes of wall
+time; the live test and the capture of the committed fixtures
+(tests/data/slurm-22.05-cluster/) share this::
 
     python tests/slurm/cluster_workloads.py --out tests/data/slurm-22.05-cluster
 
@@ -25,6 +28,7 @@ the committed fixtures (tests/data/slurm-22.05-cluster/) share this::
 from __future__ import annotations
 
 import argparse
+import gzip
 import math
 import os
 import random
@@ -111,11 +115,11 @@ def _arrivals(rng: random.Random, count: int, mean_gap: float) -> list[float]:
 def _taper(offset: float) -> float:
     """The longest run a job submitted at `offset` may have: late jobs are short, so that a run ends soon after
     its last submission (a long job queued late behind a whole-machine job would keep CI waiting)."""
-    return max(45.0, 180.0 - max(offset - TAPER_FROM, 0.0))
+    return max(30.0, 180.0 - 1.5 * max(offset - TAPER_FROM, 0.0))
 
 
 #: From when on runs shorten, and when the last job asking for the whole machine comes (seconds after the first).
-TAPER_FROM, WHOLE_MACHINE_AT = 180.0, 100.0
+TAPER_FROM, WHOLE_MACHINE_AT = 120.0, 100.0
 FCFS_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 64)
 FCFS_WEIGHTS = (20, 15, 20, 20, 5, 10, 4, 4, 2)
 
@@ -293,7 +297,8 @@ def run_workload(workload: Workload, scratch: Path, out: Path, timeout: float = 
             (out / "jobs.sacct").write_text(cluster.sacct(FIELDS, timezone="UTC"))
             for name in ("slurm.conf", "gres.conf"):
                 shutil.copyfile(scratch / "etc" / name, out / name)
-            (out / "backfill.log").write_text(backfill_log((scratch / "log" / "slurmctld.log").read_text()))
+            with gzip.open(out / "backfill.log.gz", "wt") as log:  # repetitive: a tenth of its size
+                log.write(backfill_log((scratch / "log" / "slurmctld.log").read_text()))
     except BaseException as error:  # reported by the caller, after the other clusters have stopped
         capture.error = error
     capture.seconds = time.monotonic() - began
