@@ -137,21 +137,19 @@ def earliest_start(
     allocation = state.pick(demand, available)
     if allocation is not None:
         return Estimate(now, allocation)
-    free_cpus, free_memory, free_gpus = state.free_cpus.copy(), state.free_memory.copy(), state.free_gpus.copy()
+    free = state.free.copy()
     # a job that only counts CPUs cannot fit before the usable nodes have that many free: no need to try
     counted = _counts_cpus_only(demand)
-    usable_free = int(free_cpus[available].sum())
+    usable_free = int(free.cpus[available].sum())
     for batch in _batches(ends, available, state.allocations, window_scale):
         for job in batch:
             held = state.allocations[job.key]
-            free_cpus[held.nodes] += held.cpus
-            free_memory[held.nodes] += held.memory
-            free_gpus[held.nodes] += held.gpus
+            free.add(held)
             if counted:
                 usable_free += int(held.cpus[available[held.nodes]].sum())
         if counted and usable_free < demand.min_cpus:
             continue
-        allocation = pick(demand, state.table, free_cpus, free_memory, free_gpus, available)
+        allocation = pick(demand, state.table, free, available)
         if allocation is not None:
             last = batch[-1]
             start = guess_end(last, now, kill_wait) if last.end <= now else last.end

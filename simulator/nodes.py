@@ -29,6 +29,7 @@ Node sets are numpy boolean masks over the nodes in Slurm's order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -171,15 +172,43 @@ def _memory(request: ResourceRequest, cluster: Cluster, partition: Partition) ->
     return None, ALL_MEMORY  # Slurm: no request and no default is all of each node's memory
 
 
+class Free(NamedTuple):
+    """What each node has free: CPUs, memory (MB) and GPUs."""
+
+    cpus: IntArray
+    memory: IntArray
+    gpus: IntArray
+
+    def copy(self) -> Free:
+        return Free(self.cpus.copy(), self.memory.copy(), self.gpus.copy())
+
+    def add(self, allocation: Allocation) -> None:
+        """Give back what `allocation` held."""
+        nodes = allocation.nodes
+        self.cpus[nodes] += allocation.cpus
+        self.memory[nodes] += allocation.memory
+        self.gpus[nodes] += allocation.gpus
+
+
 class NodeState:
     """What each node has free now, and the allocation of every running job (by the caller's key)."""
 
     def __init__(self, table: NodeTable) -> None:
         self.table = table
-        self.free_cpus = table.cpus.copy()
-        self.free_memory = table.memory.copy()
-        self.free_gpus = table.gpus.copy()
+        self.free = Free(table.cpus.copy(), table.memory.copy(), table.gpus.copy())
         self.allocations: dict[int, Allocation] = {}
+
+    @property
+    def free_cpus(self) -> IntArray:
+        return self.free.cpus
+
+    @property
+    def free_memory(self) -> IntArray:
+        return self.free.memory
+
+    @property
+    def free_gpus(self) -> IntArray:
+        return self.free.gpus
 
     def allocate(self, key: int, allocation: Allocation) -> None:
         """Give `allocation` to job `key` (AssertionError if it is not free: the caller's bug)."""
@@ -198,26 +227,17 @@ class NodeState:
     def release(self, key: int) -> Allocation:
         """Take back what job `key` held."""
         allocation = self.allocations.pop(key)
-        nodes = allocation.nodes
-        self.free_cpus[nodes] += allocation.cpus
-        self.free_memory[nodes] += allocation.memory
-        self.free_gpus[nodes] += allocation.gpus
+        self.free.add(allocation)
         return allocation
 
     def pick(self, demand: Demand, available: BoolArray) -> Allocation | None:
         """Where `demand` would start now among the `available` nodes (None: it does not fit)."""
-        return pick(demand, self.table, self.free_cpus, self.free_memory, self.free_gpus, available)
+        return pick(demand, self.table, self.free, available)
 
 
-def offered_cpus(
-    demand: Demand,
-    table: NodeTable,
-    free_cpus: IntArray,
-    free_memory: IntArray,
-    free_gpus: IntArray,
-    available: BoolArray,
-) -> IntArray:
+def offered_cpus(demand: Demand, table: NodeTable, free: Free, available: BoolArray) -> IntArray:
     """CPUs each node can give the job (0: it cannot take it), as can_job_run_on_node counts them."""
+    free_cpus, free_memory, free_gpus = free
     if demand.exclusive:  # whole nodes, idle ones only
         cpus = np.where(available & (free_cpus == table.cpus), table.cpus, 0)
     else:
@@ -246,16 +266,10 @@ def offered_cpus(
     return np.where(cpus >= floor, cpus, 0)
 
 
-def pick(
-    demand: Demand,
-    table: NodeTable,
-    free_cpus: IntArray,
-    free_memory: IntArray,
-    free_gpus: IntArray,
-    available: BoolArray,
-) -> Allocation | None:
+def pick(demand: Demand, table: NodeTable, free: Free, available: BoolArray) -> Allocation | None:
     """The nodes and resources Slurm would give `demand` (None: not enough is free among `available`)."""
-    offered = offered_cpus(demand, table, free_cpus, free_memory, free_gpus, available)
+    offered = offered_cpus(demand, table, free, available)
+    free_gpus = free.gpus
     usable = np.flatnonzero(offered)
     if len(usable) < demand.min_nodes or int(offered[usable].sum()) < demand.min_cpus:
         return None

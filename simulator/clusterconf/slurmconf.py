@@ -54,24 +54,22 @@ class _Collected:
 
 def _collect(lines: Iterator[Line]) -> _Collected:
     collected = _Collected()
-    node_default: dict[str, Value] = {}
-    partition_default: dict[str, Value] = {}
+    defaults: dict[str, dict[str, Value]] = {"nodename": {}, "partitionname": {}}
     for line in lines:
         kind, (_, head) = line.kind, line.pairs[0]
         if kind == "global":
             collected.globals.update((key.lower(), value) for key, value in line.pairs)
-        elif kind == "nodename":
-            values = lower_keys(line.pairs[1:], NODE_KEYS, "NodeName")
+        elif kind in defaults:  # NodeName=DEFAULT and PartitionName=DEFAULT give defaults to the lines after
+            keys, label, found = (
+                (NODE_KEYS, "NodeName", collected.nodes)
+                if kind == "nodename"
+                else (PARTITION_KEYS, "PartitionName", collected.partitions)
+            )
+            values = lower_keys(line.pairs[1:], keys, label)
             if head.text.upper() == "DEFAULT":
-                node_default = node_default | values
+                defaults[kind] = defaults[kind] | values
             else:
-                collected.nodes.append((head, node_default | values))
-        elif kind == "partitionname":
-            values = lower_keys(line.pairs[1:], PARTITION_KEYS, "PartitionName")
-            if head.text.upper() == "DEFAULT":
-                partition_default = partition_default | values
-            else:
-                collected.partitions.append((head, partition_default | values))
+                found.append((head, defaults[kind] | values))
         elif kind == "nodeset":
             collected.node_sets[head.text] = (head, lower_keys(line.pairs[1:], _NODESET_KEYS, "NodeSet"))
         elif kind == "downnodes":
