@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -297,6 +298,16 @@ def test_the_toml_form_reads_like_the_slurm_conf_it_stands_for(tmp_path):
 def test_bad_toml_names_file_table_and_key(tmp_path, text, message):
     with pytest.raises(ClusterConfigError, match=message):
         read_cluster_toml(write(tmp_path, "c.toml", text))
+
+
+def test_the_documented_toml_example_reads(tmp_path):
+    from simulator.clusterconf import tomlform
+
+    example = tomlform.__doc__.split("::", 1)[1].split("\n\nUnknown keys", 1)[0]
+    cluster = read_cluster(write(tmp_path, "example.toml", textwrap.dedent(example)))
+    assert cluster.summary() == (
+        "mixed: 5 nodes, 56 CPUs, 173 GB, 8 GPUs; partitions cpu* (4 nodes); select/cons_tres by core and memory"
+    )
 
 
 def test_a_processor_pool_is_what_an_swf_trace_runs_on():
