@@ -129,11 +129,6 @@ class Partition:
         if list(self.nodes) != sorted(set(self.nodes)):
             raise ValueError(f"partition {self.name}: node indices must be ascending and distinct")
 
-    @property
-    def schedulable(self) -> bool:
-        """Whether jobs queued in it may start (State=UP; DRAIN takes no new jobs but runs queued ones)."""
-        return self.state in ("UP", "DRAIN")
-
 
 @dataclass(frozen=True, slots=True)
 class SelectSettings:
@@ -189,10 +184,6 @@ class SchedulerSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "other", MappingProxyType(dict(self.other)))
-
-    @property
-    def backfill(self) -> bool:
-        return self.scheduler_type == "sched/backfill"
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,6 @@ class NodeTable:
         )
         self.one_cpu_units = bool((self.unit == 1).all())
         self.usable = np.array([node.usable for node in nodes], dtype=bool)
-        self.memory_consumed = cluster.select.memory
         self.partition_masks = {partition.name: self._mask(partition.nodes) for partition in cluster.partitions}
 
     def _mask(self, indices: tuple[int, ...]) -> BoolArray:
@@ -82,10 +81,6 @@ class Allocation:
     memory: IntArray
     gpus: IntArray
     exclusive: bool = False
-
-    @property
-    def total_cpus(self) -> int:
-        return int(self.cpus.sum())
 
 
 @dataclass(frozen=True, slots=True)
