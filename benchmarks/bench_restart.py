@@ -56,7 +56,7 @@ def restart(state: Path, expected: int) -> tuple[float, str]:
     with PredictorClient(server.address, timeout=60) as client:
         client.predict(user=1, group=1, t_req=7200, procs=1, namespace=NAMESPACE)
         seconds = time.monotonic() - started
-        held = client.list_estimators(NAMESPACE)["completions"]
+        held = client.list_estimators(NAMESPACE).completions
     server.stop(signal.SIGKILL)
     assert held == expected, f"{held} completions restored, {expected} stored"
     restored = next((line.strip() for line in server.log if "restored" in line), "")

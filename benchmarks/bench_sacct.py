@@ -39,6 +39,18 @@ def generate(path: Path, lines: int, seed: int = 1) -> int:
     """Write about `lines` lines of sacct output; returns the number of allocations."""
     rng = np.random.default_rng(seed)
     jobs = int(lines / (3 + 1 / 3))  # allocation, batch and extern lines, and an srun step for one job in three
+    frame = allocations(rng, jobs)
+    allocation = frame.agg("|".join, axis=1).to_numpy(dtype=object)
+    batch, extern, srun = (steps(frame, suffix, name) for suffix, name in STEPS)
+    has_srun = np.arange(jobs) % 3 == 0
+    rows = np.stack([allocation, batch, extern, np.where(has_srun, srun, None)], axis=1).ravel()
+    body = "\n".join(row for row in rows if row is not None)
+    path.write_text("|".join(SACCT_FIELDS) + "\n" + body + "\n")
+    return jobs
+
+
+def allocations(rng: np.random.Generator, jobs: int) -> pd.DataFrame:
+    """One allocation line's fields per job, in `SACCT_FIELDS` order: arrays, a state mix, requeues, odd limits."""
     job_id = np.arange(1_000_000, 1_000_000 + jobs)
     array_task = rng.random(jobs) < 0.15
     shown_id = np.where(array_task, [f"{j - 7}_{j % 50}" for j in job_id], job_id.astype(str)).astype(object)
@@ -57,9 +69,8 @@ def generate(path: Path, lines: int, seed: int = 1) -> int:
     limit_text = limit_minutes.astype(str).astype(object)
     limit_text[rng.random(jobs) < 0.005] = "UNLIMITED"
     limit_text[never_started & (rng.random(jobs) < 0.3)] = "Partition_Limit"
-
     iso = "%Y-%m-%dT%H:%M:%S"
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
             "JobIDRaw": job_id.astype(str),
             "JobID": shown_id,
@@ -87,39 +98,23 @@ def generate(path: Path, lines: int, seed: int = 1) -> int:
             "JobName": [f"app{u % 25}" for u in user],
         }
     )[list(SACCT_FIELDS)]
-    allocation = frame.agg("|".join, axis=1).to_numpy(dtype=object)
-    step_fields = frame.assign(
-        User="",
-        UID="",
-        Group="",
-        GID="",
-        Partition="",
-        QOS="",
-        TimelimitRaw="",
-        ReqTRES="",
-        Flags="",
+
+
+#: The job steps each allocation is followed by: the JobID suffix and the step's JobName.
+STEPS = ((".batch", "batch"), (".extern", "extern"), (".0", "a.out"))
+
+
+def steps(frame: pd.DataFrame, suffix: str, name: str) -> np.ndarray:
+    """Each allocation's step `suffix` as sacct prints it: the job's times and sizes, no user, limit or QOS."""
+    blank = dict.fromkeys(("User", "UID", "Group", "GID", "Partition", "QOS", "TimelimitRaw", "ReqTRES", "Flags"), "")
+    lines = frame.assign(
+        **blank,
         Eligible=frame["Submit"],
+        JobIDRaw=frame["JobIDRaw"] + suffix,
+        JobID=frame["JobID"] + suffix,
+        JobName=name,
     )
-    batch = (
-        step_fields.assign(JobIDRaw=frame["JobIDRaw"] + ".batch", JobID=frame["JobID"] + ".batch", JobName="batch")
-        .agg("|".join, axis=1)
-        .to_numpy(dtype=object)
-    )
-    extern = (
-        step_fields.assign(JobIDRaw=frame["JobIDRaw"] + ".extern", JobID=frame["JobID"] + ".extern", JobName="extern")
-        .agg("|".join, axis=1)
-        .to_numpy(dtype=object)
-    )
-    srun = (
-        step_fields.assign(JobIDRaw=frame["JobIDRaw"] + ".0", JobID=frame["JobID"] + ".0", JobName="a.out")
-        .agg("|".join, axis=1)
-        .to_numpy(dtype=object)
-    )
-    has_srun = np.arange(jobs) % 3 == 0
-    rows = np.stack([allocation, batch, extern, np.where(has_srun, srun, None)], axis=1).ravel()
-    body = "\n".join(row for row in rows if row is not None)
-    path.write_text("|".join(SACCT_FIELDS) + "\n" + body + "\n")
-    return jobs
+    return lines.agg("|".join, axis=1).to_numpy(dtype=object)
 
 
 def _peak_resident_mb() -> float:

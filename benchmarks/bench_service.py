@@ -55,9 +55,10 @@ from kernel.jobs import FinishedJob, JobRequest
 from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
-from predictor.service.client import Credentials, PredictorClient, PredictorError, RemoteSession
+from predictor.service.client import Credentials, PredictorClient, PredictorError
 from predictor.service.codec import job_message
 from predictor.service.launcher import ServerProcess
+from predictor.service.remote import RemoteSession
 from predictor.service.server import Security
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, simulate
@@ -292,7 +293,6 @@ def _baseline_server(source: Path, spec: str) -> tuple[subprocess.Popen[bytes], 
         "listen": "127.0.0.1:0",
         "state": None,
         "default_estimators": [spec],
-        "allow_oracle": False,
     }
     if 'arguments.pop("security")' in (source / "predictor" / "service" / "launcher.py").read_text():
         arguments.update(security={}, limits={})  # a launcher that takes them requires them (their defaults)

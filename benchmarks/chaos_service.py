@@ -79,17 +79,17 @@ class Scheduler:
         """After a restart: was the instant in flight stored? Is everything acknowledged there?"""
         listing = client.list_estimators(self.namespace)
         if self.in_flight is not None and self.in_flight == self.stored:
-            if listing["clock"] == self.steps[self.stored][1][0].submit:
+            if listing.clock == self.steps[self.stored][1][0].submit:
                 self.stored += 1  # stored, its answer lost with the server: never resent
             self.in_flight = None
         expected_completions = sum(len(finished) for finished, _ in self.steps[: self.stored])
         expected_clock = self.steps[self.stored - 1][1][0].submit if self.stored else 0
         problems = []
-        if listing["completions"] != expected_completions:
-            held = listing["completions"]
+        if listing.completions != expected_completions:
+            held = listing.completions
             problems.append(f"{self.namespace}: {held} completions held, {expected_completions} stored")
-        if listing["clock"] != expected_clock:
-            problems.append(f"{self.namespace}: clock {listing['clock']}, expected {expected_clock}")
+        if listing.clock != expected_clock:
+            problems.append(f"{self.namespace}: clock {listing.clock}, expected {expected_clock}")
         return problems
 
     def mismatches(self) -> int:

@@ -32,10 +32,11 @@ import grpc
 
 from kernel.jobs import JobRequest
 from predictor.proto import rpc
-from predictor.service.client import PredictorClient, PredictorError, RemoteSession
+from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import sync_request
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
+from predictor.service.remote import RemoteSession
 from simulator.engine import SimulationConfig, simulate
 from simulator.workloads.synthetic import generate_workload
 
@@ -101,7 +102,7 @@ def attacker(address: str, seed: int, until: float, outcomes: multiprocessing.Qu
                     stream_channel = grpc.insecure_channel(address, options=NOT_READING)
                     held.append(stream_channel)
                     jobs = [JobRequest(i, 100, i % 50, 1, 3600, 1) for i in range(5000)]
-                    request = sync_request([], jobs, "soak-flood", "request", None)
+                    request = sync_request([], jobs, "soak-flood", "request")
                     frames = iter([request] * 100) if kind == "not reading" else iter(lambda: time.sleep(3600), 0)
                     rpc.PredictorStub(stream_channel).SyncStream(frames)
                     outcomes.put(("attacker", f"{kind} stream opened"))
@@ -128,6 +129,27 @@ def resident_mb(pid: int) -> float:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
+
+
+def probe_interval(probe: PredictorClient, pid: int, interval_end: float) -> tuple[list[float], list[float], float]:
+    """Predict and health-check ten times a second until `interval_end`: their latencies (ms), and the server's
+    peak resident memory (MB), read once a second."""
+    predicts: list[float] = []
+    healths: list[float] = []
+    peak = 0.0
+    next_sample = 0.0
+    while time.time() < interval_end:
+        began = time.perf_counter()
+        probe.predict(user=1, group=1, t_req=60, procs=1, namespace="soak-probe")
+        predicts.append((time.perf_counter() - began) * 1e3)
+        began = time.perf_counter()
+        probe.health()
+        healths.append((time.perf_counter() - began) * 1e3)
+        if time.monotonic() >= next_sample:
+            peak = max(peak, resident_mb(pid))
+            next_sample = time.monotonic() + 1
+        time.sleep(0.1)
+    return predicts, healths, peak
 
 
 def main() -> None:
@@ -160,21 +182,10 @@ def main() -> None:
         with PredictorClient(server.address, timeout=5) as probe:
             started = time.monotonic()
             while time.time() < until:
-                interval_end = min(until, time.time() + args.interval)
-                predicts: list[float] = []
-                healths: list[float] = []
-                next_sample = 0.0
-                while time.time() < interval_end:
-                    began = time.perf_counter()
-                    probe.predict(user=1, group=1, t_req=60, procs=1, namespace="soak-probe")
-                    predicts.append((time.perf_counter() - began) * 1e3)
-                    began = time.perf_counter()
-                    probe.health()
-                    healths.append((time.perf_counter() - began) * 1e3)
-                    if time.monotonic() >= next_sample:
-                        peak = max(peak, resident_mb(server.pid))
-                        next_sample = time.monotonic() + 1
-                    time.sleep(0.1)
+                predicts, healths, interval_peak = probe_interval(
+                    probe, server.pid, min(until, time.time() + args.interval)
+                )
+                peak = max(peak, interval_peak)
                 answered: collections.Counter[str] = collections.Counter()
                 while not outcomes.empty():
                     who, what = outcomes.get()

@@ -24,7 +24,7 @@ class TraceHeader(Protocol):
 
 
 class TraceLike(Protocol):
-    """What the predictor needs of a parsed trace (`simulator.workloads.swf.Trace` fits): `predictor` reads
+    """What the predictor needs of a parsed trace (`simulator.workloads.trace.Trace` fits): `predictor` reads
     trace files through whoever supplies them, and never imports the simulator."""
 
     @property

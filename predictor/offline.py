@@ -3,7 +3,7 @@
 The replay is causal by construction: before predicting a job submitted at s,
 the estimator is fed exactly the jobs whose trace end is at or before s (and
 that were submitted before s), in end order. The input is the job table of a
-parsed trace (`simulator.workloads.swf.Trace.jobs`) as a DataFrame, so that this module
+parsed trace (`simulator.workloads.trace.Trace.jobs`) as a DataFrame, so that this module
 depends on no simulator code.
 """
 

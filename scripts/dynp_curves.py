@@ -33,11 +33,11 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from simulator.dynp import canonical_policy
+from simulator.dynp import canonical_policy, is_dynamic
 from simulator.engine import SimulationConfig
-from simulator.evaluation.execution import result_row
 from simulator.experiment import run_simulation
-from simulator.workloads.swf import Trace, read_swf
+from simulator.workloads.swf import read_swf
+from simulator.workloads.trace import Trace
 
 TRACES = ("KTH-SP2-1996-2.1-cln", "CTC-SP2-1996-3.1-cln", "SDSC-SP2-1998-4.2-cln")
 #: Streit's Figure 4: the three single policies, basic dynP with the bounds that were best in his earlier work,
@@ -80,7 +80,7 @@ def run_point(path: str, jobs: int, load: float, policy: str, backfill: str, spe
     config = SimulationConfig(period.machine_procs(), policy, backfill, mode)
     started = time.perf_counter()
     summary, _ = run_simulation(period, config, spec, load_factor=load)
-    row = result_row(Path(path).name.removesuffix(".swf.gz"), summary)
+    row = summary.to_row(Path(path).name.removesuffix(".swf.gz"))
     return row | {"seconds": round(time.perf_counter() - started, 2)}
 
 
@@ -90,7 +90,7 @@ def run_all(args: argparse.Namespace) -> pd.DataFrame:
     paths = [str(Path(args.traces) / f"{name}.swf.gz") for name in args.trace]
     tasks = list(itertools.product(paths, args.loads, POLICIES, args.backfill, sources(args.estimator)))
     # the slowest runs (dynP, heavy load) first, so that the two workers finish together
-    tasks.sort(key=lambda task: (task[2] not in ("fcfs", "sjf", "ljf"), task[1]), reverse=True)
+    tasks.sort(key=lambda task: (is_dynamic(task[2]), task[1]), reverse=True)
     parallel = Parallel(n_jobs=args.workers, return_as="generator_unordered")
     rows = []
     started = time.monotonic()

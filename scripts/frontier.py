@@ -133,7 +133,7 @@ def markdown(name: str, jobs: int, rows: pd.DataFrame, image: str) -> list[str]:
     return [*lines, "", f"![{name} frontier]({image})", ""]
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--trace", action="append", help="file name in --traces (repeat; default: every .swf.gz)")
@@ -143,7 +143,11 @@ def main() -> None:
     parser.add_argument(
         "--headline-only", action="store_true", help=f"match only the q={HEADLINE_Q} adjuster (one lgbm run per trace)"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def trace_paths(args: argparse.Namespace) -> list[Path]:
+    """The traces named, or every .swf.gz in --traces, smallest first; refused when one is missing."""
     paths = (
         [args.traces / name for name in args.trace]
         if args.trace
@@ -152,8 +156,14 @@ def main() -> None:
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         raise SystemExit(f"missing trace(s): {', '.join(missing)}")
-    (args.out / "img").mkdir(parents=True, exist_ok=True)
-    began = time.perf_counter()
+    return paths
+
+
+def measure(
+    paths: list[Path], args: argparse.Namespace
+) -> tuple[list[Path], list[tuple[pd.DataFrame, pd.DataFrame]], list[pd.DataFrame], list[str]]:
+    """The traces that can be scored, their estimators and adjuster grids, the lgbm rows at the matched
+    rates, and the traces without a requested time."""
     parallel = Parallel(n_jobs=args.workers)
     measured = parallel(delayed(baseline_rows)(path) for path in paths)
     unusable = [trace_name(path) for path, rows in zip(paths, measured, strict=True) if rows is None]
@@ -165,9 +175,17 @@ def main() -> None:
         for q in qs:
             under = float(rows.loc[rows["estimator"] == ADJUSTER.format(q=q), "underestimated"].iloc[0])
             tasks.append((path, lgbm_spec(args.lgbm, under), f"q={q}"))
-    lgbm = parallel(delayed(lgbm_row)(*task) for task in tasks)
-    print(f"measured in {time.perf_counter() - began:.0f} s with {args.workers} workers")
+    return paths, baselines, parallel(delayed(lgbm_row)(*task) for task in tasks), unusable
 
+
+def write(
+    args: argparse.Namespace,
+    paths: list[Path],
+    baselines: list[tuple[pd.DataFrame, pd.DataFrame]],
+    lgbm: list[pd.DataFrame],
+    unusable: list[str],
+) -> None:
+    """frontier.md, frontier.csv and a plot per trace under --out; the summary table on standard output."""
     intro = [
         "# Prediction quality per trace",
         "",
@@ -185,13 +203,7 @@ def main() -> None:
         plot(name, grid, mine, args.out / image)
         report += markdown(name, int(rows["jobs"].iloc[0]), mine, image)
         table.append(mine)
-        head = mine[mine["matched"] == f"q={HEADLINE_Q}"].iloc[0]
-        adjuster = mine[mine["estimator"] == ADJUSTER.format(q=HEADLINE_Q)].iloc[0]
-        summary.append(
-            f"| {name} | {adjuster.accuracy_mean:.3f} | {adjuster.underestimated:.1%} | {adjuster.BE:.1%} | "
-            f"{head.frontier:.3f} | {head.accuracy_mean:.3f} | {head.underestimated:.1%} | {head.BE:.1%} | "
-            f"{'yes' if head.accuracy_mean > head.frontier and head.BE <= adjuster.BE else 'NO'} |"
-        )
+        summary.append(summary_row(name, mine))
     header = [
         "## Summary: lgbm-quantile calibrated to the q=85 adjuster's rate",
         "",
@@ -201,11 +213,31 @@ def main() -> None:
     ]
     if unusable:
         summary += ["", f"Not evaluated, no job has a requested time (t_req): {', '.join(unusable)}."]
-    report = intro + header + summary + [""] + report
     pd.concat(table, ignore_index=True).to_csv(args.out / "frontier.csv", index=False)
-    (args.out / "frontier.md").write_text("\n".join(report) + "\n")
+    (args.out / "frontier.md").write_text("\n".join(intro + header + summary + [""] + report) + "\n")
     print("\n".join(header + summary))
     print(f"wrote {args.out / 'frontier.md'}, frontier.csv and {len(paths)} plot(s)")
+
+
+def summary_row(name: str, rows: pd.DataFrame) -> str:
+    """One trace in the summary: the headline adjuster against lgbm-quantile calibrated to its rate."""
+    head = rows[rows["matched"] == f"q={HEADLINE_Q}"].iloc[0]
+    adjuster = rows[rows["estimator"] == ADJUSTER.format(q=HEADLINE_Q)].iloc[0]
+    return (
+        f"| {name} | {adjuster.accuracy_mean:.3f} | {adjuster.underestimated:.1%} | {adjuster.BE:.1%} | "
+        f"{head.frontier:.3f} | {head.accuracy_mean:.3f} | {head.underestimated:.1%} | {head.BE:.1%} | "
+        f"{'yes' if head.accuracy_mean > head.frontier and head.BE <= adjuster.BE else 'NO'} |"
+    )
+
+
+def main() -> None:
+    args = arguments()
+    paths = trace_paths(args)
+    (args.out / "img").mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    paths, baselines, lgbm, unusable = measure(paths, args)
+    print(f"measured in {time.perf_counter() - began:.0f} s with {args.workers} workers")
+    write(args, paths, baselines, lgbm, unusable)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,7 @@ def coverage(jobs_path: str, spec: str) -> str:
     p_under, under = [], 0
 
     def answer(job: JobRequest) -> Prediction:
-        prediction = estimator.predict(job)
-        interval = estimator.interval(job, prediction)
+        prediction, interval = estimator.predict_with_interval(job)
         if interval is not None:
             nonlocal under
             runtime = runtimes[job.job_id]

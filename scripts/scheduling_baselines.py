@@ -76,7 +76,7 @@ def average_bounded_slowdowns(path: Path, baselines: tuple[Baseline, ...] = BASE
     trace = read_swf(path)
     procs = trace.machine_procs()
     return [
-        run_simulation(trace, baseline.config(procs), baseline.estimator)[0]["avg_bounded_slowdown"]
+        run_simulation(trace, baseline.config(procs), baseline.estimator)[0].avg_bounded_slowdown
         for baseline in baselines
     ]
 

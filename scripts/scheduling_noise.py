@@ -51,8 +51,8 @@ def run(path: Path, name: str, configuration: Baseline, replicate: int, jitter: 
         "trace": name,
         "replicate": replicate,
         "configuration": configuration.label,
-        "avg_bounded_slowdown": summary["avg_bounded_slowdown"],
-        "avg_wait": summary["avg_wait"],
+        "avg_bounded_slowdown": summary.avg_bounded_slowdown,
+        "avg_wait": summary.avg_wait,
         "seconds": time.perf_counter() - began,
     }
 

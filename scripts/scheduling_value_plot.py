@@ -10,6 +10,8 @@ and average wait per trace and configuration, with the published AVEbsld (SC'15)
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -17,8 +19,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.axes import Axes
 
-from simulator.evaluation.report import estimator_color
+from simulator.evaluation.plots import estimator_color
 
 TRACES = ("KTH-SP2-1996-2.1-cln", "CTC-SP2-1996-3.1-cln", "SDSC-SP2-1998-4.2-cln", "SDSC-BLUE-2000-4.2-cln")
 #: (estimator, backfill order, label), in the order drawn.
@@ -40,7 +43,46 @@ PUBLISHED = {
     ("last2", "sjf"): (62.86, 26.53, 65.06, 16.83),
     ("oracle", "sjf"): (49.85, 17.57, 56.84, 13.18),
 }
-METRICS = (("avg_bounded_slowdown", "AVEbsld (lower is better)"), ("avg_wait", "average wait, s (lower is better)"))
+#: How a bar shows its backfill order: EASY-SJBF hatched.
+ORDER_HATCHES = {"queue": None, "sjf": "//"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A results.csv column drawn, its axis title, and the published values marked beside its bars."""
+
+    column: str
+    title: str
+    published: Mapping[tuple[str, str], tuple[float, ...]]
+
+
+METRICS = (
+    Metric("avg_bounded_slowdown", "AVEbsld (lower is better)", PUBLISHED),
+    Metric("avg_wait", "average wait, s (lower is better)", {}),
+)
+
+
+def draw(axis: Axes, rows: pd.DataFrame, metric: Metric, column: int) -> None:
+    """One trace's bars (`column`: its place in `TRACES`), with the published value of each over it."""
+    for position, (estimator, order, label) in enumerate(CONFIGURATIONS):
+        row = rows[(rows["estimator"] == estimator) & (rows["backfill_order"] == order)]
+        axis.bar(
+            position,
+            float(row[metric.column].iloc[0]),
+            color=estimator_color(estimator),
+            hatch=ORDER_HATCHES[order],
+            edgecolor="white",
+            label=label,
+        )
+        published = metric.published.get((estimator, order))
+        if published is not None:
+            axis.plot(
+                [position - 0.4, position + 0.4],
+                [published[column]] * 2,
+                color="black",
+                linewidth=2,
+                label="Gaussier et al. (SC'15)" if position == 0 else None,
+            )
 
 
 def main() -> None:
@@ -49,37 +91,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     args = parser.parse_args()
     results = pd.read_csv(args.results)
-    for metric, title in METRICS:
+    for metric in METRICS:
         figure, axes = plt.subplots(1, len(TRACES), figsize=(16, 4.5))
         for column, (axis, trace) in enumerate(zip(axes, TRACES, strict=True)):
-            rows = results[results["trace"] == trace]
-            for position, (estimator, order, label) in enumerate(CONFIGURATIONS):
-                row = rows[(rows["estimator"] == estimator) & (rows["backfill_order"] == order)]
-                color = estimator_color(estimator)
-                axis.bar(
-                    position,
-                    float(row[metric].iloc[0]),
-                    color=color,
-                    hatch="//" if order == "sjf" else None,
-                    edgecolor="white",
-                    label=label,
-                )
-                published = PUBLISHED.get((estimator, order))
-                if metric == "avg_bounded_slowdown" and published is not None:
-                    axis.plot(
-                        [position - 0.4, position + 0.4],
-                        [published[column]] * 2,
-                        color="black",
-                        linewidth=2,
-                        label="Gaussier et al. (SC'15)" if position == 0 else None,
-                    )
+            draw(axis, results[results["trace"] == trace], metric, column)
             axis.set_title(trace.removesuffix("-cln"))
             axis.set_xticks([])
-            axis.set_ylabel(title if column == 0 else "")
+            axis.set_ylabel(metric.title if column == 0 else "")
         handles, labels = axes[0].get_legend_handles_labels()
         figure.legend(handles, labels, loc="lower center", ncol=5, fontsize=9, frameon=False)
         figure.tight_layout(rect=(0, 0.14, 1, 1))
-        path = args.out / f"scheduling-value-{metric}.png"
+        path = args.out / f"scheduling-value-{metric.column}.png"
         figure.savefig(path, dpi=110)
         plt.close(figure)
         print(path)

@@ -3,14 +3,13 @@
 Chooses the trace period (whole trace or one calendar month), builds the
 prediction session (in-process estimator or the gRPC service), warms the
 predictor up with jobs that finished before the period, runs the simulation
-and returns the JSON-ready summary.
+and returns its summary (`simulator.summary.RunSummary`).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -20,13 +19,14 @@ from predictor.estimators.baselines import OracleEstimator
 from predictor.registry import available, make_estimator
 from predictor.session import LocalSession, PredictionSession
 from simulator.engine import SimulationConfig, SimulationResult, simulate
-from simulator.metrics import prediction_metrics, scheduling_metrics
+from simulator.summary import RunSummary
 from simulator.workloads.load import scale_load
 from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS, replicate_trace
-from simulator.workloads.swf import Trace
+from simulator.workloads.trace import Trace
 
 if TYPE_CHECKING:
-    from predictor.service.client import Credentials, RemoteSession
+    from predictor.service.client import Credentials
+    from predictor.service.remote import RemoteSession
 
 #: The share of a run's jobs that may get t_req because the service did not answer before the run is refused:
 #: past it, the summary would report mostly the request's schedule under the estimator's name.
@@ -44,34 +44,40 @@ def open_session(
     """An in-process session, or one served by the predictor at `address` (with `credentials`: token, TLS).
 
     The oracle is the one estimator that is handed the actual runtimes, and
-    only here, by the evaluation harness.
+    only here, by the evaluation harness: being evaluation-only it is never
+    served, so it runs in-process even when the run goes through the service.
     """
-    if address is None:
-        estimator = make_estimator(spec)
-        if isinstance(estimator, OracleEstimator):
-            estimator.bind_truth(_runtimes(jobs))
-        return LocalSession(estimator)
-    from predictor.service.client import RemoteSession  # grpc is only imported for the service path
+    if address is not None:
+        from predictor.service.remote import RemoteSession  # grpc is only imported for the service path
 
-    session = RemoteSession(
-        address, namespace or f"sim-{uuid.uuid4().hex[:12]}", spec, reset=True, timeout=timeout, credentials=credentials
-    )
-    try:
-        if _evaluation_only(spec, session):
-            session.truth = _runtimes(jobs)
-    except BaseException:
+        session = RemoteSession(
+            address,
+            namespace or f"sim-{uuid.uuid4().hex[:12]}",
+            spec,
+            reset=True,
+            timeout=timeout,
+            credentials=credentials,
+        )
+        try:
+            if not _evaluation_only(spec, session):
+                return session
+        except BaseException:
+            session.close()
+            raise
         session.close()
-        raise
-    return session
+    estimator = make_estimator(spec)
+    if isinstance(estimator, OracleEstimator):
+        estimator.bind_truth(_runtimes(jobs))
+    return LocalSession(estimator)
 
 
 def _evaluation_only(spec: str, session: RemoteSession) -> bool:
-    """Whether the served estimator is the oracle. A built-in's SPEC is checked here (a bad one fails before
-    the run, even with the service down); any other name is asked of the service, the judge of which
+    """Whether the estimator is evaluation-only (the oracle). A built-in's SPEC is checked here (a bad one fails
+    before the run, even with the service down); any other name is asked of the service, the judge of which
     trained models it serves."""
     if parse_spec(spec)[0] in available():
         return make_estimator(spec).evaluation_only
-    return bool(session.client.served_estimator(spec)["evaluation_only"])
+    return session.client.served_estimator(spec).evaluation_only
 
 
 def _runtimes(jobs: pd.DataFrame) -> dict[int, int]:
@@ -91,7 +97,7 @@ def run_simulation(
     max_fallback_share: float = DEFAULT_MAX_FALLBACK_SHARE,
     replicate: int = 0,
     jitter: int = DEFAULT_JITTER_SECONDS,
-) -> tuple[dict[str, Any], SimulationResult]:
+) -> tuple[RunSummary, SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
     `load_factor` F divides the period's inter-arrival times by F (more load
@@ -103,12 +109,7 @@ def run_simulation(
     evaluation that must not fall back; a run where more than
     `max_fallback_share` of the jobs fell back is refused (PredictorUnavailable).
     """
-    history = None
-    period = trace.require_jobs()
-    if month is not None:
-        period = trace.select_month(month)
-        month_start = next(start for name, start, _ in trace.month_bounds() if name == month)
-        history = trace.jobs_before(month_start)
+    period, history = _period(trace, month)
     if load_factor != 1.0:
         period = scale_load(period, load_factor)
     period = replicate_trace(period, replicate, jitter)
@@ -117,28 +118,27 @@ def run_simulation(
         result = simulate(period.jobs, config, session, history)
     finally:
         session.close()
+    _refuse_fallbacks(result, address, max_fallback_share)
+    summary = RunSummary.of_run(trace.path, month, spec, result, trace.skipped, load_factor, replicate, jitter)
+    return summary, result
+
+
+def _period(trace: Trace, month: str | None) -> tuple[Trace, pd.DataFrame | None]:
+    """The jobs to simulate (the whole trace, or one month of it) and the history that warms the predictor up."""
+    whole = trace.require_jobs()
+    if month is None:
+        return whole, None
+    month_start = next(start for name, start, _ in trace.month_bounds() if name == month)
+    return trace.select_month(month), trace.jobs_before(month_start)
+
+
+def _refuse_fallbacks(result: SimulationResult, address: str | None, max_fallback_share: float) -> None:
+    """Refuse a run in which too many jobs got t_req because the service did not answer."""
     fallback_share = result.predictor_fallbacks / max(len(result.jobs), 1)
     if fallback_share > max_fallback_share:
         raise PredictorUnavailable(
             f"{result.predictor_fallbacks} of {len(result.jobs)} jobs ({fallback_share:.1%}) got t_req because the "
             f"predictor service at {address} did not answer, more than the {max_fallback_share:.1%} allowed "
             "(--max-fallback-share): the numbers would be mostly the request's, not the estimator's. "
-            "Check the service or the network, give it longer (--predictor-timeout), or run in-process"
+            "Check the service or the network, give it longer (--timeout), or run in-process"
         )
-    summary: dict[str, Any] = {
-        "trace": trace.path,
-        "month": month,
-        "estimator": spec,
-        **asdict(config),
-        "load_factor": load_factor,
-        "replicate": replicate,
-        "jitter": jitter if replicate else 0,
-        "jobs": len(result.jobs),
-        "skipped": {**trace.skipped, **result.skipped},
-        **scheduling_metrics(result.jobs, config.procs, config.policy),
-        "dynp": result.dynp,
-        "predictor_fallbacks": result.predictor_fallbacks,
-        "predictor_fallback_share": fallback_share,
-        "prediction": prediction_metrics(result.jobs),
-    }
-    return summary, result

@@ -15,7 +15,7 @@ from kernel.jobs import FinishedJob
 from predictor.frames import finished_from_frame
 from predictor.service.client import PredictorClient
 from simulator.workloads.pbs import read_pbs
-from simulator.workloads.swf import Trace
+from simulator.workloads.trace import Trace
 
 #: Completions per ObserveCompletions call of `pbs-report`.
 REPORT_BATCH = 10_000

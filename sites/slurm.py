@@ -2,27 +2,38 @@
 
 slurmctld runs the `jobcomp/script` program (deploy/slurm/jobcomp.sh) once per
 finished job, one after the other in the order the jobs finished; it only
-appends the job's environment (JOBID, UID, GID, SUBMIT, START, END, LIMIT,
-PROCS, JOBSTATE) as one line to a spool file, in microseconds, whatever the
-predictor's state. This follower, left running beside the service, reads the
-spool and reports the jobs with `ObserveCompletions` in batches, as
-job_submit.lua asked about them: user = UID, group = GID, t_req = LIMIT,
-procs = PROCS. A job that never started or had no limit is not reported.
+appends the job's JOBID, UID, GID, SUBMIT, START, END, LIMIT, PROCS and
+JOBSTATE (and USERNAME, ACCOUNT, PARTITION, QOS) as one line to a spool file,
+whatever the predictor's state. This follower, left running beside the
+service, reads the spool and reports the jobs with `ObserveCompletions` in
+batches, as job_submit.lua asked about them: user = UID, group = GID, t_req =
+LIMIT, procs = PROCS. A job that never started or had no limit is not reported.
+
+A spool line is untrusted: any Slurm user names their jobs. jobcomp.sh writes
+only checked values, and the follower checks them again: a line with a field
+given twice, a value Slurm cannot write, a time in the future (more than
+`MAX_FUTURE_SECONDS` past this host's clock) or a line longer than
+`MAX_LINE_BYTES` is refused and logged, never reported.
 
 While the service is down or slow the lines wait in the spool and are sent
 later (retries back off to 30 s); a completion the service refuses (e.g. one
 ending before what it already holds) is logged and skipped. The offset reached
-is kept in SPOOL.offset, so a restarted follower goes on where it stopped; the
-service skips a completion it already holds, so a line sent twice is harmless.
+is kept in SPOOL.offset (replaced atomically, never written through a link),
+so a restarted follower goes on where it stopped; the service skips a
+completion it already holds, so a line sent twice is harmless.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from kernel.errors import UsageError
 from kernel.jobs import FinishedJob, JobRequest
 
 log = logging.getLogger("tsched.slurm")
@@ -35,9 +46,40 @@ POLL_SECONDS = 1.0
 BATCH_LINES = 1000
 #: Retries after a failure wait from 0.5 s, doubling up to this.
 MAX_RETRY_SECONDS = 30.0
+#: The longest spool line taken: jobcomp.sh writes about 300 bytes; a longer line is refused unread.
+MAX_LINE_BYTES = 4096
+#: How far past this host's clock a job may say it ended (clocks of the controller and this host differ
+#: by seconds; a job cannot end in the future).
+MAX_FUTURE_SECONDS = 300
+#: The spool line's format version jobcomp.sh writes first (lines of the first script have none).
+FORMAT = "v2"
+
+#: What each field may hold (what Slurm writes there); a line with another value is refused.
+FIELD_PATTERNS = {
+    key: re.compile(pattern)
+    for key, pattern in {
+        "JOBID": r"[0-9]{1,12}",
+        "UID": r"[0-9]{1,10}",
+        "GID": r"[0-9]{1,10}",
+        "SUBMIT": r"[0-9]{1,12}",
+        "START": r"[0-9]{1,12}",
+        "END": r"[0-9]{1,12}",
+        "PROCS": r"[0-9]{1,9}",
+        "LIMIT": r"([0-9]{1,6}-)?[0-9]{1,6}:[0-9]{2}:[0-9]{2}|[A-Za-z_]{1,32}",
+        "JOBSTATE": r"[A-Z_]{1,32}",
+        "USERNAME": r"[A-Za-z0-9._@-]{1,64}",
+        "ACCOUNT": r"[A-Za-z0-9._@-]{1,64}",
+        "PARTITION": r"[A-Za-z0-9._,-]{1,128}",
+        "QOS": r"[A-Za-z0-9._-]{1,64}",
+    }.items()
+}
 
 #: Reports completions; raises PredictorError.
 Send = Callable[[Sequence[FinishedJob]], object]
+
+
+class ForgedLineError(ValueError):
+    """A spool line no honest jobcomp.sh run writes: refused, never reported."""
 
 
 def limit_seconds(text: str) -> int | None:
@@ -50,8 +92,11 @@ def limit_seconds(text: str) -> int | None:
     return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
-def completion_from_env(env: Mapping[str, str]) -> tuple[FinishedJob | None, str]:
-    """The finished job jobcomp/script describes, or None and why it is not reported."""
+def completion_from_env(env: Mapping[str, str], now: float | None = None) -> tuple[FinishedJob | None, str]:
+    """The finished job jobcomp/script describes, or None and why it is not reported.
+
+    `now` (default: this host's clock) bounds the times: a job cannot have ended in the future.
+    """
     try:
         start, end, submit = int(env["START"]), int(env["END"]), int(env["SUBMIT"])
         job_id, user, group, procs = int(env["JOBID"]), int(env["UID"]), int(env["GID"]), int(env["PROCS"])
@@ -59,6 +104,14 @@ def completion_from_env(env: Mapping[str, str]) -> tuple[FinishedJob | None, str
         return None, f"not a jobcomp/script record ({type(error).__name__}: {error})"
     if start <= 0 or end < start:
         return None, f"job {job_id} never ran ({env.get('JOBSTATE', '?')})"
+    if submit > start:
+        return None, f"job {job_id} started ({start}) before it was submitted ({submit})"
+    latest = (time.time() if now is None else now) + MAX_FUTURE_SECONDS
+    if end > latest:
+        return (
+            None,
+            f"job {job_id} ends at {end}, in the future of this host's clock ({latest - MAX_FUTURE_SECONDS:.0f})",
+        )
     t_req = limit_seconds(env.get("LIMIT", ""))
     if t_req is None or t_req <= 0:
         return None, f"job {job_id} had no time limit ({env.get('LIMIT', '?')})"
@@ -69,8 +122,29 @@ def completion_from_env(env: Mapping[str, str]) -> tuple[FinishedJob | None, str
 
 
 def parse_line(line: str) -> dict[str, str]:
-    """A spool line (KEY=VALUE words, as deploy/slurm/jobcomp.sh writes them) as a dict."""
-    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+    """A spool line (`v2 KEY=VALUE ...`, as deploy/slurm/jobcomp.sh writes it) as a dict.
+
+    Raises ForgedLineError for anything jobcomp.sh does not write: a field given twice, a value outside what
+    Slurm writes in it, a control character, a field jobcomp.sh rejected (REJECTED=...). Unknown fields
+    are ignored (a later script may write more).
+    """
+    words = line.split()
+    if words and words[0] == FORMAT:
+        words = words[1:]
+    fields: dict[str, str] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep:
+            raise ForgedLineError(f"{word[:40]!r} is not KEY=VALUE")
+        if key == "REJECTED":
+            raise ForgedLineError(f"jobcomp.sh rejected its {value[:80]}")
+        if key in fields:
+            raise ForgedLineError(f"{key} given twice")
+        pattern = FIELD_PATTERNS.get(key)
+        if pattern is not None and not pattern.fullmatch(value):
+            raise ForgedLineError(f"{key}={value[:40]!r} is not what Slurm writes there")
+        fields[key] = value
+    return fields
 
 
 class Follower:
@@ -80,53 +154,94 @@ class Follower:
         self.spool = spool
         self.send = send
         self.offset_file = spool.with_name(spool.name + ".offset")
-        try:
-            self.offset = int(self.offset_file.read_text())
-        except (OSError, ValueError):
-            self.offset = 0
+        self.offset = _read_offset(self.offset_file)
+        self._skipping = False  # inside a line longer than MAX_LINE_BYTES, dropped up to its end
 
     def step(self) -> int:
-        """Report the next batch of complete lines; return how many lines were consumed (0: nothing new).
+        """Report the next batch of complete lines; return how many lines were consumed, a dropped (part of a)
+        long line counting as one (0: nothing new).
 
         Raises PredictorError when the service is unreachable (the lines stay for the next step).
         """
-        from predictor.service.client import PredictorError, is_transient
+        lines, dropped, consumed = self._read()
+        if not consumed:
+            return 0
+        jobs = self._completions(lines)
+        if jobs:
+            self._send(jobs)
+            log.info("%d job(s) reported", len(jobs))
+        self.offset += consumed
+        _write_offset(self.offset_file, self.offset)
+        return len(lines) + dropped
 
+    def _read(self) -> tuple[list[bytes], int, int]:
+        """The next complete lines (at most BATCH_LINES, each at most MAX_LINE_BYTES), how many longer lines (or
+        parts of one) were dropped, and the bytes they all take. A longer line is dropped in bounded reads,
+        whatever its length, and logged once."""
         try:
             with self.spool.open("rb") as file:
-                if file.seek(0, 2) < self.offset:  # the spool was rotated: start it over
-                    self.offset = 0
+                if file.seek(0, os.SEEK_END) < self.offset:  # the spool was rotated: start it over
+                    self.offset, self._skipping = 0, False
                 file.seek(self.offset)
-                lines = file.readlines(BATCH_LINES * 200)
+                chunk = file.read(BATCH_LINES * MAX_LINE_BYTES)
         except FileNotFoundError:
-            return 0
-        complete = [line for line in lines if line.endswith(b"\n")]
-        if not complete:
-            return 0
+            return [], 0, 0
+        lines: list[bytes] = []
+        dropped = position = 0
+        while len(lines) < BATCH_LINES:
+            end = chunk.find(b"\n", position)
+            if end < 0:
+                if len(chunk) - position > MAX_LINE_BYTES:  # no end in sight: drop what was read of it
+                    self._drop_long_line()
+                    position, dropped = len(chunk), dropped + 1
+                break
+            line = chunk[position : end + 1]
+            position = end + 1
+            if self._skipping or len(line) > MAX_LINE_BYTES:
+                self._drop_long_line()
+                self._skipping, dropped = False, dropped + 1
+                continue
+            lines.append(line)
+        return lines, dropped, position
+
+    def _drop_long_line(self) -> None:
+        """Skip the rest of a line longer than MAX_LINE_BYTES (logged once per line)."""
+        if not self._skipping:
+            log.warning("a spool line longer than %d bytes is dropped: jobcomp.sh never writes one", MAX_LINE_BYTES)
+        self._skipping = True
+
+    @staticmethod
+    def _completions(lines: Sequence[bytes]) -> list[FinishedJob]:
+        """The jobs the lines describe, in end order; the others logged with the reason."""
         jobs = []
-        for line in complete:
-            job, why = completion_from_env(parse_line(line.decode("utf-8", "replace")))
+        for line in lines:
+            try:
+                job, why = completion_from_env(parse_line(line.decode("utf-8", "replace")))
+            except ForgedLineError as forged:
+                log.warning("refused a spool line: %s", forged)
+                continue
             if job is None:
                 log.info("not reported: %s", why)
             else:
                 jobs.append(job)
-        jobs.sort(key=lambda job: (job.end, job.request.submit, job.request.job_id))
+        return sorted(jobs, key=lambda job: (job.end, job.request.submit, job.request.job_id))
+
+    def _send(self, jobs: list[FinishedJob]) -> None:
+        """Report `jobs`; a batch the service refuses is sent again job by job, skipping those refused."""
+        from predictor.service.client import PredictorError, is_transient
+
         try:
             self.send(jobs)
         except PredictorError as error:
             if is_transient(error):
                 raise
-            for job in jobs:  # refused as a batch: send them one by one, skipping those refused
+            for job in jobs:
                 try:
                     self.send([job])
                 except PredictorError as refusal:
                     if is_transient(refusal):
                         raise
                     log.warning("job %d not reported: %s", job.request.job_id, refusal)
-        self.offset += sum(len(line) for line in complete)
-        self.offset_file.write_text(str(self.offset))
-        log.info("%d job(s) reported", len(jobs))
-        return len(complete)
 
     def run(self, stop: threading.Event) -> None:
         """Report until `stop` is set, waiting out failures with a backoff."""
@@ -144,3 +259,27 @@ class Follower:
             retry = 0.5
             if not consumed:
                 stop.wait(POLL_SECONDS)
+
+
+def _read_offset(path: Path) -> int:
+    """The offset kept in `path` (0 when there is none); a link there is refused, never followed."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return 0
+    except OSError as error:
+        if path.is_symlink():
+            raise UsageError(f"{path} is a symbolic link: remove it (the follower keeps its offset there)") from None
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    with os.fdopen(descriptor) as file:
+        text = file.read(32).strip()
+    return int(text) if text.isdigit() else 0
+
+
+def _write_offset(path: Path, offset: int) -> None:
+    """Keep `offset` in `path`, replaced atomically: a link placed there is replaced, never written through."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(str(offset))
+    os.replace(temporary, path)

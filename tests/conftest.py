@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from service_support import Certificates, make_certificates
 
-from simulator.workloads.swf import Trace
 from simulator.workloads.synthetic import generate_workload
+from simulator.workloads.trace import Trace
 
 #: The Parallel Workloads Archive traces live outside the repository, in ../shared/traces.
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import grpc
 
-from kernel.jobs import FinishedJob, JobRequest
+from kernel.jobs import FinishedJob, JobRequest, Prediction
+from predictor.estimators.baselines import RequestEstimator
 from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.proto import pb, rpc
 from predictor.service.client import PredictorClient, PredictorError
@@ -22,8 +23,31 @@ from predictor.service.codec import add_completions, add_names, sync_request
 from simulator.workloads.synthetic import generate_workload
 
 DAY = 86_400
+#: The deadline of calls whose speed no test checks: writes wait for fsync, which a busy disk can hold for seconds.
+PATIENT_SECONDS = 60
 #: Flow-control windows of a client that has stopped reading: it takes what fits in 64 KiB, then nothing.
 NOT_READING = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)]
+
+
+def wait_for(condition: Callable[[], object], seconds: float = 20) -> None:
+    """Wait until `condition()` is true (a state the server reaches by itself), failing after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert condition(), "the condition did not come true in time"
+
+
+class HeldEstimator(RequestEstimator):
+    """The request estimator, answering only while `answering` is set: a call held in flight for as long as a test
+    needs it, so that what a test checks is what happens meanwhile, not how long anything takes."""
+
+    def __init__(self, answering: threading.Event) -> None:
+        super().__init__()
+        self.answering = answering
+
+    def predict(self, job: JobRequest) -> Prediction:
+        self.answering.wait(60)
+        return super().predict(job)
 
 
 def history(count: int = 60, users: int = 3, start: int = 0) -> list[FinishedJob]:
@@ -76,7 +100,7 @@ def flood_stream(address: str) -> tuple[grpc.Channel, Iterator[object]]:
     """A SyncStream that sends requests with large answers for ever and reads none (close the channel to end it)."""
     channel = grpc.insecure_channel(address, options=NOT_READING)
     jobs = [JobRequest(i, 100, i % 50, 1, 3600, 1) for i in range(5000)]
-    request = sync_request([], jobs, "flood", "request", None)
+    request = sync_request([], jobs, "flood", "request")
     return channel, rpc.PredictorStub(channel).SyncStream(itertools.repeat(request))
 
 

@@ -27,13 +27,15 @@ from tsched.cli import build_parser, main, simulation
 def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small generated workload written as SWF by `tsched trace generate`."""
     path = tmp_path_factory.mktemp("cli") / "small.swf"
-    assert main(["trace", "generate", "--jobs", "3000", "--procs", "64", "--seed", "5", "--out", str(path)]) == 0
+    assert (
+        main(["trace", "generate", "--jobs", "3000", "--machine-procs", "64", "--seed", "5", "--out", str(path)]) == 0
+    )
     return path
 
 
 def test_trace_generate_writes_what_it_says(trace_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = trace_file.with_name("again.swf.gz")
-    assert main(["trace", "generate", "--jobs", "3000", "--procs", "64", "--seed", "5", "--out", str(out)]) == 0
+    assert main(["trace", "generate", "--jobs", "3000", "--machine-procs", "64", "--seed", "5", "--out", str(out)]) == 0
     assert "3000 jobs on 64 processors" in capsys.readouterr().out
     assert main(["trace", "info", str(out)]) == 0
     assert "3,000 replayable jobs" in capsys.readouterr().out
@@ -65,7 +67,7 @@ def test_predict_eval_scores_every_estimator(
     trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = tmp_path / "eval.json"
-    arguments = ["predict-eval", "--trace", str(trace_file), "--estimator", "request", "--estimator", "last2"]
+    arguments = ["predict-eval", "--trace", str(trace_file), "--estimators", "request", "last2"]
     assert main([*arguments, "--json", str(report), "--csv", str(tmp_path / "eval.csv")]) == 0
     assert "last2" in capsys.readouterr().out
     assert [row["estimator"] for row in json.loads(report.read_text())["results"]] == ["request", "last2"]
@@ -79,7 +81,7 @@ def test_predict_eval_grid(trace_file: Path, tmp_path: Path) -> None:
 
 def test_evaluate_writes_a_report(trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report"
-    arguments = ["evaluate", "--trace", str(trace_file), "--estimators", "request,last2", "--policies", "fcfs"]
+    arguments = ["evaluate", "--traces", str(trace_file), "--estimators", "request,last2", "--policies", "fcfs"]
     assert main([*arguments, "--modes", "selective", "--workers", "1", "--in-process", "--out", str(out)]) == 0
     assert "report:" in capsys.readouterr().out
     assert (out / "report.md").is_file() and (out / "results.csv").is_file()
@@ -92,14 +94,14 @@ def test_train_writes_a_model_folder(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert json.loads((folder / "manifest.json").read_text())["training"]["jobs"] > 500
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
 
 
-def _serve(address: str, *options: str) -> subprocess.Popen[str]:
+def serve_in_subprocess(address: str, *options: str) -> subprocess.Popen[str]:
     """`tsched serve` in a subprocess, once it answers health checks."""
     server = subprocess.Popen(
         [sys.executable, "-m", "tsched.cli", "serve", "--listen", address, *options],
@@ -117,11 +119,11 @@ def _serve(address: str, *options: str) -> subprocess.Popen[str]:
 
 
 def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
-    address = f"127.0.0.1:{_free_port()}"
-    server = _serve(address, "--estimator", "last2")
+    address = f"127.0.0.1:{free_port()}"
+    server = serve_in_subprocess(address, "--estimators", "last2")
     try:
         arguments = ["predict", "--address", address, "--user", "3", "--group", "1", "--request", "3600"]
-        assert main([*arguments, "--procs", "4", "--json"]) == 0
+        assert main([*arguments, "--procs", "4", "--json", "-"]) == 0
         answer = json.loads(capsys.readouterr().out)
         assert answer["t_sched"] == 3600 and answer["fallback"] is True and answer["estimator"] == "last2"
     finally:
@@ -134,14 +136,14 @@ def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
 def test_simulate_through_a_server_waits_for_trainings_and_equals_in_process(
     trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     spec = "lgbm-sched:window=10d,retrain=2d,min_train=200,trees=5"
     arguments = ["simulate", "--trace", str(trace_file), "--backfill-order", "sjf", "--estimator", spec]
     arguments += ["--mode", "regular"]
-    server = _serve(address)
+    server = serve_in_subprocess(address)
     try:
         served = tmp_path / "served.json"
-        remote = [*arguments, "--predictor-address", address, "--predictor-timeout", "60"]
+        remote = [*arguments, "--address", address, "--timeout", "60"]
         assert main([*remote, "--json", str(served)]) == 0
     finally:
         server.send_signal(signal.SIGTERM)
@@ -159,8 +161,7 @@ def test_simulate_through_a_server_waits_for_trainings_and_equals_in_process(
     [
         (["simulate", "--trace", "/no/such/trace.swf"], "no such file"),
         (["simulate", "--estimator", "percentil"], "unknown estimator 'percentil'"),
-        (["simulate", "--procs", "0"], "positive processor count"),
-        (["predict-eval", "--estimator", "percentile:q=5"], "q must be in [50, 100]; got 5.0"),
+        (["predict-eval", "--estimators", "percentile:q=5"], "q must be in [50, 100]; got 5.0"),
         (["evaluate", "--policies", "lifo"], "unknown policy 'lifo'; choose one of fcfs, wfp, sjf, ljf, dynp"),
         (
             ["predict", "--address", "127.0.0.1:1", "--user", "1", "--group", "1", "--request", "60", "--procs", "1"],
@@ -180,7 +181,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(_args: object) -> int:
         raise KeyError("a bug, not a user error")
 
-    monkeypatch.setattr(simulation, "cmd_simulate", broken)
+    monkeypatch.setattr(simulation, "load_trace", broken)
     with pytest.raises(KeyError, match="a bug"):
         main(["simulate"])
 
@@ -190,8 +191,9 @@ def test_a_trace_with_no_requested_times_is_an_error_not_nan(
 ) -> None:
     path = tmp_path / "no-requests.swf"
     path.write_text("".join(f"{job} {job * 10} 0 50 4 -1 -1 4 -1 -1 1 1 1 -1 -1 -1 -1 -1\n" for job in range(1, 6)))
-    for command in (["simulate"], ["predict-eval"], ["evaluate", "--in-process", "--out", str(tmp_path / "r")]):
-        assert main([*command, "--trace", str(path)]) == 2
+    evaluate = ["evaluate", "--in-process", "--out", str(tmp_path / "r"), "--traces"]
+    for command in (["simulate", "--trace"], ["predict-eval", "--trace"], evaluate):
+        assert main([*command, str(path)]) == 2
         assert "no job can be replayed (skipped: 5 no request)" in capsys.readouterr().err
 
 
@@ -219,7 +221,7 @@ def test_a_report_folder_is_never_overwritten_silently(
     out = tmp_path / "report"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    arguments = ["evaluate", "--trace", str(trace_file), "--estimators", "request,last2", "--policies", "fcfs"]
+    arguments = ["evaluate", "--traces", str(trace_file), "--estimators", "request,last2", "--policies", "fcfs"]
     arguments += ["--modes", "selective", "--workers", "1", "--in-process", "--out", str(out)]
     assert main(arguments) == 2
     assert "holds files; choose another, or --force" in capsys.readouterr().err
@@ -240,7 +242,7 @@ def test_dask_missing_is_one_line_with_the_install_command(
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name, *a))
-    arguments = ["evaluate", "--trace", str(trace_file), "--dask-scheduler", "tcp://127.0.0.1:8786"]
+    arguments = ["evaluate", "--traces", str(trace_file), "--dask-scheduler", "tcp://127.0.0.1:8786"]
     assert main(arguments) == 2
     assert "pip install 'tsched[dask]'" in capsys.readouterr().err
 
@@ -256,7 +258,7 @@ def test_simulate_through_a_silent_service_fails_instead_of_reporting_the_reques
 ) -> None:
     """Nothing listens at the address: every job falls back to t_req, and the run says so instead of a result."""
     arguments = ["simulate", "--trace", str(trace_file), "--estimator", "last2", "--mode", "regular"]
-    arguments += ["--predictor-address", f"127.0.0.1:{_free_port()}"]
+    arguments += ["--address", f"127.0.0.1:{free_port()}"]
     assert main(arguments) == 2
     error = capsys.readouterr().err
     assert "3000 of 3000 jobs (100.0%) got t_req" in error and "--max-fallback-share" in error
@@ -278,7 +280,7 @@ def test_observe_feeds_finished_jobs_from_a_file_or_standard_input(
 ) -> None:
     """Before `observe`, no command could feed a service finished jobs: every prediction was a fallback."""
     first = read_swf(trace_file).jobs.iloc[0]
-    ask = ["predict", "--address", service, "--namespace", "cluster", "--json", "--user", str(first["user"])]
+    ask = ["predict", "--address", service, "--namespace", "cluster", "--json", "-", "--user", str(first["user"])]
     ask += ["--group", str(first["group"]), "--request", "3600", "--procs", "4"]
     assert main(ask) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is True
@@ -304,6 +306,13 @@ def test_namespaces_list_show_and_reset(trace_file: Path, service: str, capsys: 
     assert listed.startswith("cluster  completions 3000  clock ") and "estimators last2" in listed
     assert main(["namespaces", "show", "cluster", "--address", service]) == 0
     assert capsys.readouterr().out == listed
+    assert main(["namespaces", "list", "--address", service, "--json", "-"]) == 0
+    (info,) = json.loads(capsys.readouterr().out)
+    assert info["name"] == "cluster" and info["completions"] == 3000 and info["estimators"] == ["last2"]
+    assert main(["namespaces", "show", "cluster", "--address", service, "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["completions"] == 3000
+    assert main(["status", "--address", service, "--namespace", "cluster", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["completions"] == 3000
     assert main(["namespaces", "reset", "cluster", "--address", service]) == 0
     assert capsys.readouterr().out == "namespace cluster: reset, 3000 completion(s) forgotten\n"
     for action in ("show", "reset"):
@@ -316,7 +325,7 @@ def test_a_simulation_through_the_service_logs_no_refusal(
 ) -> None:
     """Every simulation used to log `ResetNamespace refused: NOT_FOUND` clearing its fresh namespace."""
     caplog.set_level(logging.INFO, logger="tsched.service")
-    arguments = ["simulate", "--trace", str(trace_file), "--estimator", "last2", "--predictor-address", service]
+    arguments = ["simulate", "--trace", str(trace_file), "--estimator", "last2", "--address", service]
     assert main(arguments) == 0
     assert "refused" not in caplog.text
 
@@ -335,12 +344,15 @@ def test_every_option_of_every_command_has_a_description_and_shows_its_default()
     for name, parser in _parsers(build_parser()):
         formatter = parser._get_formatter()
         for action in parser._actions:
-            if isinstance(action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction):
+            hidden = action.help == argparse.SUPPRESS  # an old spelling
+            if hidden or isinstance(
+                action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction
+            ):
                 continue
             text = formatter._get_help_string(action) if action.help else ""
             if not text:
                 missing.append(f"{name} {action.dest}: no description")
-            elif action.default not in (None, False) and "default" not in text:
+            elif action.default not in (None, False, argparse.SUPPRESS) and "default" not in text:
                 missing.append(f"{name} {action.dest}: default {action.default!r} not shown")
         assert "(default: None)" not in parser.format_help(), name
     assert not missing, "\n".join(missing)
@@ -351,7 +363,7 @@ def test_every_option_of_every_command_has_a_description_and_shows_its_default()
 def test_predict_takes_users_groups_and_accounts_by_name(service: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`tsched predict --user alice` failed: users and groups had to be integers."""
     observe_by_name(service, "named", history(30))
-    ask = ["predict", "--address", service, "--namespace", "named", "--request", "3600", "--procs", "4", "--json"]
+    ask = ["predict", "--address", service, "--namespace", "named", "--request", "3600", "--procs", "4", "--json", "-"]
     assert main([*ask, "--user", "user-1", "--account", "proj1"]) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is False
     assert main([*ask, "--user", "alice", "--group", "physics"]) == 0

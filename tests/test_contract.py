@@ -8,17 +8,21 @@ from typing import ClassVar
 import pytest
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
-from predictor.estimators.base import Estimator
+from predictor.estimators.base import Estimator, declarations
 from predictor.estimators.baselines import OracleEstimator
 from predictor.estimators.checks import (
     check_causality,
     check_estimator,
     check_fit,
+    check_intervals,
+    check_parameter_changes,
     check_parameters,
     check_predict_effects,
+    check_scikit_learn_protocol,
     contract_workload,
 )
 from predictor.estimators.last2 import LastTwoEstimator
+from predictor.estimators.meanstd import MeanStdEstimator
 from predictor.estimators.percentile import PercentileEstimator
 from predictor.registry import available, make_estimator
 
@@ -81,6 +85,16 @@ class Unchecked(PercentileEstimator):
         self._initialise()
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
+class QUnchecked(PercentileEstimator):
+    """Validates every parameter but q."""
+
+    def _validate(self) -> None:
+        for name, declaration in declarations(type(self)).items():
+            if name != "q":
+                declaration.validate(name, getattr(self, name))
+
+
 class RoundingPercentile(PercentileEstimator):
     """Stores a parameter other than it was given."""
 
@@ -94,8 +108,10 @@ def test_parameter_check_catches_positional_and_altered_parameters(workload) -> 
         check_parameters(PositionalLastTwo(), workload)
     with pytest.raises(AssertionError, match=r"q=86\.861 is stored as 87\.0"):
         check_parameters(RoundingPercentile(q=85.5), workload)
-    with pytest.raises(AssertionError, match=r"accepts q=nan, though it is declared in \[50, 100\]"):
+    with pytest.raises(AssertionError, match=r"refuses window=1 with TypeError .*, not a ValueError naming it"):
         check_parameters(Unchecked(), workload)
+    with pytest.raises(AssertionError, match=r"accepts q='1', though it is declared in \[50, 100\]"):
+        check_parameters(QUnchecked(), workload)
 
 
 class ForgetfulFit(LastTwoEstimator):
@@ -162,3 +178,105 @@ def test_a_baseline_that_claims_to_learn_is_caught(workload) -> None:
 
     with pytest.raises(AssertionError, match="does not answer from history"):
         check_fit(Lazy(), workload)
+
+
+# --- parameters changed after construction, and scikit-learn's machinery ----------------------
+
+
+class PlainAttributes(MeanStdEstimator):
+    """Parameters as plain attributes, as estimators had them before: an assigned window is neither
+    validated nor read, the SPEC says one thing and the answers another."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+
+class KeepsItsWindow(MeanStdEstimator):
+    """Validates an assigned parameter and forgets its history, but keeps the window it parsed when built."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        built = not name.startswith("_") and "_constructed" in self.__dict__
+        if built:
+            declarations(type(self))[name].validate(name, value)
+        object.__setattr__(self, name, value)
+        if built:
+            self.reset()
+
+
+class StoringSetParams(PercentileEstimator):
+    """A hand-written set_params that stores what it is given."""
+
+    def set_params(self, **params):  # type: ignore[no-untyped-def]
+        self.__dict__.update(params)
+        return self
+
+
+def test_a_changed_parameter_is_validated_and_takes_effect() -> None:
+    history = contract_workload().finished
+    estimator = make_estimator("mean-std:window=7d").fit(history)
+    asked = JobRequest(99_999, history[-1].end + 60, 1, 1, 3600, 1)
+    assert not estimator.predict(asked).fallback
+    estimator.window = "all"
+    assert estimator.spec == "mean-std:key=user,window=all,k=1.5"
+    assert estimator.predict(asked).fallback  # it starts again: what it learned was learned with the old window
+    assert estimator.fit(history).predict(asked) == make_estimator("mean-std:window=all").fit(history).predict(asked)
+    percentile = make_estimator("percentile")
+    with pytest.raises(ValueError, match=r"q must be in \[50, 100\]; got 500"):
+        percentile.q = 500
+    with pytest.raises(ValueError, match=r"q must be in \[50, 100\]; got 500"):
+        percentile.set_params(floor=0.0, q=500)
+    assert percentile.q == 85.0 and percentile.floor == 0.5  # a refused change changes nothing
+    with pytest.raises(ValueError, match="has no parameter 'quantile'"):
+        percentile.set_params(quantile=90)
+    with pytest.raises(ValueError, match=r"max_train .* must be at least min_train"):
+        make_estimator("lgbm-quantile").set_params(max_train=100)
+    assert repr(percentile.set_params(q=90.0)) == "PercentileEstimator(q=90.0)"  # scikit-learn's: what differs
+
+
+def test_the_change_check_catches_parameters_that_drift(workload) -> None:
+    with pytest.raises(AssertionError, match="assigning accepts key=1"):
+        check_parameter_changes(PlainAttributes(), workload)
+    with pytest.raises(AssertionError, match=r"window='14d'.* assigned one by one, it learns and answers unlike"):
+        check_parameter_changes(KeepsItsWindow(), workload)
+    with pytest.raises(AssertionError, match="set_params accepts key=1"):
+        check_parameter_changes(StoringSetParams(), workload)
+
+
+def test_scikit_learns_clone_works_on_every_registered_estimator() -> None:
+    from sklearn.base import clone
+
+    for name in available():
+        for spec in (name, *(s for s in SPECS if s.startswith(name + ":"))):
+            original = make_estimator(spec)
+            copy = clone(original)
+            assert type(copy) is type(original) and copy is not original
+            assert copy.get_params() == original.get_params() and copy.spec == original.spec
+
+
+def test_scikit_learns_checks_catch_a_constructor_that_alters_a_parameter(workload) -> None:
+    with pytest.raises(AssertionError, match=r"sklearn.base.clone: .*modifies parameter q"):
+        check_scikit_learn_protocol(RoundingPercentile(q=85.5), workload)
+
+
+def test_the_command_from_the_issue_clones_with_scikit_learn() -> None:
+    import subprocess
+    import sys
+
+    command = (
+        "from sklearn.base import clone; from predictor.registry import make_estimator; "
+        "clone(make_estimator('percentile'))"
+    )
+    subprocess.run([sys.executable, "-c", command], check=True)
+
+
+class BadInterval(PercentileEstimator):
+    """Reports its quantiles in the wrong order."""
+
+    def predict_with_interval(self, job):  # type: ignore[no-untyped-def]
+        prediction, interval = super().predict_with_interval(job)
+        return prediction, None if interval is None else interval._replace(quantiles=interval.quantiles[::-1])
+
+
+def test_the_interval_check_catches_disordered_quantiles(workload) -> None:
+    with pytest.raises(AssertionError, match=r"interval probabilities .* not increasing"):
+        check_intervals(BadInterval(), workload)

@@ -373,3 +373,22 @@ def test_one_duration_grammar_for_windows_and_periods() -> None:
         parse_duration("all", "retrain", unbounded="never")
     with pytest.raises(ValueError, match="window must be one of 30d, 60d"):
         parse_duration("7d", "window", unbounded="all", allowed=("30d", "60d", "all"))
+
+
+def test_fit_takes_a_traces_job_table_as_users_pass_it() -> None:
+    """Issue #27: `fit(read_trace(...).jobs)` raised "'str' object has no attribute 'end'"."""
+    from pathlib import Path
+
+    from predictor.frames import finished_from_frame, jobs_to_requests
+    from simulator.workloads.formats import read_trace
+
+    jobs = read_trace(Path(__file__).parent / "data" / "slurm-22.05.sacct", timezone="UTC").jobs
+    asked = [job._replace(submit=int(jobs["end"].max()) + 1) for job in jobs_to_requests(jobs)]
+    from_table = make_estimator("percentile:key=user,min_jobs=3").fit(jobs)
+    from_jobs = make_estimator("percentile:key=user,min_jobs=3").fit(finished_from_frame(jobs))
+    answers = from_table.predict_many(asked)
+    assert answers == from_jobs.predict_many(asked) and not all(answer.fallback for answer in answers)
+    later = jobs.assign(submit=jobs["end"].max() + 1)  # predict_many takes a job table's rows as well
+    assert from_table.predict_many(later) == answers
+    with pytest.raises(TypeError, match=r"fit takes finished jobs .* got a JobRequest among them"):
+        from_table.fit(asked)

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from kernel.errors import SpecError, UsageError
+from simulator.evaluation.columns import METRIC_DEFINITIONS
 from simulator.evaluation.execution import Progress, run_evaluation, run_task, service_host
 from simulator.evaluation.plan import (
     Backend,
@@ -23,19 +24,13 @@ from simulator.evaluation.plan import (
     build_tasks,
     months_with_jobs,
     split_choices,
+    split_policies,
     split_specs,
     task_costs,
 )
-from simulator.evaluation.plots import improvement_plot, monthly_plot, pareto_front
-from simulator.evaluation.report import (
-    METRIC_DEFINITIONS,
-    WEIGHTED_WAIT_SWINGS,
-    WHOLE_VS_MONTHLY,
-    estimator_color,
-    estimator_colors,
-    improvement,
-    monthly_averages,
-)
+from simulator.evaluation.plots import estimator_color, estimator_colors, improvement_plot, monthly_plot, pareto_front
+from simulator.evaluation.report import WEIGHTED_WAIT_SWINGS, WHOLE_VS_MONTHLY
+from simulator.evaluation.tables import improvement, monthly_averages
 from simulator.workloads.swf import write_swf
 from simulator.workloads.synthetic import generate_workload
 from tsched.cli import main
@@ -328,8 +323,8 @@ def test_the_report_summarises_defines_and_gives_units_for_every_column(referenc
 
 
 def test_colours_follow_the_estimator_not_its_position():
-    forward = estimator_colors(PLAN)
-    backward = estimator_colors(EvaluationPlan(**{**PLAN.__dict__, "estimators": tuple(reversed(PLAN.estimators))}))
+    forward = estimator_colors(PLAN.quality_estimators)
+    backward = estimator_colors(reversed(PLAN.quality_estimators))
     assert forward == backward and len(set(forward.values())) == len(forward)
     assert forward["request"] == estimator_color("request") == "#444444"
 
@@ -338,7 +333,7 @@ def test_every_panel_says_which_way_is_better_and_weighted_wait_has_its_own_axis
     """Panels mixed directions unannounced, weighted wait squashed the other bars, colours followed position."""
     table = pd.read_csv(monthly / "monthly.csv", keep_default_na=False, na_values=[""])
     averages = monthly_averages(table)
-    colors = estimator_colors(PLAN)
+    colors = estimator_colors(PLAN.quality_estimators)
     selective = table[table["mode"] == "selective"]
     figures = [
         monthly_plot(selective, averages[averages["mode"] == "selective"], "t", tmp_path / "m.png", colors),
@@ -415,3 +410,15 @@ def test_replicates_are_an_axis_with_paired_baselines_and_the_report_shows_their
 def test_replicates_with_the_monthly_protocol_are_refused() -> None:
     with pytest.raises(UsageError, match="--replicates with --monthly"):
         EvaluationPlan(replicates=2, monthly=True).check()
+
+
+def test_a_monthly_report_of_dynp_compares_the_modes_on_the_metrics_it_has(tmp_path: Path) -> None:
+    """dynP has no weighted wait (NaN, its policies' scores have different units): the monthly report's
+    comparison of the modes failed on that metric's missing column instead of leaving it out."""
+    plan = EvaluationPlan(
+        estimators=("request", "last2"), policies=split_policies("dynp"), backfills=("easy",), monthly=True
+    )
+    outcome = run_evaluation([small_input()], plan, tmp_path, Backend(in_process=True), show_progress=False)
+    report = outcome.report.read_text()
+    assert "Selective mode beat regular mode in" in report
+    assert re.search(r"in \d of 2 estimator x metric comparisons", report)  # wait and slowdown, for last2

@@ -20,8 +20,7 @@ ASKED = JobRequest(99, 6000, 1, 1, 3600, 1)
 
 def test_the_adjusters_interval_is_its_history_of_ratios() -> None:
     estimator = make_estimator("percentile:floor=0,min_jobs=10").fit(HISTORY)
-    prediction = estimator.predict(ASKED)
-    interval = estimator.interval(ASKED, prediction)
+    prediction, interval = estimator.predict_with_interval(ASKED)
     assert interval is not None
     # numpy's linear interpolation over R = 0.1 .. 1.0: the 50th percentile is 0.55, the 90th 0.91.
     assert interval.quantiles == ((0.5, 1980), (0.9, 3276), (0.95, 3438))
@@ -32,9 +31,10 @@ def test_the_adjusters_interval_is_its_history_of_ratios() -> None:
 
 def test_a_fallback_or_an_estimator_without_a_distribution_has_none() -> None:
     short = make_estimator("percentile").fit(HISTORY[:3])
-    assert short.interval(ASKED, short.predict(ASKED)) is None
+    assert short.predict_with_interval(ASKED) == (short.predict(ASKED), None)
     last2 = make_estimator("last2").fit(HISTORY)
-    assert last2.interval(ASKED, last2.predict(ASKED)) is None
+    assert last2.predict_with_interval(ASKED) == (last2.predict(ASKED), None)
+    assert last2.predict_many([ASKED, ASKED], intervals=True) == [(last2.predict(ASKED), None)] * 2
 
 
 def test_predict_serves_the_interval_and_the_cli_shows_it(capsys) -> None:
@@ -60,8 +60,7 @@ def test_lgbms_interval_is_the_distribution_its_estimate_is_read_from() -> None:
     seen: list[tuple[int, int, tuple[tuple[float, int], ...], float]] = []
 
     def answer(job: JobRequest) -> object:
-        prediction = estimator.predict(job)
-        interval = estimator.interval(job, prediction)
+        prediction, interval = estimator.predict_with_interval(job)
         assert (interval is None) == prediction.fallback  # every modelled answer has one
         if interval is not None:
             seen.append((job.job_id, prediction.t_sched, interval.quantiles, interval.p_underestimate))
@@ -100,3 +99,20 @@ def test_the_service_serves_lgbms_interval() -> None:
             assert 0 < served.interval.p_underestimate <= 0.1
     finally:
         running.stop(0).wait()
+
+
+def test_lgbm_gives_every_job_of_a_batch_its_interval() -> None:
+    """Each answer's interval comes from the call that made it: a batch beyond one chunk of rows has all of its."""
+    jobs = generate_workload(jobs=3000, procs=128, load=0.7, seed=7).jobs
+    taught = jobs.iloc[:2000]
+    last = int(taught["end"].max())
+    asked = [job._replace(submit=last + n) for n, job in enumerate(jobs_to_requests(jobs.iloc[2000:2600]))]
+    spec = "lgbm-quantile:target_under=0,window=10d,retrain=never,min_train=200,trees=5"
+    batch = make_estimator(spec).fit(taught).predict_many(asked, intervals=True)
+    one_by_one = make_estimator(spec).fit(taught)
+    assert all(interval is not None for _, interval in batch)
+    for (prediction, interval), job in zip(batch, asked, strict=True):
+        alone, alone_interval = one_by_one.predict_with_interval(job)
+        assert prediction == alone and interval is not None and alone_interval is not None
+        assert interval.quantiles == alone_interval.quantiles
+        assert interval.p_underestimate == pytest.approx(alone_interval.p_underestimate, abs=1e-9)

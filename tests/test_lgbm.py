@@ -19,8 +19,9 @@ from predictor.estimators.lgbm.calibration import (
     choose_quantile,
     conformity_scores,
 )
-from predictor.estimators.lgbm.estimator import CANDIDATES, CLASSES, RATIO_EDGES, LGBMQuantileEstimator, class_of
+from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
 from predictor.estimators.lgbm.features import FeatureHistory, feature_names
+from predictor.estimators.lgbm.model import CANDIDATES, CLASSES, RATIO_EDGES, class_of
 from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.offline import causal_replay, replay
 from predictor.registry import make_estimator

@@ -10,8 +10,9 @@ import pytest
 
 from kernel.errors import UsageError
 from simulator.workloads.load import scale_load
-from simulator.workloads.swf import SWFHeader, Trace, read_swf
+from simulator.workloads.swf import read_swf
 from simulator.workloads.synthetic import generate_workload, offered_load
+from simulator.workloads.trace import SWFHeader, Trace
 
 #: The job fields that load scaling must leave alone.
 KEPT = ["job_id", "run", "procs", "t_req", "t_act", "user", "group", "executable", "queue", "status"]

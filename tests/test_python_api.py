@@ -38,3 +38,20 @@ def test_importing_the_packages_loads_nothing_heavy():
     probe = "import sys, predictor, simulator; print(sorted({'pandas', 'lightgbm', 'grpc'} & set(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+def test_the_command_line_and_the_light_estimators_start_without_scikit_learn():
+    """scikit-learn loads SciPy (about 2 s of CPU): the command line, and the estimators that do not train
+    LightGBM models, use scikit-learn's protocol without importing it (only `clone` and the checks do)."""
+    probe = (
+        "import sys; from tsched.cli import build_parser; build_parser()\n"
+        "from predictor.registry import make_estimator\n"
+        "from kernel.jobs import FinishedJob, JobRequest\n"
+        "done = [FinishedJob(JobRequest(i, i, 1, 1, 100, 1), 100 + i, 50) for i in range(20)]\n"
+        "for spec in ('request', 'percentile:min_jobs=3', 'last2', 'mean-std'):\n"
+        "    estimator = make_estimator(spec).fit(done).set_params()\n"
+        "    estimator.predict_many([JobRequest(99, 500, 1, 1, 100, 1)], intervals=True); repr(estimator)\n"
+        "print('sklearn' in sys.modules)"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded == "False\n"

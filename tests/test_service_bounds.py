@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
 import tracemalloc
@@ -11,19 +12,19 @@ from pathlib import Path
 
 import grpc
 import pytest
-from service_support import DAY, flood_stream, history, status_of, submissions
+from service_support import DAY, HeldEstimator, flood_stream, history, status_of, submissions, wait_for
 
 from kernel.errors import InvalidRequest, ResourceExhausted
-from kernel.jobs import JobRequest, Prediction
 from predictor.estimators.base import declarations
-from predictor.estimators.baselines import RequestEstimator
 from predictor.proto import pb
 from predictor.registry import available
-from predictor.service.client import PredictorClient, PredictorError, RemoteSession
-from predictor.service.core import QUEUED_TRAININGS, TRAINING_THREADS, PredictorCore, Trainer
+from predictor.service.client import PredictorClient, PredictorError
+from predictor.service.core import PredictorCore
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits, Watch
+from predictor.service.remote import RemoteSession
 from predictor.service.server import PredictorServer, start_server
+from predictor.service.training import QUEUED_TRAININGS, TRAINING_THREADS, Trainer
 
 
 def serving(limits: Limits, **arguments: object) -> tuple[PredictorServer, str]:
@@ -38,32 +39,36 @@ def watched(server: PredictorServer, state: int) -> int:
         return sum(1 for watch in watchdog._watches.values() if watch.state == state)
 
 
-def wait_for(condition: object, seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert condition(), "the condition did not come true in time"
-
-
 # --- clients that stop reading or sending ------------------------------------------------------------
 
 
-def test_sixteen_streams_that_never_read_leave_calls_and_health_answering_in_100_ms() -> None:
-    running, address = serving(Limits(send_timeout=3))
-    floods = [flood_stream(address) for _ in range(16)]
+def call_seconds(client: PredictorClient, rounds: int = 20) -> list[float]:
+    """How long each of `rounds` Predict calls and health checks takes, one after the other."""
+    seconds = []
+    for _ in range(rounds):
+        for call in (lambda: client.predict(user=1, group=1, t_req=60, procs=1), client.health):
+            started = time.perf_counter()
+            call()
+            seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def test_sixteen_streams_that_never_read_leave_calls_and_health_answering_as_fast_as_before() -> None:
+    """Compared with the same calls on the same server just before the streams (no wall-clock figure: a loaded
+    machine slows both alike); a call that waited for a thread held by a stream would wait for its cut."""
+    running, address = serving(Limits(send_timeout=120))  # held as long as setting sixteen up takes, loaded or not
+    floods: list[tuple[grpc.Channel, object]] = []
     try:
-        wait_for(lambda: watched(running, Watch.SENDING) == 16)  # every stream blocked on a client not reading
         with PredictorClient(address) as client:
             client.health()
-            slowest = 0.0
-            for _ in range(20):
-                for call in (lambda: client.predict(user=1, group=1, t_req=60, procs=1), client.health):
-                    started = time.perf_counter()
-                    call()
-                    slowest = max(slowest, time.perf_counter() - started)
-            assert watched(running, Watch.SENDING) == 16  # measured while all sixteen were still held
-            assert slowest < 0.100
-        wait_for(lambda: running.gate.watchdog.cut >= 16, 10)  # then cut, and their slots given back
+            before = call_seconds(client)
+            floods = [flood_stream(address) for _ in range(16)]
+            wait_for(lambda: watched(running, Watch.SENDING) == 16)  # every stream blocked on a client not reading
+            during = call_seconds(client)
+            assert watched(running, Watch.SENDING) == 16  # every call answered while all sixteen were held
+        assert statistics.median(during) < 10 * statistics.median(before), (before, during)
+        running.gate.watchdog.send_timeout = 0.5  # then the server's patience runs out:
+        wait_for(lambda: running.gate.watchdog.cut >= 16, 20)  # they are cut, and their slots given back
         wait_for(lambda: running.gate.admission.in_use("stream") == 0, 5)
     finally:
         for channel, _ in floods:
@@ -87,27 +92,23 @@ def test_streams_beyond_the_limit_are_refused_and_calls_still_answer() -> None:
         running.stop(0).wait()
 
 
-class _SlowEstimator(RequestEstimator):
-    def predict(self, job: JobRequest) -> Prediction:
-        time.sleep(0.5)
-        return super().predict(job)
-
-
 def test_calls_beyond_the_limit_are_refused_at_once_and_health_answers() -> None:
-    running, address = serving(Limits(max_calls=1), estimator_factory=lambda spec: (_SlowEstimator(), "slow"))
+    answering = threading.Event()
+    running, address = serving(Limits(max_calls=1), estimator_factory=lambda spec: (HeldEstimator(answering), "held"))
     try:
-        with PredictorClient(address, timeout=5) as client:
+        with PredictorClient(address, timeout=60) as client:
             client.health()
-            slow = threading.Thread(target=lambda: client.predict(user=1, group=1, t_req=60, procs=1))
-            slow.start()
+            held = threading.Thread(target=lambda: client.predict(user=1, group=1, t_req=60, procs=1))
+            held.start()
             wait_for(lambda: running.gate.admission.in_use("call") == 1)
-            started = time.perf_counter()
             code, details = status_of(lambda: client.predict(user=1, group=1, t_req=60, procs=1))
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 calls at once" in details
             assert client.health() == "SERVING"
-            assert time.perf_counter() - started < 0.2
-            slow.join()
+            assert held.is_alive()  # refused, and health answered, while the admitted call was still held
+            answering.set()
+            held.join()
     finally:
+        answering.set()
         running.stop(0).wait()
 
 
@@ -132,9 +133,8 @@ def test_a_call_whose_request_never_arrives_is_cut() -> None:
         with grpc.insecure_channel(address) as channel:
             # A unary method, called by a client that sends its headers and then nothing.
             silent = channel.stream_unary("/tsched.v1.Predictor/Predict")
-            started = time.monotonic()
             code, _ = status_of(lambda: silent(iter(never.wait, True), timeout=30))
-            assert code == grpc.StatusCode.CANCELLED and time.monotonic() - started < 5
+            assert code == grpc.StatusCode.CANCELLED  # cut by the server: the client's deadline says DEADLINE_EXCEEDED
             wait_for(lambda: running.gate.admission.in_use("call") == 0, 5)  # its slot given back
     finally:
         never.set()
@@ -198,7 +198,7 @@ def test_namespaces_beyond_the_limit_are_refused_and_questions_create_none() -> 
             for index in range(200):  # questions about namespaces that do not exist: answered, nothing kept
                 answer = client.predict(user=1, group=1, t_req=60, procs=1, namespace=f"q{index}")
                 assert answer.prediction.t_sched == 60
-            assert not client.list_estimators("q0")["namespace_exists"]
+            assert not client.list_estimators("q0").namespace_exists
             refused = {}
             for index in range(60):
                 try:
@@ -208,7 +208,7 @@ def test_namespaces_beyond_the_limit_are_refused_and_questions_create_none() -> 
             assert list(refused) == list(range(50, 60))
             assert all(error.code == grpc.StatusCode.RESOURCE_EXHAUSTED for error in refused.values())
             assert "--max-namespaces" in refused[50].details
-            assert not client.list_estimators("n59")["namespace_exists"]
+            assert not client.list_estimators("n59").namespace_exists
             client.reset_namespace("n0")
             assert client.observe(history(1), namespace="n59") == 1  # room again
     finally:
@@ -240,7 +240,7 @@ def test_a_hundred_thousand_namespaces_beyond_the_limit_cost_nothing_lasting() -
     kept = [tracemalloc.Filter(True, "*/predictor/*")]
     grown = sum(stat.size_diff for stat in after.filter_traces(kept).compare_to(before.filter_traces(kept), "filename"))
     assert grown < 1024, f"{grown} bytes kept after 100,000 refusals"
-    assert len(core._namespaces) == 10
+    assert len(core.table) == 10
     core.close()
 
 
@@ -256,7 +256,7 @@ def test_a_namespace_holds_a_bounded_number_of_estimators(client: PredictorClien
 
 def test_history_is_bounded_oldest_first(client: PredictorClient) -> None:
     client.observe(history(250), namespace="bounded")
-    assert client.list_estimators("bounded")["completions"] == 100
+    assert client.list_estimators("bounded").completions == 100
 
 
 def test_trainings_waiting_for_a_thread_are_bounded() -> None:
@@ -281,7 +281,7 @@ def test_parsed_spec_spellings_are_bounded() -> None:
     core = PredictorCore(["percentile"], limits=Limits(max_specs=8))
     for q in range(50, 100):
         core.spec(f"percentile:q={q}")
-    assert len(core._specs) == 8
+    assert len(core.specs) == 8
     core.close()
 
 
@@ -343,7 +343,7 @@ def test_times_far_ahead_of_the_clock_are_refused_and_block_nothing(client: Pred
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "job.submit" in details
         code, details = status_of(lambda s=submit: client.sync([], submissions(s, count=1), namespace="clock"))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "submitted[0].submit" in details
-    assert client.list_estimators("clock")["clock"] == clock
+    assert client.list_estimators("clock").clock == clock
     on_time = history(1, start=clock)[0]
     assert client.observe([on_time._replace(end=clock + DAY)], namespace="clock") == 1
 

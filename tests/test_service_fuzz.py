@@ -66,7 +66,7 @@ estimators = st.one_of(
 @st.composite
 def jobs(draw: st.DrawFn, noisy: bool = True) -> pb.Job:
     """Plausible jobs (the fuzzing must reach the estimators); when `noisy`, often with fields missing or extreme."""
-    fields = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable", "actual_runtime")
+    fields = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable")
     if noisy and draw(st.integers(0, 3)) == 0:
         present = draw(st.sets(st.sampled_from(fields)))
         return pb.Job(**{name: draw(int64) for name in present})

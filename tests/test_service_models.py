@@ -17,10 +17,15 @@ from predictor.estimators.lgbm.store import MANIFEST_FILE, MODEL_FILE, ModelCata
 from predictor.service.client import PredictorClient
 from predictor.service.launcher import ServerProcess
 from predictor.service.server import PredictorServer, start_server
+from predictor.service.views import EstimatorView
 from simulator.workloads.synthetic import UNIX_START_TIME, generate_workload
 from tsched.cli import main
 
 SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"
+
+
+def model_views(catalog: ModelCatalog) -> list[EstimatorView]:
+    return [EstimatorView(**model) for model in catalog.describe()]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def served(models: Path) -> Iterator[PredictorServer]:
     catalog = ModelCatalog(models)
-    running, _ = start_server("127.0.0.1:0", estimator_factory=catalog.factory, models=catalog.describe())
+    running, _ = start_server("127.0.0.1:0", estimator_factory=catalog.factory, models=model_views(catalog))
     yield running
     running.stop(0).wait()
 
@@ -88,7 +93,7 @@ def test_the_model_named_answers_whatever_the_namespace_used_before(client: Pred
     model = client.predict(user=1, group=7, t_req=3600, procs=4, namespace="mixed", estimator="small")
     assert builtin.estimator.startswith("lgbm-quantile:") and model.estimator.startswith("small:")
     assert builtin.prediction.fallback and not model.prediction.fallback  # the built-in has no model yet
-    listed = client.list_estimators("mixed")["namespace_specs"]
+    listed = client.list_estimators("mixed").namespace_specs
     assert any(spec.startswith("small:") for spec in listed) and any(
         spec.startswith("lgbm-quantile:") for spec in listed
     )
@@ -128,12 +133,12 @@ def test_served_models_are_logged_listed_and_named_in_unknown_estimator_errors(
     """Model names used to appear nowhere: not at start, not in ListEstimators, not in the error for a typo."""
     caplog.set_level(logging.INFO, logger="tsched.service")
     catalog = ModelCatalog(models)
-    running, _ = start_server("127.0.0.1:0", estimator_factory=catalog.factory, models=catalog.describe())
+    running, _ = start_server("127.0.0.1:0", estimator_factory=catalog.factory, models=model_views(catalog))
     running.stop(0).wait()
     assert "trained models small;" in caplog.text
-    listed = {info["name"]: info for info in client.list_estimators()["estimators"]}
-    assert listed["small"]["trained_model"] and not listed["percentile"]["trained_model"]
-    assert "until" in listed["small"]["description"]
+    listed = {info.name: info for info in client.list_estimators().estimators}
+    assert listed["small"].trained_model and not listed["percentile"].trained_model
+    assert "until" in listed["small"].description
     code, details = status_of(lambda: client.predict(user=1, group=1, t_req=60, procs=1, estimator="smal"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "trained models served: small" in details
 
@@ -147,7 +152,7 @@ def test_simulate_accepts_a_model_the_service_serves(
     trace = tmp_path / "later.swf"  # the same jobs after the model's training span
     lines = [line.split() for line in generated.read_text().splitlines() if not line.startswith(";")]
     trace.write_text("".join(" ".join([f[0], str(int(f[1]) + 20 * DAY), *f[2:]]) + "\n" for f in lines))
-    run = ["simulate", "--trace", str(trace), "--predictor-address", f"127.0.0.1:{served.port}", "--estimator"]
+    run = ["simulate", "--trace", str(trace), "--address", f"127.0.0.1:{served.port}", "--estimator"]
     assert main([*run, "small"]) == 0
     assert "estimator small" in capsys.readouterr().out
     assert main([*run, "smal"]) == 2

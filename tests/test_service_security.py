@@ -17,9 +17,10 @@ from service_support import Certificates, history, status_of, submissions, write
 
 from kernel.errors import UsageError
 from predictor.proto import pb
-from predictor.service.client import Credentials, PredictorClient, RemoteSession
+from predictor.service.client import Credentials, PredictorClient
 from predictor.service.codec import sync_request
 from predictor.service.launcher import ServerProcess
+from predictor.service.remote import RemoteSession
 from predictor.service.server import PredictorServer, Security, start_server
 from tsched.cli import main
 
@@ -67,7 +68,7 @@ def test_a_token_uses_its_namespaces_and_nothing_else(secured: PredictorServer, 
         assert code == grpc.StatusCode.PERMISSION_DENIED
         code, details = status_of(lambda: scheduler.reset_namespace("cluster-a"))
         assert code == grpc.StatusCode.PERMISSION_DENIED and "not reset" in details
-        assert scheduler.list_estimators("cluster-a")["completions"] == 20
+        assert scheduler.list_estimators("cluster-a").completions == 20
     with connect(secured, certificates, OPERATOR) as operator:
         assert operator.reset_namespace("cluster-a") == 20
 
@@ -86,7 +87,7 @@ def test_without_a_known_token_only_health_answers(
         code, _ = status_of(lambda: stream.exchange(pb.SyncRequest(namespace="sim-1"), timeout=5))
         assert code == grpc.StatusCode.UNAUTHENTICATED
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        reflection = reflection_pb2_grpc.ServerReflectionStub(stranger._channel)
+        reflection = reflection_pb2_grpc.ServerReflectionStub(stranger._connection.channel)
         code, _ = status_of(lambda: next(iter(reflection.ServerReflectionInfo(iter([request]), timeout=5))))
         assert code == grpc.StatusCode.UNAUTHENTICATED
 
@@ -94,13 +95,13 @@ def test_without_a_known_token_only_health_answers(
 def test_each_message_of_a_stream_is_checked(secured: PredictorServer, certificates: Certificates) -> None:
     with connect(secured, certificates, SCHEDULER) as scheduler:
         stream = scheduler.sync_stream()
-        allowed = sync_request([], submissions(100, count=1), "sim-stream", "", None)
+        allowed = sync_request([], submissions(100, count=1), "sim-stream", "")
         assert len(stream.exchange(allowed, timeout=5).predictions) == 1
-        forbidden = sync_request([], submissions(100, count=1), "cluster-b", "", None)
+        forbidden = sync_request([], submissions(100, count=1), "cluster-b", "")
         code, details = status_of(lambda: stream.exchange(forbidden, timeout=5))
         assert code == grpc.StatusCode.PERMISSION_DENIED and "'cluster-b'" in details
     with connect(secured, certificates, OPERATOR) as operator:
-        assert operator.list_estimators("cluster-b")["namespace_exists"] is False  # nothing was recorded
+        assert operator.list_estimators("cluster-b").namespace_exists is False  # nothing was recorded
 
 
 def test_a_remote_session_with_a_token_simulates(secured: PredictorServer, certificates: Certificates) -> None:
@@ -198,7 +199,7 @@ def test_sighup_reloads_the_tokens(tmp_path: Path) -> None:
             deadline = time.monotonic() + 10
             while not any("tokens reloaded" in line for line in server.log) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert newcomer.list_estimators("x")["namespace_exists"] is False
+            assert newcomer.list_estimators("x").namespace_exists is False
         with PredictorClient(server.address, credentials=Credentials(token=OPERATOR)) as retired:
             assert status_of(lambda: retired.list_estimators("x"))[0] == grpc.StatusCode.UNAUTHENTICATED
     finally:
@@ -221,7 +222,7 @@ def test_commands_connect_with_a_token_file_and_tls(
     assert "UNAUTHENTICATED" in capsys.readouterr().err
     summary, trace = tmp_path / "run.json", tmp_path / "small.swf"
     assert main(["trace", "generate", "--jobs", "600", "--procs", "64", "--out", str(trace)]) == 0
-    simulate = ["simulate", "--trace", str(trace), "--predictor-address", address, "--predictor-namespace", "sim-run"]
+    simulate = ["simulate", "--trace", str(trace), "--address", address, "--namespace", "sim-run"]
     assert main([*simulate, "--estimator", "last2", *connection, "--json", str(summary)]) == 0
     assert json.loads(summary.read_text())["predictor_fallbacks"] == 0
 
@@ -244,8 +245,8 @@ def test_a_token_lists_only_the_namespaces_it_may_use(secured: PredictorServer, 
     with connect(secured, certificates, OPERATOR) as operator, connect(secured, certificates, SCHEDULER) as scheduler:
         for namespace in ("sim-listed", "hidden-listed"):
             operator.observe(history(5), namespace=namespace)
-        assert {"sim-listed", "hidden-listed"} <= {info["name"] for info in operator.list_namespaces()}
-        seen = {info["name"] for info in scheduler.list_namespaces()}
+        assert {"sim-listed", "hidden-listed"} <= {info.name for info in operator.list_namespaces()}
+        seen = {info.name for info in scheduler.list_namespaces()}
         assert "sim-listed" in seen and "hidden-listed" not in seen
         with connect(secured, certificates, None) as anonymous:
             code, _ = status_of(anonymous.list_namespaces)

@@ -18,10 +18,9 @@ from predictor.frames import finished_from_frame
 from predictor.service.client import PredictorClient
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
+from predictor.service.server import CLOSE_SECONDS
 from simulator.workloads.synthetic import generate_workload
 
-#: What SIGTERM may take beyond the grace period.
-MARGIN_SECONDS = 2.0
 #: An lgbm estimator whose training takes about ten seconds on this machine.
 HEAVY_LGBM = "lgbm-quantile:trees=200,leaves=63,window=3650d,retrain=1d,min_train=100,max_train=200000"
 
@@ -32,12 +31,29 @@ def stop_timed(server: ServerProcess, signum: int = signal.SIGTERM) -> tuple[int
     return code, time.monotonic() - started
 
 
-def test_sigterm_exits_in_time_while_a_model_trains_and_a_client_does_not_read(tmp_path: Path) -> None:
+@pytest.fixture
+def idle_stop() -> float:
+    """How long SIGTERM takes here, now, to stop a server with nothing to wait for: what the stops of busy servers
+    are measured against, so that a loaded machine slows both alike (no wall-clock figure of its own)."""
+    code, seconds = stop_timed(ServerProcess(limits=Limits(shutdown_grace=1.0)))
+    assert code == 0
+    return seconds
+
+
+def in_time(seconds: float, grace: float, idle_stop: float) -> bool:
+    """A stop that waited at most the grace period and the closing allowance, beyond what an idle stop takes (twice
+    that, for the noise of one measurement): not for a training, nor for a client that does not read."""
+    return seconds < grace + CLOSE_SECONDS + 2 * idle_stop
+
+
+def test_sigterm_exits_in_time_while_a_model_trains_and_a_client_does_not_read(
+    tmp_path: Path, idle_stop: float
+) -> None:
     grace = 1.0
     server = ServerProcess(
         state=str(tmp_path / "state.sqlite"),
         default_estimators=[HEAVY_LGBM],
-        limits=Limits(shutdown_grace=grace),
+        limits=Limits(shutdown_grace=grace, send_timeout=120),
     )
     finished = finished_from_frame(generate_workload(jobs=6000, procs=128, load=0.8, seed=3).jobs)
     with PredictorClient(server.address, timeout=60) as client:
@@ -49,11 +65,11 @@ def test_sigterm_exits_in_time_while_a_model_trains_and_a_client_does_not_read(t
         code, seconds = stop_timed(server)
     finally:
         channel.close()
-    assert code == 0 and seconds < grace + MARGIN_SECONDS, seconds
+    assert code == 0 and in_time(seconds, grace, idle_stop), (seconds, idle_stop)
     assert any("stopping" in line for line in server.log)
 
 
-def test_sigterm_after_a_stream_whose_only_frame_is_undecodable() -> None:
+def test_sigterm_after_a_stream_whose_only_frame_is_undecodable(idle_stop: float) -> None:
     server = ServerProcess(limits=Limits(shutdown_grace=1.0))
     with grpc.insecure_channel(server.address) as channel:
         stream = channel.stream_stream("/tsched.v1.Predictor/SyncStream")
@@ -61,10 +77,10 @@ def test_sigterm_after_a_stream_whose_only_frame_is_undecodable() -> None:
             status_of(lambda: list(stream(iter([b"\xff\xff\xff"]), timeout=10)))[0] == grpc.StatusCode.INVALID_ARGUMENT
         )
     code, seconds = stop_timed(server)
-    assert code == 0 and seconds < 1.0 + MARGIN_SECONDS
+    assert code == 0 and in_time(seconds, 1.0, idle_stop), (seconds, idle_stop)
 
 
-def test_a_second_signal_exits_at_once() -> None:
+def test_a_second_signal_exits_at_once(idle_stop: float) -> None:
     server = ServerProcess(limits=Limits(shutdown_grace=60, send_timeout=120))
     channel, _ = flood_stream(server.address)  # held open: the first signal would wait the whole minute
     try:
@@ -75,11 +91,11 @@ def test_a_second_signal_exits_at_once() -> None:
         code, seconds = stop_timed(server, signal.SIGINT)
     finally:
         channel.close()
-    assert code == 128 + signal.SIGINT and seconds < 1.0
+    assert code == 128 + signal.SIGINT and seconds < 2 * idle_stop, (seconds, idle_stop)  # not the minute's grace
     assert any("again: exiting now" in line for line in server.log)
 
 
-def test_sigterm_during_traffic_of_every_kind_exits_in_time(tmp_path: Path) -> None:
+def test_sigterm_during_traffic_of_every_kind_exits_in_time(tmp_path: Path, idle_stop: float) -> None:
     grace = 1.0
     for attempt in range(2):  # benchmarks/chaos_service.py does it 50 times
         server = ServerProcess(state=str(tmp_path / "state.sqlite"), limits=Limits(shutdown_grace=grace))
@@ -94,7 +110,7 @@ def test_sigterm_during_traffic_of_every_kind_exits_in_time(tmp_path: Path) -> N
             stop.set()
             for worker in workers:
                 worker.join(10)
-        assert code == 0 and seconds < grace + MARGIN_SECONDS, (attempt, seconds)
+        assert code == 0 and in_time(seconds, grace, idle_stop), (attempt, seconds, idle_stop)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from service_support import history, instants, observe_by_name, status_of, submissions
+from service_support import PATIENT_SECONDS, history, instants, observe_by_name, status_of, submissions
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
@@ -48,14 +48,16 @@ def test_a_second_server_on_the_same_file_refuses_naming_the_first(tmp_path: Pat
             CompletionStore(state)
         with pytest.raises(RuntimeError, match=f"pid {first.pid}"):
             ServerProcess(state=str(state))
-        with PredictorClient(first.address) as client:
+        with PredictorClient(first.address, timeout=PATIENT_SECONDS) as client:
             assert client.observe(history(10), namespace="kept") == 10
     finally:
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     second = ServerProcess(state=str(state))  # the kernel dropped the dead server's lock
-    with PredictorClient(second.address) as client:
-        assert client.list_estimators("kept")["completions"] == 10
-    assert second.stop() == 0
+    try:
+        with PredictorClient(second.address, timeout=PATIENT_SECONDS) as client:
+            assert client.list_estimators("kept").completions == 10
+    finally:
+        assert second.stop() == 0
 
 
 # --- restarts answer alike ----------------------------------------------------------------------------
@@ -66,17 +68,17 @@ def test_after_kill_9_the_clock_and_every_answer_are_as_before(tmp_path: Path) -
     finished = history(40)
     first = ServerProcess(state=state, default_estimators=["last2"])
     try:
-        with PredictorClient(first.address) as client:
+        with PredictorClient(first.address, timeout=PATIENT_SECONDS) as client:
             client.sync(finished, submissions(finished[-1].end + 3600, count=2), namespace="cluster")
-            clock = client.list_estimators("cluster")["clock"]
+            clock = client.list_estimators("cluster").clock
             before = client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster")
     finally:
         first.stop(signal.SIGKILL)
     assert clock == finished[-1].end + 3600  # the submissions moved it
     second = ServerProcess(state=state, default_estimators=["last2"])
     try:
-        with PredictorClient(second.address) as client:
-            assert client.list_estimators("cluster")["clock"] == clock
+        with PredictorClient(second.address, timeout=PATIENT_SECONDS) as client:
+            assert client.list_estimators("cluster").clock == clock
             assert client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster") == before
     finally:
         second.stop()
@@ -109,15 +111,15 @@ def test_a_restart_replays_from_the_latest_snapshot(tmp_path: Path) -> None:
     finished = history(500)
     for start in range(0, 500, 50):
         core.observe("bounded", finished[start : start + 50], lambda: None)
-    answer = core.predict("bounded", "", submissions(finished[-1].end), None).predictions
+    answer = core.predict("bounded", "", submissions(finished[-1].end)).predictions
     core.close()
     with sqlite3.connect(state) as db:
         events = db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         snapshots = db.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0]
     assert snapshots == 1 and events < 100 / 50 + 1  # the file holds the snapshot and the events after it only
     restored = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=limits)
-    assert restored.describe("bounded")["completions"] == 150  # the oldest were dropped, on disk too
-    assert restored.predict("bounded", "", submissions(finished[-1].end), None).predictions == answer
+    assert restored.describe("bounded").completions == 150  # the oldest were dropped, on disk too
+    assert restored.predict("bounded", "", submissions(finished[-1].end)).predictions == answer
     restored.close()
 
 
@@ -129,7 +131,7 @@ def crashed(tmp_path: Path) -> Path:
     """A state file whose server was killed: its last writes are only in the write-ahead log."""
     state = tmp_path / "state.sqlite"
     server = ServerProcess(state=str(state))
-    with PredictorClient(server.address) as client:
+    with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
         client.observe(history(50), namespace="cluster")
     server.stop(signal.SIGKILL)
     assert check_wal(Path(f"{state}-wal")) >= 1
@@ -226,9 +228,9 @@ def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
             [(*job.request, job.end, job.runtime) for job in finished],
         )
     core = PredictorCore([PERCENTILE], store=CompletionStore(state))
-    assert core.describe("cluster")["completions"] == 120
+    assert core.describe("cluster").completions == 120
     expected = LocalSession(make_estimator(PERCENTILE)).sync(finished, submissions(finished[-1].end))
-    assert core.predict("cluster", "", submissions(finished[-1].end), None).predictions == expected
+    assert core.predict("cluster", "", submissions(finished[-1].end)).predictions == expected
     core.close()
     assert (tmp_path / "state.sqlite.v1-backup").is_file()
     with sqlite3.connect(state) as db:
@@ -290,7 +292,7 @@ def test_a_full_disk_is_not_serving_and_writes_answer_unavailable(small_disk: Pa
     server = ServerProcess(state=str(small_disk / "state.sqlite"))
     filler = small_disk / "filler"
     try:
-        with PredictorClient(server.address, timeout=10) as client:
+        with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
             kept = client.observe(history(100), namespace="cluster")
             free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
             filler.write_bytes(b"\0" * (free - 32 * 1024))
@@ -303,7 +305,7 @@ def test_a_full_disk_is_not_serving_and_writes_answer_unavailable(small_disk: Pa
             assert codes == {grpc.StatusCode.UNAVAILABLE}
             assert client.health() == "NOT_SERVING"
             assert client.predict(user=1, group=7, t_req=3600, procs=4, namespace="cluster").prediction.t_sched > 0
-            assert client.list_estimators("cluster")["completions"] == kept  # nothing half-learned
+            assert client.list_estimators("cluster").completions == kept  # nothing half-learned
             filler.unlink()
             deadline = time.monotonic() + 10
             while client.health() != "SERVING" and time.monotonic() < deadline:
@@ -320,13 +322,13 @@ def test_names_keep_their_ids_across_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite"
     server = ServerProcess(state=str(state), default_estimators=["last2"])
     assert observe_by_name(server.address, "cluster", history(30)) == 30
-    with PredictorClient(server.address) as client:
+    with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
         before = client.predict(user="user-1", group=-1, account="proj1", t_req=3600, procs=4, namespace="cluster")
         stranger = client.predict(user="user-9", group="proj1", t_req=3600, procs=4, namespace="cluster")
     assert not before.prediction.fallback and stranger.prediction.fallback
     assert server.stop(signal.SIGKILL) == -signal.SIGKILL
     server = ServerProcess(state=str(state), default_estimators=["last2"])
-    with PredictorClient(server.address) as client:
+    with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
         after = client.predict(user="user-1", group=-1, account="proj1", t_req=3600, procs=4, namespace="cluster")
     assert after == before
     assert observe_by_name(server.address, "cluster", history(30)) == 0  # the same jobs: recognised, not relearned

@@ -14,18 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel.errors import UsageError
-from simulator.workloads.swf import (
-    FIELD_LABELS,
-    RECORD_COLUMNS,
-    SWFHeader,
-    Trace,
-    TraceError,
-    format_trace_info,
-    read_swf,
-    trace_info,
-    write_swf,
-)
+from kernel.errors import TraceError, UsageError
+from simulator.workloads.info import format_trace_info, trace_info
+from simulator.workloads.swf import FIELD_LABELS, read_swf, write_swf
+from simulator.workloads.trace import RECORD_COLUMNS, SWFHeader, Trace
 
 HEADER = """\
 ; Version: 2.2

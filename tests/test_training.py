@@ -10,8 +10,9 @@ import pytest
 
 from kernel.errors import SpecError
 from predictor.digests import sha256_of
-from predictor.estimators.lgbm.estimator import CLASSES, LGBMQuantileEstimator
+from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
 from predictor.estimators.lgbm.features import feature_names
+from predictor.estimators.lgbm.model import CLASSES
 from predictor.estimators.lgbm.store import (
     MANIFEST_FILE,
     MODEL_FILE,
@@ -22,8 +23,8 @@ from predictor.estimators.lgbm.store import (
     train,
 )
 from predictor.estimators.percentile import PercentileEstimator
-from simulator.workloads.swf import Trace
 from simulator.workloads.synthetic import UNIX_START_TIME, generate_workload
+from simulator.workloads.trace import Trace
 
 DAY = 86_400
 SPEC = "lgbm-quantile:window=10d,retrain=2d,calibration=5d,min_train=200,trees=5,target_under=0.1"

@@ -62,10 +62,11 @@ def soft_walltime(walltime, prediction):
 
 
 def ask(settings, user, group, walltime, procs, submit):
-    """The service's answer (`tsched predict --json`) as a dict, or None and why not."""
+    """The service's answer (`tsched predict --json -`) as a dict, or None and why not."""
     command = [
         *settings["client"],
         "--json",
+        "-",
         "--address",
         settings["address"],
         "--namespace",

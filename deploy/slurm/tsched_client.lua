@@ -7,6 +7,11 @@ import grpc, more than the whole deadline a submission may wait. The request and
 service's protobuf messages (protos/tsched/v1/predictor.proto), encoded here by hand: a handful of
 integer fields. curl's --max-time is the deadline; on any failure the caller gets nil and a reason.
 
+Whatever the process at the address does (a crashed, hung, hostile or port-squatting one), a question
+costs at most the deadline and MAX_ANSWER_BYTES: curl stops the transfer at the deadline and past the
+size, only that much of the answer is read, at most MAX_QUANTILES quantiles are parsed, and an answer
+outside [1 s, t_req] is refused, so the admin comment stays under MAX_COMMENT_BYTES.
+
 Settings come from tsched.conf beside this file (KEY=VALUE lines, # comments):
   address        HOST:PORT or unix:PATH of `tsched serve` (default 127.0.0.1:50051)
   namespace      the cluster's namespace (default: the server's default)
@@ -20,6 +25,12 @@ Lua 5.1 (Debian's Slurm): no bit operations, no string.pack.
 --]]
 
 local M = {}
+
+-- An honest answer takes under 200 bytes; the bounds leave room for growth and none for abuse.
+M.MAX_ANSWER_BYTES = 4096
+M.MAX_HEADER_BYTES = 8192
+M.MAX_QUANTILES = 8
+M.MAX_COMMENT_BYTES = 160
 
 M.defaults = {
     address = "127.0.0.1:50051",
@@ -175,35 +186,54 @@ function M.parse_response(body)
         estimator = first(response, 2, ""),
         quantiles = {},
     }
-    for _, raw in ipairs(response[5] or {}) do
-        local quantile = fields(raw)
-        if quantile ~= nil and quantile[1] ~= nil then
+    for index, raw in ipairs(response[5] or {}) do
+        if index > M.MAX_QUANTILES then
+            break
+        end
+        local quantile = type(raw) == "string" and fields(raw) or nil
+        if quantile ~= nil and type(quantile[1]) == "table" and type(quantile[1][1]) == "string" and #quantile[1][1] == 8 then
             table.insert(answer.quantiles, { probability = double(quantile[1][1]), runtime = first(quantile, 2, 0) })
         end
     end
-    if response[6] ~= nil then
+    if response[6] ~= nil and type(response[6][1]) == "string" and #response[6][1] == 8 then
         answer.p_underestimate = double(response[6][1])
     end
     return answer
+end
+
+-- Whether an answer for `job` is one an honest predictor gives: an estimate in [1, t_req], numbers in range.
+function M.plausible(answer, job)
+    if type(answer.t_sched) ~= "number" or answer.t_sched < 1 or answer.t_sched > job.t_req then
+        return false
+    end
+    for _, quantile in ipairs(answer.quantiles) do
+        if not (quantile.probability > 0 and quantile.probability < 1)
+            or type(quantile.runtime) ~= "number" or quantile.runtime < 0 or quantile.runtime > job.t_req then
+            return false
+        end
+    end
+    local p = answer.p_underestimate
+    return p == nil or (p >= 0 and p <= 1)
 end
 
 local function quoted(text)
     return "'" .. text:gsub("'", "'\\''") .. "'"
 end
 
-local function read_all(path)
+-- At most `limit` bytes of a file, and whether there was more.
+local function read_at_most(path, limit)
     local file = io.open(path, "rb")
     if file == nil then
-        return ""
+        return "", false
     end
-    local text = file:read("*a")
+    local text = file:read(limit + 1) or ""
     file:close()
-    return text
+    return text:sub(1, limit), #text > limit
 end
 
 -- Ask the service; returns the answer, or nil and why (a timeout, a refusal, a server that is down).
 function M.predict(config, job)
-    local request_file, body_file, header_file = os.tmpname(), os.tmpname(), os.tmpname()
+    local request_file, body_file, header_file, status_file = os.tmpname(), os.tmpname(), os.tmpname(), os.tmpname()
     local file = io.open(request_file, "wb")
     file:write(M.predict_request(config, job))
     file:close()
@@ -224,29 +254,40 @@ function M.predict(config, job)
     if config.header_file ~= "" then
         table.insert(options, "-H @" .. quoted(config.header_file))
     end
-    local command = table.concat({
-        quoted(config.curl), "-sS", "--max-time", string.format("%.3f", tonumber(config.deadline_ms) / 1000),
+    local deadline = string.format("%.3f", tonumber(config.deadline_ms) / 1000)
+    -- The answer goes through `head`, which stops curl (SIGPIPE) one byte past the bound, whatever the size
+    -- it announces; curl's own status is kept in a file.
+    local command = "{ " .. table.concat({
+        quoted(config.curl), "-sS", "--max-time", deadline, "--connect-timeout", deadline,
+        "--max-filesize", tostring(M.MAX_ANSWER_BYTES), "--proto", "=http,https", "--max-redirs", "0",
         table.concat(options, " "), "-H 'content-type: application/grpc'", "-H 'te: trailers'",
-        "--data-binary @" .. quoted(request_file), "-o", quoted(body_file), "-D", quoted(header_file),
-        quoted(scheme .. "://" .. url_host .. "/tsched.v1.Predictor/Predict"), "2>/dev/null; echo $?",
+        "--data-binary @" .. quoted(request_file), "-o -", "-D", quoted(header_file),
+        quoted(scheme .. "://" .. url_host .. "/tsched.v1.Predictor/Predict"), "2>/dev/null; echo $? >",
+        quoted(status_file), "; } | head -c", tostring(M.MAX_ANSWER_BYTES + 1), ">", quoted(body_file),
     }, " ")
-    local pipe = io.popen(command, "r")
-    local status = pipe:read("*a")
-    pipe:close()
-    local body, headers = read_all(body_file), read_all(header_file)
-    os.remove(request_file)
-    os.remove(body_file)
-    os.remove(header_file)
+    os.execute(command)
+    local body, too_large = read_at_most(body_file, M.MAX_ANSWER_BYTES)
+    local headers = read_at_most(header_file, M.MAX_HEADER_BYTES)
+    local status = read_at_most(status_file, 16)
+    for _, path in ipairs({ request_file, body_file, header_file, status_file }) do
+        os.remove(path)
+    end
     status = tonumber(status:match("%d+"))
+    if status == 63 or too_large then
+        return nil, "an answer over " .. M.MAX_ANSWER_BYTES .. " bytes: is the address a tsched service?"
+    end
     if status ~= 0 then
         local reasons = { [7] = "the service is down", [28] = "no answer within " .. config.deadline_ms .. " ms" }
         return nil, reasons[status] or ("curl exited with " .. tostring(status))
     end
     local answer = M.parse_response(body)
     if answer == nil then
-        local code = headers:match("grpc%-status: *(%d+)") or "?"
-        local message = headers:match("grpc%-message: *([^\r\n]*)") or ""
+        local code = (headers:match("grpc%-status: *(%d+)") or "?"):sub(1, 4)
+        local message = (headers:match("grpc%-message: *([%w%p ]*)") or ""):sub(1, 200)
         return nil, "refused (gRPC status " .. code .. ") " .. message
+    end
+    if not M.plausible(answer, job) then
+        return nil, "an answer no tsched service gives (estimate outside [1, t_req]): is the address a tsched service?"
     end
     return answer
 end
@@ -265,7 +306,7 @@ function M.comment(answer)
     if answer.p_underestimate ~= nil then
         table.insert(parts, string.format("p_under=%.2f", answer.p_underestimate))
     end
-    return table.concat(parts, ",")
+    return table.concat(parts, ","):sub(1, M.MAX_COMMENT_BYTES)
 end
 
 return M

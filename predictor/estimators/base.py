@@ -1,12 +1,24 @@
 """The estimator interface every predictor implements.
 
-Modelled on scikit-learn's conventions: parameters are keyword-only
-constructor arguments stored unchanged under their own names and returned by
-`get_params`; learned state is built by `fit` (a batch of finished jobs) or
-`observe` (one finished job, in order of end time); `predict` answers for one
-submitted job. Estimators do no I/O and read no clock.
+Estimators follow scikit-learn's estimator protocol, so that scikit-learn's own
+tools work on them (`sklearn.base.clone`, and its API checks, which
+`predictor.estimators.checks` runs): parameters are keyword-only constructor
+arguments stored unchanged under their own names, returned by `get_params` and
+changed by `set_params` or by assigning one (`estimator.window = "all"`).
+Learned state is built by `fit` (a batch of finished jobs, or a trace's job
+table) or `observe` (one finished job, in order of end time); `predict`
+answers for one submitted job, `predict_many` for several, each with its
+runtime interval if asked. Estimators do no I/O and read no clock.
 `predictor.estimators.checks.check_estimator` is the executable form of this
 contract, and every registered estimator passes it.
+
+A parameter changed after construction is validated as the constructor
+validates it (ValueError naming it; the estimator is left as it was) and takes
+effect at once: the estimator starts again from nothing learned, since what it
+had learned was learned with the old value. Why not subclass scikit-learn's
+`BaseEstimator`: importing it loads SciPy (about 2 s of CPU), which every
+`tsched` command would pay at start-up; the protocol is small, and scikit-learn
+is imported where it is used (`Estimator.clone`, the contract checks).
 
 Causality contract: callers observe a job only once it has finished, in
 non-decreasing order of end time, and `predict(job)` must use only observed jobs
@@ -16,14 +28,20 @@ whose end is at or before `job.submit`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
+import numbers
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from typing import Any, ClassVar, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeGuard, TypeVar, cast, overload
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction, RuntimeInterval
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: What a call to `predict` may change, besides caches that never change an answer:
 #: - "history": it discards history that no later submission needs, so jobs must be predicted in
@@ -35,6 +53,8 @@ from kernel.jobs import FinishedJob, JobRequest, Prediction, RuntimeInterval
 #: - "model": when the submission time passes a retraining point it snapshots the history and starts a
 #:   training, and it puts a trained model live once the submission time reaches the model's swap time.
 PredictEffect = Literal["history", "submissions", "model"]
+#: A prediction and the runtime interval behind it (None: the estimator has none for this answer).
+WithInterval = tuple[Prediction, RuntimeInterval | None]
 
 T = TypeVar("T")
 #: Where a parameter's declaration is kept in its dataclass field's metadata.
@@ -43,10 +63,12 @@ _DECLARATION = "tsched.parameter"
 
 @dataclasses.dataclass(frozen=True)
 class Declaration:
-    """What a parameter admits: numbers finite and within [low, high] (open ends where said), or one of `choices`;
-    `check` validates what bounds cannot say (a duration's grammar) by raising ValueError."""
+    """What a parameter admits: values of its default's type (an int for a float too), numbers finite and
+    within [low, high] (open ends where said), or one of `choices`; `check` validates what bounds cannot say
+    (a duration's grammar) by raising ValueError."""
 
     doc: str
+    default: Any
     low: float | None = None
     high: float | None = None
     low_open: bool = False
@@ -67,14 +89,18 @@ class Declaration:
             return f"{'below' if self.high_open else 'at most'} {high}"
         return "any value"
 
-    def refused(self, default: Any) -> list[Any]:
-        """Values of the default's type that this declaration must refuse (for the contract check)."""
+    def refused(self) -> list[Any]:
+        """Values that this declaration must refuse (for the contract check): one of another type, and
+        those just outside its range or choices."""
+        default = self.default
+        numeric = isinstance(default, int | float) and not isinstance(default, bool)
+        values: list[Any] = ["1" if isinstance(default, int | float) else 1]
         if self.choices is not None:
-            return ["no such choice"]
-        if isinstance(default, bool) or not isinstance(default, int | float):
-            return []
+            return [*values, "no such choice"]
+        if not numeric:
+            return values
         step = 1 if isinstance(default, int) else 0.5
-        values: list[Any] = [] if isinstance(default, int) else [math.nan, math.inf]
+        values += [1.5] if isinstance(default, int) else [math.nan, math.inf]
         if self.low is not None:
             values.append(type(default)(self.low if self.low_open else self.low - step))
         if self.high is not None:
@@ -82,15 +108,43 @@ class Declaration:
         return values
 
     def validate(self, name: str, value: Any) -> None:
+        """Raise ValueError naming the parameter if `value` is not admitted."""
+        kind = _kind(self.default)
+        if not _of_kind(value, kind):
+            raise ValueError(f"{name} must be {kind}; got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{name} must be {self.admits()}; got {value!r}")
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if kind in (_INTEGER, _NUMBER):
             low_ok = self.low is None or (value > self.low if self.low_open else value >= self.low)
             high_ok = self.high is None or (value < self.high if self.high_open else value <= self.high)
             if not (math.isfinite(value) and low_ok and high_ok):
                 raise ValueError(f"{name} must be {self.admits()}; got {value!r}")
         if self.check is not None:
             self.check(value)
+
+
+_BOOLEAN, _INTEGER, _NUMBER = "true or false", "an integer", "a number"
+
+
+def _kind(default: Any) -> str:
+    """What a parameter with this default holds, in words."""
+    if isinstance(default, bool):
+        return _BOOLEAN
+    if isinstance(default, int):
+        return _INTEGER
+    if isinstance(default, float):
+        return _NUMBER
+    return "a string" if isinstance(default, str) else f"a {type(default).__name__}"
+
+
+def _of_kind(value: Any, kind: str) -> bool:
+    """Whether `value` is of `kind`: numpy's integers and floats count, booleans are never numbers."""
+    if kind == _BOOLEAN:
+        return isinstance(value, bool)
+    if kind in (_INTEGER, _NUMBER):
+        number = numbers.Integral if kind == _INTEGER else numbers.Real
+        return isinstance(value, number) and not isinstance(value, bool)
+    return kind != "a string" or isinstance(value, str)
 
 
 def _number(value: float | None) -> str:
@@ -111,10 +165,11 @@ def parameter(
     """A constructor parameter of an estimator (a dataclass field), declared once with what it admits.
 
     The estimator's base class validates every declared parameter when the
-    estimator is built, so a value out of range is refused with its name and
-    the range, and no estimator can forget to check one.
+    estimator is built and whenever a parameter is changed, so a value out of
+    range is refused with its name and the range, and no estimator can forget
+    to check one.
     """
-    declaration = Declaration(doc, low, high, low_open, high_open, choices, check)
+    declaration = Declaration(doc, default, low, high, low_open, high_open, choices, check)
     value: T = dataclasses.field(default=default, metadata={_DECLARATION: declaration})
     return value
 
@@ -125,12 +180,53 @@ def declarations(cls: type[Estimator]) -> dict[str, Declaration]:
     return {name: field.metadata[_DECLARATION] for name, field in fields.items() if _DECLARATION in field.metadata}
 
 
+@functools.cache
+def _parameter_names(cls: type[Estimator]) -> tuple[str, ...]:
+    """Constructor parameter names, as scikit-learn's `BaseEstimator._get_param_names` finds them."""
+    signature = inspect.signature(cls.__init__)
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in signature.parameters.values() if p.name != "self" and p.kind in kinds)
+
+
+def _is_job_table(jobs: object) -> TypeGuard[pd.DataFrame]:
+    """Whether `jobs` is a trace's job table. pandas is looked up, not imported: a DataFrame exists only once
+    pandas is loaded, and start-up must not pay for it."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(jobs, pandas.DataFrame)
+
+
+def _finished_jobs(jobs: Iterable[FinishedJob] | pd.DataFrame) -> list[FinishedJob]:
+    """`jobs` as finished jobs: a job table (the DataFrame of `read_trace(...).jobs`) is converted."""
+    if _is_job_table(jobs):
+        from predictor.frames import finished_from_frame
+
+        return finished_from_frame(jobs)
+    finished = list(cast(Iterable[FinishedJob], jobs))
+    wrong = next((job for job in finished if not isinstance(job, FinishedJob)), None)
+    if wrong is not None:
+        raise TypeError(
+            f"fit takes finished jobs (kernel.jobs.FinishedJob) or a job table (a pandas DataFrame such as "
+            f"read_trace(...).jobs); got a {type(wrong).__name__} among them"
+        )
+    return finished
+
+
+def _requests(jobs: Iterable[JobRequest] | pd.DataFrame) -> list[JobRequest]:
+    """`jobs` as requests: a job table's rows are converted, in its row order."""
+    if _is_job_table(jobs):
+        from predictor.frames import jobs_to_requests
+
+        return jobs_to_requests(jobs)
+    return list(cast(Iterable[JobRequest], jobs))
+
+
 class Estimator(ABC):
     """Base class: subclasses set `name` and implement `reset`, `observe`, `predict`.
 
     A subclass is a dataclass (`@dataclass(kw_only=True, eq=False, repr=False)`)
     whose fields are its parameters, each declared with `parameter`; it builds
-    its learned state in `_initialise`, called once the parameters are validated.
+    its learned state in `_initialise`, called once the parameters are validated,
+    at construction and again whenever a parameter changes.
     """
 
     name: ClassVar[str]
@@ -142,12 +238,32 @@ class Estimator(ABC):
     predict_effects: ClassVar[frozenset[PredictEffect]] = frozenset()
 
     def __post_init__(self) -> None:
+        self._validate()
+        self._initialise()
+        self._constructed = True
+
+    def _validate(self) -> None:
+        """Raise ValueError naming the parameter if one is not admitted, alone or with the others."""
         for name, declaration in declarations(type(self)).items():
             declaration.validate(name, getattr(self, name))
-        self._initialise()
+        self._check_together()
+
+    def _check_together(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
+        """Refuse (ValueError naming them) parameters that are admitted each alone but not together."""
 
     def _initialise(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Build what the estimator learns into, from its (validated) parameters."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Assigning a parameter of a built estimator is `set_params`: validated, and it takes effect.
+
+        A constructor's first assignments (a dataclass's, or a subclass's own `__init__` after it) only store.
+        """
+        held = self.__dict__
+        if name[0] == "_" or "_constructed" not in held or name not in held or name not in _parameter_names(type(self)):
+            object.__setattr__(self, name, value)
+        else:
+            self.set_params(**{name: value})
 
     @abstractmethod
     def reset(self) -> None:
@@ -161,13 +277,12 @@ class Estimator(ABC):
     def predict(self, job: JobRequest) -> Prediction:
         """Estimate the runtime of a job at its submission."""
 
-    def interval(self, job: JobRequest, prediction: Prediction) -> RuntimeInterval | None:
-        """The runtime distribution behind `prediction`, just made for `job` with nothing observed since.
+    def predict_with_interval(self, job: JobRequest) -> WithInterval:
+        """`predict`, and the runtime distribution the prediction was read from, from the same call.
 
-        None (the default) for an estimator without one, and for a fallback.
-        Changes nothing: the contract checks that answers stay the same.
+        The interval is None (the default) for an estimator without one, and for a fallback.
         """
-        return None
+        return self.predict(job), None
 
     def ready(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Bring what `observe` has learned into force now.
@@ -176,17 +291,38 @@ class Estimator(ABC):
         and puts it live; the others learn as they observe and have nothing to do.
         """
 
-    def fit(self, jobs: Iterable[FinishedJob]) -> Self:
-        """Reset, observe `jobs` in order of end time, then `ready`: the estimator can predict at once."""
+    def fit(self, jobs: Iterable[FinishedJob] | pd.DataFrame) -> Self:
+        """Reset, observe `jobs` in order of end time, then `ready`: the estimator can predict at once.
+
+        `jobs` are finished jobs, or a trace's job table (`read_trace(path).jobs`, every job finished).
+        """
         self.reset()
-        for job in sorted(jobs, key=lambda j: (j.end, j.request.submit, j.request.job_id)):
+        for job in sorted(_finished_jobs(jobs), key=lambda j: (j.end, j.request.submit, j.request.job_id)):
             self.observe(job)
         self.ready()
         return self
 
-    def predict_many(self, jobs: Iterable[JobRequest]) -> list[Prediction]:
-        """Predict several jobs, in submission order, as `predict` would one by one."""
-        return [self.predict(job) for job in jobs]
+    @overload
+    def predict_many(self, jobs: Iterable[JobRequest] | pd.DataFrame) -> list[Prediction]: ...
+
+    @overload
+    def predict_many(
+        self, jobs: Iterable[JobRequest] | pd.DataFrame, *, intervals: Literal[True]
+    ) -> list[WithInterval]: ...
+
+    def predict_many(
+        self, jobs: Iterable[JobRequest] | pd.DataFrame, *, intervals: bool = False
+    ) -> list[Prediction] | list[WithInterval]:
+        """Predict several jobs (requests, or a job table's rows), in submission order, as `predict` would one
+        by one; with `intervals`, each with its interval as `predict_with_interval` gives it."""
+        answers = self._predict_batch(_requests(jobs), intervals)
+        return answers if intervals else [prediction for prediction, _ in answers]
+
+    def _predict_batch(self, jobs: list[JobRequest], intervals: bool) -> list[WithInterval]:
+        """What `predict_many` answers (intervals None unless asked); estimators that batch override it."""
+        if intervals:
+            return [self.predict_with_interval(job) for job in jobs]
+        return [(self.predict(job), None) for job in jobs]
 
     def train_on(self, executor: Executor | None) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Where an estimator that trains models runs its training (None: inline); others ignore it.
@@ -195,20 +331,46 @@ class Estimator(ABC):
         training; the answers are the same either way (see the lgbm estimator).
         """
 
+    # --- scikit-learn's estimator protocol ---------------------------------------------------------
+
     @classmethod
     def param_names(cls) -> list[str]:
         """Constructor parameter names, as scikit-learn's `_get_param_names`."""
-        signature = inspect.signature(cls.__init__)
-        kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        return [p.name for p in signature.parameters.values() if p.name != "self" and p.kind in kinds]
+        return list(_parameter_names(cls))
 
-    def get_params(self) -> dict[str, Any]:
-        """The constructor parameters of this instance, as they were given."""
-        return {name: getattr(self, name) for name in self.param_names()}
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters of this instance, as they were given.
+
+        `deep` is scikit-learn's (parameters of nested estimators); no parameter here is an estimator.
+        """
+        return {name: getattr(self, name) for name in _parameter_names(type(self))}
+
+    def set_params(self, **params: Any) -> Self:
+        """Change parameters: all are validated first (ValueError naming the first refused, and nothing
+        changes), then stored as given, and the estimator starts again from nothing learned."""
+        if not params:
+            return self
+        names = _parameter_names(type(self))
+        unknown = [name for name in params if name not in names]
+        if unknown:
+            known = ", ".join(names) or "none"
+            raise ValueError(f"{type(self).__name__} has no parameter {unknown[0]!r} (parameters: {known})")
+        previous = {name: getattr(self, name) for name in params}
+        self.__dict__.update(params)
+        try:
+            self._validate()
+        except ValueError:
+            self.__dict__.update(previous)
+            raise
+        self._initialise()
+        return self
 
     def clone(self) -> Self:
-        """A new, unfitted estimator with the same parameters (as scikit-learn's `clone`)."""
-        return type(self)(**self.get_params())
+        """A new, unfitted estimator with the same parameters: scikit-learn's `clone`."""
+        from sklearn.base import clone  # imported here: it loads SciPy, which start-up must not pay
+
+        cloned: Self = clone(self)
+        return cloned
 
     @property
     def spec(self) -> str:
@@ -219,4 +381,7 @@ class Estimator(ABC):
         return self.name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
+        """As scikit-learn shows an estimator: its class and the parameters that differ from their defaults."""
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        changed = (f"{k}={v!r}" for k, v in self.get_params().items() if repr(v) != repr(defaults[k]))
+        return f"{type(self).__name__}({', '.join(changed)})"

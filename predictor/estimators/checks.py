@@ -5,15 +5,24 @@ must. Each check raises AssertionError naming the rule it found broken:
 
 - parameters are keyword-only, stored unchanged, refused outside what they are declared to admit, and
   round-trip through the SPEC;
+- a parameter changed after construction (`set_params`, or assigning it) is
+  refused as the constructor refuses it, leaving the estimator as it was, or
+  takes effect: the estimator starts again, and learns and answers as one
+  built with the new value;
+- scikit-learn's own tools work: `sklearn.base.clone`, and scikit-learn's
+  checks of the parameter protocol (`sklearn.utils.estimator_checks`);
 - `fit` equals `reset`, `observe` one by one in end order, then `ready`; after
   it the estimator answers from history at once;
-- `predict_many` answers as `predict` one by one;
+- `predict_many` answers as `predict` one by one, and with `intervals` as
+  `predict_with_interval` one by one;
 - every estimate lies in [1 s, t_req];
 - causality: no prediction depends on a job that ended after the submission
   (checked by changing the future, in a replay and with every job observed
   up front); skipped for evaluation-only estimators (the oracle reads the future by design);
 - a clone, and an estimator rebuilt from the SPEC, answer identically;
-- `predict` has no effect beyond those the estimator declares (`Estimator.predict_effects`).
+- `predict` has no effect beyond those the estimator declares (`Estimator.predict_effects`);
+- an interval, where given, is ordered, within [1, t_req], agrees with t_sched,
+  and asking for it changes no answer.
 
 The checks run on `contract_workload`, a small deterministic set of users
 whose jobs use a steady share of their requests, so that every learning
@@ -23,13 +32,17 @@ estimator has history to answer from and a broken rule shows.
 from __future__ import annotations
 
 import inspect
+import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import product
 
 import numpy as np
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
-from predictor.estimators.base import Estimator, declarations
+from predictor.estimators.base import Estimator, WithInterval, declarations
 from predictor.estimators.baselines import OracleEstimator
 from predictor.history import HistoryDiscardedError
 from predictor.offline import causal_replay
@@ -149,6 +162,21 @@ def _variants(value: object) -> list[object]:
     return [value]
 
 
+def _check_refused(estimator: Estimator, name: str, value: object, how: str, attempt: Callable[[], object]) -> None:
+    """`attempt` (giving `name` a value its declaration refuses) raises a ValueError that names the parameter."""
+    declared = declarations(type(estimator))[name].admits()
+    try:
+        attempt()
+    except ValueError as error:
+        if name in str(error):
+            return
+        raise _fail(estimator, f"{how} refuses {name}={value!r} without naming it: {error}") from None
+    except Exception as error:
+        rule = f"{how} refuses {name}={value!r} with {type(error).__name__} ({error}), not a ValueError naming it"
+        raise _fail(estimator, rule) from None
+    raise _fail(estimator, f"{how} accepts {name}={value!r}, though it is declared {declared}")
+
+
 def check_parameters(estimator: Estimator, workload: Workload) -> None:
     """Keyword-only constructor parameters, stored unchanged under their names, rebuilt from the SPEC."""
     signature = inspect.signature(type(estimator).__init__)
@@ -169,16 +197,169 @@ def check_parameters(estimator: Estimator, workload: Workload) -> None:
             if type(stored) is not type(given) or stored != given:
                 raise _fail(estimator, f"parameter {name}={given!r} is stored as {stored!r}")
     for name, declaration in declarations(type(estimator)).items():
-        for value in declaration.refused(params[name]):
-            try:
-                type(estimator)(**{**params, name: value})
-            except ValueError:
-                continue
-            raise _fail(estimator, f"accepts {name}={value!r}, though it is declared {declaration.admits()}")
+        for value in declaration.refused():
+            build = partial(type(estimator), **{**params, name: value})
+            _check_refused(estimator, name, value, "the constructor", build)
     from_spec = make_estimator(estimator.spec).get_params()
     for name, value in params.items():
         if type(from_spec[name]) is not type(value) or from_spec[name] != value:
             raise _fail(estimator, f"parameter {name}={value!r} comes back from the SPEC as {from_spec[name]!r}")
+
+
+def _alternative(estimator: Estimator, name: str) -> object | None:
+    """Another value the parameter admits, with the others as they are (None: none found).
+
+    The next choice; the other boolean; a neighbouring number either side; a
+    duration doubled (`7d`: `14d`), or `all` or `never` where admitted.
+    """
+    value = estimator.get_params()[name]
+    declaration = declarations(type(estimator)).get(name)
+    candidates: list[object]
+    if declaration is not None and declaration.choices is not None:
+        at = declaration.choices.index(value) if value in declaration.choices else -1
+        candidates = [declaration.choices[(at + 1) % len(declaration.choices)]]
+    elif isinstance(value, str):
+        duration = re.fullmatch(r"(\d+)([a-z]*)", value)
+        doubled = [f"{int(duration[1]) * 2 or 1}{duration[2] or 's'}"] if duration else []
+        candidates = [*doubled, "all", "never"]
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        candidates = [
+            *_variants(value)[1:],
+            value - 1 if isinstance(value, int) else value * 0.99 - 0.001,
+        ]
+    else:
+        candidates = _variants(value)[1:]
+    for candidate in candidates:
+        try:
+            type(estimator)(**{**estimator.get_params(), name: candidate})
+        except ValueError:
+            continue
+        if candidate != value:
+            return candidate
+    return None
+
+
+def _answers(estimator: Estimator, questions: list[JobRequest]) -> list[Prediction]:
+    return [estimator.predict(job) for job in questions]
+
+
+def _change(estimator: Estimator, how: str, name: str, value: object) -> None:
+    if how == "set_params":
+        estimator.set_params(**{name: value})
+    else:
+        setattr(estimator, name, value)
+
+
+def _check_refused_changes(estimator: Estimator, workload: Workload, fitted: Estimator) -> None:
+    """Every value the constructor must refuse is refused by `set_params` and by assignment, naming the
+    parameter, and `fitted` is left as it was: its parameters the very objects, and still fitted."""
+    params = fitted.get_params()
+    for name, declaration in declarations(type(estimator)).items():
+        for value, how in product(declaration.refused(), ("set_params", "assigning")):
+            _check_refused(estimator, name, value, how, partial(_change, fitted, how, name, value))
+            if any(fitted.get_params()[key] is not given for key, given in params.items()):
+                raise _fail(estimator, f"refusing {name}={value!r} ({how}) changed its parameters")
+    questions = _later(workload)
+    if _answers(fitted, questions) != _answers(_fresh(estimator, workload).fit(workload.finished), questions):
+        raise _fail(estimator, "a refused parameter change altered what the fitted estimator had learned")
+
+
+#: Parameters that say how the work is done, not what is computed: the check of changes that take effect leaves
+#: them as they are (two LightGBM threads on a shared, loaded machine make each training many times slower);
+#: their refusals are checked like any other's.
+HOW_NOT_WHAT = frozenset({"threads"})
+
+
+def check_parameter_changes(estimator: Estimator, workload: Workload) -> None:
+    """A parameter changed after construction is refused as the constructor refuses it (ValueError naming it,
+    the estimator left as it was) or takes effect: the estimator starts again from nothing learned, then
+    learns and answers as one built with the new values. Both with `set_params` and by assignment."""
+    history = workload.finished
+    questions = _later(workload)
+    _check_refused_changes(estimator, workload, _fresh(estimator, workload).fit(history))
+    params = estimator.get_params()
+    changed = {
+        name: value
+        for name in params
+        if name not in HOW_NOT_WHAT and (value := _alternative(estimator, name)) is not None
+    }
+    if not changed:
+        return
+    assigned = _fresh(estimator, workload).fit(history)
+    for name, value in changed.items():
+        try:
+            setattr(assigned, name, value)
+        except ValueError:  # admitted alone, not with an alternative already assigned: keep the value
+            changed[name] = params[name]
+            setattr(assigned, name, params[name])
+    at_once = _fresh(estimator, workload).fit(history).set_params(**changed)
+    reference = type(estimator)(**{**params, **changed})
+    changes = ", ".join(f"{name}={value!r}" for name, value in changed.items())
+    for how, other in (("assigned one by one", assigned), ("given to set_params", at_once), ("built", reference)):
+        if isinstance(other, OracleEstimator):
+            other.bind_truth(workload.truth)
+        if any(other.get_params()[name] is not value for name, value in changed.items()):
+            raise _fail(estimator, f"{changes} {how} are not stored as given")
+    untaught = _answers(reference, questions)
+    taught = _answers(reference.fit(history), questions)
+    for how, other in (("assigned one by one", assigned), ("given to set_params", at_once)):
+        if _answers(other, questions) != untaught:
+            raise _fail(estimator, f"with {changes} {how}, it still answers from what it had learned before")
+        if _answers(other.fit(history), questions) != taught:
+            raise _fail(estimator, f"with {changes} {how}, it learns and answers unlike an estimator built with them")
+
+
+def check_scikit_learn_protocol(estimator: Estimator, workload: Workload) -> None:
+    """scikit-learn's `clone` works, and the estimator passes scikit-learn's checks of the parameter protocol."""
+    from sklearn.base import clone
+    from sklearn.utils import estimator_checks
+
+    try:
+        copy = clone(estimator)
+    except RuntimeError as error:  # what clone raises for a constructor that alters a parameter
+        raise _fail(estimator, f"sklearn.base.clone: {error}") from error
+    if type(copy) is not type(estimator) or copy is estimator or copy.get_params() != estimator.get_params():
+        raise _fail(estimator, "sklearn.base.clone does not give an estimator of the same class and parameters")
+    name = type(estimator).__name__
+    for check in SCIKIT_LEARN_CHECKS:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                getattr(estimator_checks, check)(name, estimator)
+            except (AssertionError, AttributeError, TypeError, ValueError, RuntimeError) as error:
+                raise _fail(estimator, f"scikit-learn's {check}: {error or type(error).__name__}") from error
+        changed = [str(warning.message) for warning in caught if "parameters changed" in str(warning.message)]
+        if changed:
+            raise _fail(estimator, f"scikit-learn's {check}: {changed[0]}")
+
+
+#: scikit-learn's checks of what every estimator of its own must do with parameters, whatever it learns from
+#: (its other checks fit arrays X, y). Its check that neither construction nor set_params validates is left
+#: out: here both validate, so that a SPEC or a changed parameter is refused at once with its name.
+SCIKIT_LEARN_CHECKS = (
+    "check_estimator_cloneable",
+    "check_estimator_repr",
+    "check_no_attributes_set_in_init",
+    "check_parameters_default_constructible",
+    "check_get_params_invariance",
+    "check_set_params",
+)
+
+
+def _alike(one: WithInterval, other: WithInterval) -> bool:
+    """The same prediction and interval quantiles, and P(underestimate) to 1e-9: a probability computed in a
+    batch is a matrix product whose last bits depend on the batch's size."""
+    (prediction, interval), (other_prediction, other_interval) = one, other
+    if prediction != other_prediction or (interval is None) != (other_interval is None):
+        return False
+    return (
+        interval is None
+        or other_interval is None
+        or (
+            interval.quantiles == other_interval.quantiles
+            and abs(interval.p_underestimate - other_interval.p_underestimate) <= 1e-9
+        )
+    )
 
 
 def check_fit(estimator: Estimator, workload: Workload) -> None:
@@ -206,6 +387,13 @@ def check_fit(estimator: Estimator, workload: Workload) -> None:
     many = _fresh(estimator, workload).fit(workload.finished).predict_many(questions)
     if many != answers:
         raise _fail(estimator, "predict_many() answers differently from predict() one by one")
+    asked = _fresh(estimator, workload).fit(workload.finished)
+    one_by_one = [asked.predict_with_interval(job) for job in questions]
+    with_intervals = _fresh(estimator, workload).fit(workload.finished).predict_many(questions, intervals=True)
+    if not all(_alike(one, other) for one, other in zip(one_by_one, with_intervals, strict=True)):
+        raise _fail(estimator, "predict_many(intervals=True) answers differently from predict_with_interval()")
+    if [prediction for prediction, _ in one_by_one] != answers:
+        raise _fail(estimator, "predict_with_interval() predicts differently from predict()")
 
 
 def check_estimates_within_request(estimator: Estimator, workload: Workload) -> None:
@@ -342,12 +530,14 @@ def check_intervals(estimator: Estimator, workload: Workload) -> None:
     asked = _fresh(estimator, workload)
 
     def answer(job: JobRequest) -> Outcome:
-        prediction = _ask(asked, job)
-        if not isinstance(prediction, Prediction):
-            return prediction
-        interval = asked.interval(job, prediction)
+        try:
+            prediction, interval = asked.predict_with_interval(job)
+        except HistoryDiscardedError:
+            return REFUSED
         if interval is None:
             return prediction
+        if prediction.fallback:
+            raise _fail(estimator, f"job {job.job_id}: an interval for a fallback, which has no distribution")
         runtimes = [runtime for _, runtime in interval.quantiles]
         probabilities = [probability for probability, _ in interval.quantiles]
         if probabilities != sorted(probabilities) or not all(0 < p < 1 for p in probabilities):
@@ -366,6 +556,8 @@ def check_intervals(estimator: Estimator, workload: Workload) -> None:
 
 CHECKS: Sequence[Callable[[Estimator, Workload], None]] = (
     check_parameters,
+    check_parameter_changes,
+    check_scikit_learn_protocol,
     check_fit,
     check_estimates_within_request,
     check_causality,

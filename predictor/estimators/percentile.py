@@ -24,7 +24,7 @@ from kernel.jobs import (
     RuntimeInterval,
     clamp_estimate,
 )
-from predictor.estimators.base import parameter
+from predictor.estimators.base import WithInterval, parameter
 from predictor.estimators.history_based import HistoryEstimator
 from predictor.history import KeyedHistory, interpolated_percentile, key_function
 
@@ -78,16 +78,16 @@ class PercentileEstimator(HistoryEstimator[float]):
         t_sched, factor = adjusted_estimate(job.t_req, interpolated_percentile(ratios, self.q), self.floor)
         return Prediction(t_sched=t_sched, factor=factor, basis=basis, fallback=False)
 
-    def interval(self, job: JobRequest, prediction: Prediction) -> RuntimeInterval | None:
-        """Quantiles of t_req x R over the same eligible history, and the share of it that ran past t_sched."""
+    def predict_with_interval(self, job: JobRequest) -> WithInterval:
+        """The prediction, with quantiles of t_req x R over the same eligible history and the share of it that
+        ran past t_sched."""
+        prediction = self.predict(job)
         if prediction.fallback:
-            return None
-        ratios = self.eligible_ratios(job)
-        if len(ratios) < self.min_jobs:
-            return None
+            return prediction, None
+        ratios = self.eligible_ratios(job)  # the window `predict` has just moved to this submission
         quantiles = tuple(
             (probability, clamp_estimate(job.t_req * interpolated_percentile(ratios, probability * 100), job.t_req))
             for probability in INTERVAL_PROBABILITIES
         )
         longer = len(ratios) - cast(SortedList, ratios).bisect_right(prediction.t_sched / job.t_req)
-        return RuntimeInterval(quantiles, longer / len(ratios))
+        return prediction, RuntimeInterval(quantiles, longer / len(ratios))

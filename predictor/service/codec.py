@@ -13,9 +13,10 @@ building messages and copying them in).
 
 from __future__ import annotations
 
+import dataclasses
 import operator
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernel.errors import InvalidRequest
 from kernel.jobs import (
@@ -31,6 +32,11 @@ from kernel.jobs import (
 from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, StartedJob, StartForecast
 from predictor.proto import pb
 from predictor.service.forecasts import check_counts
+from predictor.service.live import LiveSummary
+from predictor.service.views import CallCount, Description, EstimatorView, NamespaceView, ServiceStatus
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 #: Room in a message besides its jobs and completions: the namespace and SPEC strings, and framing.
 _MESSAGE_SLACK_BYTES = 4096
@@ -138,34 +144,23 @@ def max_message_bytes(max_batch: int) -> int:
     given by name are not counted: a batch of them holds fewer jobs.
     """
     numbers: dict[str, Any] = dict.fromkeys(JOB_FIELD_NAMES, -1)
-    widest = pb.Job(**numbers, actual_runtime=-1)
+    widest = pb.Job(**numbers)
     pair = pb.SyncRequest(completions=[pb.Completion(job=widest, end=-1, runtime=-1)], submitted=[widest])
     return max_batch * pair.ByteSize() + _MESSAGE_SLACK_BYTES
-
-
-def actual_runtimes(jobs: Sequence[pb.Job], where: str, indexed: bool = True) -> dict[int, int]:
-    """The oracle's truth for these jobs, from the evaluation-only field."""
-    truth: dict[int, int] = {}
-    for index, job in enumerate(jobs):
-        if not job.HasField("actual_runtime"):
-            place = _place(where, index if indexed else None)
-            raise InvalidRequest(f"{place}.actual_runtime is required by the oracle")
-        truth[job.job_id] = job.actual_runtime
-    return truth
 
 
 # --- writing ---------------------------------------------------------------------------------
 
 
 def _compile_job_writer(names: Sequence[str]) -> Callable[..., Any]:
-    """`write(make, job, actual_runtime)`: `make(<every field by keyword>, actual_runtime=...)`.
+    """`write(make, job)`: `make(<every field by keyword>)`.
 
     Compiled from the schema once, as `dataclasses` compiles `__init__`: a
     call with literal keywords costs a third less than one that unpacks a
     dict, and a batch makes one call per job.
     """
     keywords = ", ".join(f"{name}=job[{position}]" for position, name in enumerate(names))
-    source = f"def write(make, job, actual_runtime):\n    return make({keywords}, actual_runtime=actual_runtime)\n"
+    source = f"def write(make, job):\n    return make({keywords})\n"
     namespace: dict[str, Any] = {}
     exec(compile(source, "<predictor.service.codec job writer>", "exec"), namespace)
     writer: Callable[..., Any] = namespace["write"]
@@ -175,20 +170,16 @@ def _compile_job_writer(names: Sequence[str]) -> Callable[..., Any]:
 _write_job = _compile_job_writer(JOB_FIELD_NAMES)
 
 
-def add_jobs(field: Any, jobs: Sequence[JobRequest], truth: Mapping[int, int] | None = None) -> None:
-    """Append jobs to a repeated Job field; `truth` (actual runtimes) only for the evaluation-only oracle."""
+def add_jobs(field: Any, jobs: Sequence[JobRequest]) -> None:
+    """Append jobs to a repeated Job field."""
     add = field.add
-    if truth is None:
-        for job in jobs:
-            _write_job(add, job, None)
-    else:
-        for job in jobs:
-            _write_job(add, job, truth.get(job.job_id))
+    for job in jobs:
+        _write_job(add, job)
 
 
-def job_message(job: JobRequest, actual_runtime: int | None = None) -> pb.Job:
-    """One Job message; a submit of UNSET_SUBMIT is left unset (`actual_runtime`: the oracle's, in evaluations)."""
-    message: pb.Job = _write_job(pb.Job, job, actual_runtime)
+def job_message(job: JobRequest) -> pb.Job:
+    """One Job message; a submit of UNSET_SUBMIT is left unset."""
+    message: pb.Job = _write_job(pb.Job, job)
     if job.submit == UNSET_SUBMIT:
         message.ClearField("submit")
     return message
@@ -226,11 +217,10 @@ def sync_request(
     submitted: Sequence[JobRequest],
     namespace: str,
     estimator: str,
-    truth: Mapping[int, int] | None,
 ) -> pb.SyncRequest:
     request = pb.SyncRequest(namespace=namespace, estimator=estimator)
     add_completions(request.completions, finished)
-    add_jobs(request.submitted, submitted, truth)
+    add_jobs(request.submitted, submitted)
     return request
 
 
@@ -343,3 +333,63 @@ def add_start_forecasts(field: Any, forecasts: Sequence[StartForecast]) -> None:
 
 def start_forecasts_from(messages: Sequence[pb.StartForecast]) -> list[StartForecast]:
     return [StartForecast(m.job_id, m.start, m.lower, m.upper) for m in messages]
+
+
+# --- what the service tells ----------------------------------------------------------------------
+#
+# A view's fields are its message's, name for name: a view becomes a message through its fields
+# (`dataclasses.asdict`, nested views as nested messages) and a message a view by copying them back.
+
+View = TypeVar("View", bound="DataclassInstance")
+
+
+def message_view(view_type: type[View], message: Any, **given: Any) -> View:
+    """The view of `message`; `given`: the fields that are more than a copy (nested views, maps)."""
+    copied = {
+        item.name: _copied(getattr(message, item.name))
+        for item in dataclasses.fields(view_type)
+        if item.name not in given
+    }
+    return view_type(**copied, **given)
+
+
+def _copied(value: Any) -> Any:
+    """A scalar as it is; a repeated field as a tuple."""
+    return value if isinstance(value, int | float | str | bool) else tuple(value)
+
+
+def description_message(description: Description) -> pb.ListEstimatorsResponse:
+    fields = dataclasses.asdict(description)
+    for info in fields["estimators"]:
+        info["parameters"] = [{"name": name, "default": value} for name, value in info["parameters"].items()]
+    return pb.ListEstimatorsResponse(**fields)
+
+
+def description_from(message: pb.ListEstimatorsResponse) -> Description:
+    estimators = tuple(
+        message_view(EstimatorView, info, parameters={item.name: item.default for item in info.parameters})
+        for info in message.estimators
+    )
+    return message_view(Description, message, estimators=estimators)
+
+
+def namespace_info(view: NamespaceView) -> pb.NamespaceInfo:
+    return pb.NamespaceInfo(**dataclasses.asdict(view))
+
+
+def namespace_views(message: pb.ListNamespacesResponse) -> list[NamespaceView]:
+    return [message_view(NamespaceView, info) for info in message.namespaces]
+
+
+def status_message(status: ServiceStatus) -> pb.StatusResponse:
+    """The Status answer; LiveSummary's fields are EstimatorStatus's, name for name."""
+    return pb.StatusResponse(**dataclasses.asdict(status))
+
+
+def status_from(message: pb.StatusResponse) -> ServiceStatus:
+    return message_view(
+        ServiceStatus,
+        message,
+        estimators=tuple(message_view(LiveSummary, row) for row in message.estimators),
+        calls=tuple(message_view(CallCount, call) for call in message.calls),
+    )

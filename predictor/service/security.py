@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel.errors import PermissionDenied, UsageError
-from predictor.service.core import DEFAULT_NAMESPACE
+from predictor.service.namespaces import DEFAULT_NAMESPACE
 from predictor.service.quoting import quote
 
 #: The metadata key and scheme clients send their token under (RFC 6750).

@@ -34,13 +34,15 @@ from kernel.errors import InvalidRequest, UsageError
 from predictor.forecasting import StartForecaster
 from predictor.proto import rpc
 from predictor.service.codec import max_message_bytes
-from predictor.service.core import EstimatorFactory, PredictorCore, registry_factory
+from predictor.service.core import PredictorCore
 from predictor.service.gate import Gate, TokenSource
 from predictor.service.limits import KEEPALIVE_TIMEOUT_SECONDS, Limits
 from predictor.service.metrics import CallMetrics, MetricsEndpoint, StateCollector
 from predictor.service.security import TokenTable, check_exposure, readable_by_others
 from predictor.service.servicer import SERVICE_NAME, PredictorServicer
+from predictor.service.specs import EstimatorFactory, registry_factory
 from predictor.service.state import CompletionStore
+from predictor.service.views import EstimatorView
 
 log = logging.getLogger("tsched.service")
 
@@ -220,12 +222,11 @@ def start_server(
     listen: str = "127.0.0.1:0",
     state: str | None = None,
     default_estimators: Sequence[str] | None = None,
-    allow_oracle: bool = False,
     estimator_factory: EstimatorFactory = registry_factory,
     *,
     security: Security | None = None,
     limits: Limits | None = None,
-    models: Sequence[dict[str, Any]] = (),
+    models: Sequence[EstimatorView] = (),
     metrics_listen: str | None = None,
     start_forecaster: StartForecaster | None = None,
 ) -> tuple[PredictorServer, int]:
@@ -252,40 +253,12 @@ def start_server(
     warnings = check_exposure(listen, tls=security.tls, tokens=tokens is not None, insecure=security.insecure)
     credentials = security.credentials()
     specs = list(default_estimators) if default_estimators else [DEFAULT_ESTIMATOR]
-    store = CompletionStore(state) if state is not None else None
-    try:
-        core = PredictorCore(
-            specs, estimator_factory, allow_oracle, store, limits, models, start_forecaster=start_forecaster
-        )
-    except BaseException:
-        if store is not None:
-            store.close()
-        raise
+    core = _open_core(state, specs, estimator_factory, limits, models, start_forecaster)
     gate = Gate(limits, None if tokens is None else TokenSource(tokens))
     registry = CollectorRegistry(auto_describe=True)
     calls = CallMetrics(registry)
     registry.register(StateCollector(core))
-    keepalive_ms = int(limits.keepalive * 1000)
-    options = [
-        ("grpc.max_receive_message_length", message_bytes),
-        ("grpc.max_send_message_length", message_bytes),
-        # Without so_reuseport=0 a second server could bind the same port and silently take half the calls.
-        ("grpc.so_reuseport", 0),
-        ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION),
-        # Fixed 64 KiB receive windows: what calls waiting for a thread can have buffered stays bounded.
-        ("grpc.http2.bdp_probe", 0),
-        ("grpc.keepalive_time_ms", keepalive_ms),
-        ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_SECONDS * 1000)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_SECONDS * 1000),
-        ("grpc.http2.max_ping_strikes", 2),
-    ]
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="tsched-rpc"),
-        interceptors=[calls, gate],
-        options=options,
-        maximum_concurrent_rpcs=limits.threads * QUEUED_CALLS_PER_THREAD,
-    )
+    server = _grpc_server(limits, message_bytes, [calls, gate])
     rpc.add_PredictorServicer_to_server(PredictorServicer(core, calls), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -301,19 +274,69 @@ def start_server(
     address = listen if port == 0 else f"{listen.rpartition(':')[0]}:{port}"
     running = PredictorServer(server, address, port, health_servicer, core, gate, endpoint)
     running._set_health(core.serving)
+    _log_started(running, security, tokens, state, warnings)
+    return running, port
+
+
+def _open_core(
+    state: str | None,
+    specs: Sequence[str],
+    estimator_factory: EstimatorFactory,
+    limits: Limits,
+    models: Sequence[EstimatorView],
+    start_forecaster: StartForecaster | None,
+) -> PredictorCore:
+    """The core, on the state file `state` if given (which is closed again when the core cannot start)."""
+    store = CompletionStore(state) if state is not None else None
+    try:
+        return PredictorCore(specs, estimator_factory, store, limits, models, start_forecaster=start_forecaster)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
+
+
+def _grpc_server(
+    limits: Limits, message_bytes: int, interceptors: list[grpc.ServerInterceptor[Any, Any]]
+) -> grpc.Server:
+    """A gRPC server held to `limits`: message sizes, streams per connection, keepalive, queued calls."""
+    options = [
+        ("grpc.max_receive_message_length", message_bytes),
+        ("grpc.max_send_message_length", message_bytes),
+        # Without so_reuseport=0 a second server could bind the same port and silently take half the calls.
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION),
+        # Fixed 64 KiB receive windows: what calls waiting for a thread can have buffered stays bounded.
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.keepalive_time_ms", int(limits.keepalive * 1000)),
+        ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_SECONDS * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_SECONDS * 1000),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="tsched-rpc"),
+        interceptors=interceptors,
+        options=options,
+        maximum_concurrent_rpcs=limits.threads * QUEUED_CALLS_PER_THREAD,
+    )
+
+
+def _log_started(
+    running: PredictorServer, security: Security, tokens: TokenTable | None, state: str | None, warnings: Sequence[str]
+) -> None:
     for warning in warnings:
         log.warning("%s", warning)
+    core = running.core
     log.info(
-        "predictor service listening on %s%s; tokens %s; estimators %s; trained models %s; state %s; oracle %s",
-        address,
+        "predictor service listening on %s%s; tokens %s; estimators %s; trained models %s; state %s",
+        running.address,
         " (TLS" + (", client certificates required)" if security.tls_client_ca else ")") if security.tls else "",
         "none" if tokens is None else f"{len(tokens)} from {security.tokens}",
         ", ".join(spec.canonical for spec in core.defaults),
-        ", ".join(model["name"] for model in models) or "none",
+        ", ".join(model.name for model in core.models) or "none",
         state or "none (in memory)",
-        "allowed" if allow_oracle else "refused",
     )
-    return running, port
 
 
 def serve(
@@ -321,7 +344,6 @@ def serve(
     state: str | None = None,
     default_estimators: Sequence[str] | None = None,
     models_dir: str | None = None,
-    allow_oracle: bool = False,
     on_ready: Callable[[int], None] | None = None,
     *,
     security: Security | None = None,
@@ -341,18 +363,11 @@ def serve(
     """
     limits = limits or Limits()
     security = security or Security()
-    factory: EstimatorFactory = registry_factory
-    models: list[dict[str, Any]] = []
-    if models_dir is not None:
-        from predictor.estimators.lgbm.store import ModelCatalog  # LightGBM only when models are served
-
-        catalog = ModelCatalog(models_dir)
-        factory, models = catalog.factory, catalog.describe()
+    factory, models = _trained_models(models_dir)
     server, port = start_server(
         listen,
         state,
         default_estimators,
-        allow_oracle,
         factory,
         security=security,
         limits=limits,
@@ -360,32 +375,51 @@ def serve(
         metrics_listen=metrics_listen,
         start_forecaster=start_forecaster,
     )
-    received: list[tuple[int, float]] = []
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if received:  # the second: no more waiting
-            os.write(2, f"received {signal.Signals(signum).name} again: exiting now\n".encode())
-            os._exit(128 + signum)
-        received.append((signum, time.monotonic()))
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    if security.tokens is not None:
-        tokens = security.tokens
-        signal.signal(signal.SIGHUP, lambda _signum, _frame: server.reload_tokens(tokens))
+    received = _StopSignals(server, security.tokens)
     if on_ready is not None:
         on_ready(port)
-    while not stop.wait(0.5):
-        pass
-    signum, received_at = received[0]
+    signum, received_at = received.wait()
     grace = limits.shutdown_grace
     log.info("received %s: stopping (in-flight calls get %.0f s)", signal.Signals(signum).name, grace)
     closed = server.stop(grace)
     if not closed.wait(max(0.0, received_at + grace + CLOSE_SECONDS - time.monotonic())):
         log.warning("still closing %.1f s after the grace period: exiting anyway", CLOSE_SECONDS)
     _exit(0)
+
+
+def _trained_models(models_dir: str | None) -> tuple[EstimatorFactory, list[EstimatorView]]:
+    """The factory that serves the models of `models_dir` besides the built-ins, and the models' views."""
+    if models_dir is None:
+        return registry_factory, []
+    from predictor.estimators.lgbm.store import ModelCatalog  # LightGBM only when models are served
+
+    catalog = ModelCatalog(models_dir)
+    return catalog.factory, [EstimatorView(**model) for model in catalog.describe()]
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT: the first asks the server to stop, a second exits at once; SIGHUP reloads tokens."""
+
+    def __init__(self, server: PredictorServer, tokens: str | None) -> None:
+        self._received: list[tuple[int, float]] = []
+        self._stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        if tokens is not None:
+            signal.signal(signal.SIGHUP, lambda _signum, _frame: server.reload_tokens(tokens))
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._received:  # the second: no more waiting
+            os.write(2, f"received {signal.Signals(signum).name} again: exiting now\n".encode())
+            os._exit(128 + signum)
+        self._received.append((signum, time.monotonic()))
+        self._stop.set()
+
+    def wait(self) -> tuple[int, float]:
+        """Block until the first stop signal; return it and when it came (monotonic seconds)."""
+        while not self._stop.wait(0.5):
+            pass
+        return self._received[0]
 
 
 def _exit(code: int) -> NoReturn:

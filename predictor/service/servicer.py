@@ -8,7 +8,6 @@ them, and turns anything else into INTERNAL while the server keeps serving.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -30,8 +29,10 @@ from kernel.errors import (
 from kernel.jobs import UNSET_SUBMIT, JobName
 from predictor.proto import pb, rpc
 from predictor.service import codec
-from predictor.service.core import DEFAULT_NAMESPACE, Answer, DeadlineCheck, PredictorCore
+from predictor.service.core import Answer, PredictorCore
+from predictor.service.namespaces import DEFAULT_NAMESPACE, DeadlineCheck
 from predictor.service.quoting import RefusalLog, clip
+from predictor.service.views import CallCount, ServiceStatus
 
 if TYPE_CHECKING:
     from predictor.service.metrics import CallMetrics
@@ -146,17 +147,15 @@ class PredictorServicer(rpc.PredictorServicer):
 
     @unary
     def Predict(self, request: pb.PredictRequest, context: grpc.ServicerContext) -> pb.PredictResponse:
-        spec = self.core.spec(request.estimator)
+        self.core.spec(request.estimator)  # a bad SPEC is refused before the job is read, in every RPC
         if not request.HasField("job"):
             raise InvalidRequest("job is required")
         job = codec.job_request(request.job, "job")
-        truth = codec.actual_runtimes((request.job,), "job", indexed=False) if spec.evaluation_only else None
         names = codec.job_names((request.job,), "job", indexed=False)
         answer = self.core.predict(
             request.namespace,
             request.estimator,
             [job],
-            truth,
             deadline_of(context),
             where="job",
             indexed=False,
@@ -185,12 +184,11 @@ class PredictorServicer(rpc.PredictorServicer):
 
     @unary
     def PredictBatch(self, request: pb.PredictBatchRequest, context: grpc.ServicerContext) -> pb.PredictBatchResponse:
-        spec = self.core.spec(request.estimator)
+        self.core.spec(request.estimator)
         jobs = codec.job_requests(request.jobs, "jobs", self.max_batch)
-        truth = codec.actual_runtimes(request.jobs, "jobs") if spec.evaluation_only else None
         check = deadline_of(context)
         names = codec.job_names(request.jobs, "jobs")
-        answer = self.core.predict(request.namespace, request.estimator, jobs, truth, check, names=names)
+        answer = self.core.predict(request.namespace, request.estimator, jobs, check, names=names)
         check()
         return _with_predictions(pb.PredictBatchResponse(estimator=answer.estimator), answer)
 
@@ -216,15 +214,14 @@ class PredictorServicer(rpc.PredictorServicer):
             yield self._sync(request, context)
 
     def _sync(self, request: pb.SyncRequest, context: grpc.ServicerContext) -> pb.SyncResponse:
-        spec = self.core.spec(request.estimator)
+        self.core.spec(request.estimator)
         # Everything is validated before anything is learned: a refused call changes nothing.
         batch = codec.finished_jobs(request.completions, "completions", self.max_batch)
         jobs = codec.job_requests(request.submitted, "submitted", self.max_batch)
-        truth = codec.actual_runtimes(request.submitted, "submitted") if spec.evaluation_only else None
         completion_names = _completion_names(request.completions, "completions")
         names = codec.job_names(request.submitted, "submitted")
         answer = self.core.sync(
-            request.namespace, request.estimator, batch, jobs, truth, deadline_of(context), completion_names, names
+            request.namespace, request.estimator, batch, jobs, deadline_of(context), completion_names, names
         )
         response = pb.SyncResponse(estimator=answer.estimator, accepted=answer.accepted, duplicates=answer.duplicates)
         return _with_predictions(response, answer)
@@ -233,28 +230,7 @@ class PredictorServicer(rpc.PredictorServicer):
     def ListEstimators(
         self, request: pb.ListEstimatorsRequest, context: grpc.ServicerContext
     ) -> pb.ListEstimatorsResponse:
-        described = self.core.describe(request.namespace)
-        estimators = [
-            pb.EstimatorInfo(
-                name=info["name"],
-                parameters=[
-                    pb.EstimatorParameter(name=name, default=value) for name, value in info["parameters"].items()
-                ],
-                evaluation_only=info["evaluation_only"],
-                allowed=info["allowed"],
-                description=info["description"],
-                trained_model=info["trained_model"],
-            )
-            for info in described["estimators"]
-        ]
-        return pb.ListEstimatorsResponse(
-            estimators=estimators,
-            default_specs=described["default_specs"],
-            namespace_exists=described["namespace_exists"],
-            namespace_specs=described["namespace_specs"],
-            completions=described["completions"],
-            clock=described["clock"],
-        )
+        return codec.description_message(self.core.describe(request.namespace))
 
     @unary
     def ResetNamespace(
@@ -266,21 +242,16 @@ class PredictorServicer(rpc.PredictorServicer):
     def ListNamespaces(
         self, request: pb.ListNamespacesRequest, context: grpc.ServicerContext
     ) -> pb.ListNamespacesResponse:
-        return pb.ListNamespacesResponse(namespaces=[pb.NamespaceInfo(**info) for info in self.core.namespaces()])
+        return pb.ListNamespacesResponse(namespaces=[codec.namespace_info(view) for view in self.core.namespaces()])
 
     @unary
     def ForecastStart(
         self, request: pb.ForecastStartRequest, context: grpc.ServicerContext
     ) -> pb.ForecastStartResponse:
-        spec = self.core.spec(request.estimator)
+        self.core.spec(request.estimator)
         state, scheduler, lower_quantile = codec.forecast_question(request)
-        truth = None
-        if spec.evaluation_only:
-            truth = codec.actual_runtimes(request.waiting, "waiting")
-            for index, running in enumerate(request.running):
-                truth.update(codec.actual_runtimes((running.job,), f"running[{index}].job", indexed=False))
         answer = self.core.forecast_start(
-            request.namespace, request.estimator, state, scheduler, lower_quantile, truth, deadline_of(context)
+            request.namespace, request.estimator, state, scheduler, lower_quantile, deadline_of(context)
         )
         response = pb.ForecastStartResponse(estimator=answer.estimator, namespace=answer.namespace, now=answer.now)
         codec.add_start_forecasts(response.forecasts, answer.forecasts)
@@ -288,24 +259,21 @@ class PredictorServicer(rpc.PredictorServicer):
 
     @unary
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusResponse:
-        status = self.core.status(request.namespace)
-        response = pb.StatusResponse(
-            namespace=request.namespace or DEFAULT_NAMESPACE,
+        return codec.status_message(self.status(request.namespace))
+
+    def status(self, namespace: str) -> ServiceStatus:
+        """The namespace's status (zeros where it does not exist), the server's size and its calls."""
+        held = self.core.status(namespace)
+        counts = [] if self.calls is None else self.calls.counts()
+        return ServiceStatus(
+            namespace=namespace or DEFAULT_NAMESPACE,
+            namespace_exists=held is not None,
+            completions=0 if held is None else held.completions,
+            clock=0 if held is None else held.clock,
+            predictions=0 if held is None else held.predictions,
+            fallbacks=0 if held is None else held.fallbacks,
+            estimators=() if held is None else held.estimators,
             namespaces=self.core.namespace_count,
             training_runs=self.core.trainer.runs,
-            calls=[pb.CallCount(rpc=rpc, code=code, count=count) for rpc, code, count in self._counts()],
+            calls=tuple(CallCount(rpc, code, count) for rpc, code, count in counts),
         )
-        if status is not None:
-            response.namespace_exists = True
-            response.completions = status.completions
-            response.clock = status.clock
-            response.predictions = status.predictions
-            response.fallbacks = status.fallbacks
-            # LiveSummary's fields are EstimatorStatus's, name for name.
-            response.estimators.extend(
-                pb.EstimatorStatus(**dataclasses.asdict(summary)) for summary in status.estimators
-            )
-        return response
-
-    def _counts(self) -> list[tuple[str, str, int]]:
-        return [] if self.calls is None else self.calls.counts()

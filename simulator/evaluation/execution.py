@@ -10,6 +10,7 @@ results are the same whatever the backend and however many workers run them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import ipaddress
@@ -26,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -39,11 +40,13 @@ from simulator.evaluation.plan import (
     CDF_POINTS,
     Backend,
     EvaluationPlan,
+    QualityResult,
     QualityTask,
     SimulationTask,
     Task,
     TaskError,
     TaskOutcome,
+    TaskResult,
     TraceInput,
     build_tasks,
     clock,
@@ -52,7 +55,8 @@ from simulator.evaluation.plan import (
 )
 from simulator.evaluation.report import ReportInputs, claim_report_folder, write_report
 from simulator.experiment import run_simulation
-from simulator.workloads.swf import Trace
+from simulator.summary import RunSummary
+from simulator.workloads.trace import Trace
 
 if TYPE_CHECKING:
     from predictor.service.client import Credentials
@@ -71,6 +75,7 @@ def run_task(
 ) -> TaskOutcome:
     """Run one task on `trace`; `address` is the predictor service's (reached with `credentials`), or None."""
     started = time.perf_counter()
+    result: TaskResult
     try:
         if isinstance(task, QualityTask):
             result = prediction_quality(trace, task.trace, task.estimator)
@@ -81,47 +86,37 @@ def run_task(
     return TaskOutcome(task, result, time.perf_counter() - started)
 
 
-def prediction_quality(trace: Trace, label: str, spec: str) -> dict[str, Any]:
+def prediction_quality(trace: Trace, label: str, spec: str) -> QualityResult:
     """The `predict-eval` scores of `spec` on `trace`, plus quantiles of its per-job accuracy."""
     if trace.jobs.empty:
         raise TraceError(f"trace {label}: no jobs to evaluate")
     row, frame = scored_replay(spec, trace.jobs)
     per_job = accuracy(frame["t_sched"].to_numpy(), frame["t_act"].to_numpy())
     cdf = np.quantile(per_job, np.linspace(0.0, 1.0, CDF_POINTS))
-    return {"trace": label, "jobs": len(frame), **row, "accuracy_quantiles": cdf.tolist()}
+    return QualityResult(label, len(frame), row, tuple(cdf.tolist()))
 
 
 def _simulate(
     task: SimulationTask, trace: Trace, address: str | None, run_id: str, credentials: Credentials | None
-) -> dict[str, Any]:
+) -> RunSummary:
     config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode, task.correction, task.backfill_order)
-    if address is None:
-        summary, _ = run_simulation(
-            trace,
-            config,
-            task.estimator,
-            task.month,
-            load_factor=task.load_factor,
-            replicate=task.replicate,
-            jitter=task.jitter,
-        )
-    else:
-        namespace = f"evaluate-{run_id}-{task.index}"
-        summary, _ = run_simulation(
-            trace,
-            config,
-            task.estimator,
-            task.month,
-            address,
-            namespace,
-            timeout=EVALUATION_SERVICE_TIMEOUT,
-            credentials=credentials,
-            load_factor=task.load_factor,
-            replicate=task.replicate,
-            jitter=task.jitter,
-        )
+    namespace = f"evaluate-{run_id}-{task.index}"  # on the service; an in-process run has none
+    summary, _ = run_simulation(
+        trace,
+        config,
+        task.estimator,
+        task.month,
+        address,
+        namespace,
+        timeout=EVALUATION_SERVICE_TIMEOUT,
+        credentials=credentials,
+        load_factor=task.load_factor,
+        replicate=task.replicate,
+        jitter=task.jitter,
+    )
+    if address is not None:
         _forget_namespace(address, namespace, credentials)
-    return result_row(task.trace, summary)
+    return summary
 
 
 def _forget_namespace(address: str, namespace: str, credentials: Credentials | None) -> None:
@@ -129,43 +124,7 @@ def _forget_namespace(address: str, namespace: str, credentials: Credentials | N
     from predictor.service.client import PredictorClient
 
     with PredictorClient(address, timeout=FORGET_TIMEOUT_SECONDS, credentials=credentials) as client:
-        client.reset_namespace(namespace)
-
-
-def flat_columns(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested values as flat CSV columns: {"switches": {"sjf": 3}} under `dynp` is `dynp_switches_sjf`."""
-    columns: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}_{key}"
-        columns |= flat_columns(name, value) if isinstance(value, Mapping) else {name: value}
-    return columns
-
-
-def result_row(label: str, summary: Mapping[str, Any]) -> dict[str, Any]:
-    """One flat results.csv row from `run_simulation`'s summary: parameters, then every metric."""
-    row = {key: value for key, value in summary.items() if key not in ("trace", "skipped", "prediction", "dynp")}
-    row["trace"] = label
-    row["month"] = summary["month"] or ""
-    row["skipped"] = "; ".join(f"{reason}: {count}" for reason, count in summary["skipped"].items())
-    row.update({f"prediction_{key}": value for key, value in summary["prediction"].items()})
-    row.update(flat_columns("dynp", summary["dynp"] or {}))
-    order = [
-        "trace",
-        "month",
-        "load_factor",
-        "replicate",
-        "jitter",
-        "estimator",
-        "policy",
-        "backfill",
-        "backfill_order",
-        "mode",
-        "correction",
-        "procs",
-        "jobs",
-        "skipped",
-    ]
-    return {key: row[key] for key in order} | {key: value for key, value in row.items() if key not in order}
+        client.reset_namespace(namespace, missing_ok=True)  # none for a run predicted in-process (the oracle)
 
 
 # --- execution -------------------------------------------------------------------------------
@@ -347,7 +306,6 @@ def _start_service(
     server = launcher(
         listen=f"{service_host(backend.dask_scheduler)}:0",
         default_estimators=[BASELINE_ESTIMATOR],
-        allow_oracle=plan.uses_oracle(),
         security=Security(tokens=str(tokens)),
     )
     return server, Credentials(token=token)
@@ -388,17 +346,17 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
     words = ["tsched", "evaluate"]
     for entry in traces:
         if entry.path is not None:
-            words += ["--trace", entry.path]
+            words += ["--traces", entry.path]
     if plan.procs is not None:
-        words += ["--procs", str(plan.procs)]
+        words += ["--machine-procs", str(plan.procs)]
     axes = {
         "--estimators": plan.estimators,
         "--policies": plan.policies,
-        "--backfill": plan.backfills,
+        "--backfills": plan.backfills,
         "--modes": plan.modes,
-        "--backfill-order": plan.backfill_orders,
+        "--backfill-orders": plan.backfill_orders,
         "--corrections": plan.corrections,
-        "--load-factor": [f"{factor:g}" for factor in plan.load_factors],
+        "--load-factors": [f"{factor:g}" for factor in plan.load_factors],
     }
     for option, values in axes.items():
         words += [option, ",".join(values)]
@@ -429,6 +387,34 @@ def run_evaluation(
     plan, the backend, and the report folder (`force` replaces a previous report).
     """
     backend = backend or Backend()
+    _refuse_before_running(traces, plan, backend, out, force)
+    tasks = build_tasks(traces, plan)
+    started = time.monotonic()
+    by_label = {entry.label: entry.trace for entry in traces}
+    with _prediction_service(backend, plan) as (address, credentials):
+        progress = Progress(task_costs(tasks, by_label), sys.stderr if show_progress else None)
+        try:
+            outcomes = execute(tasks, by_label, backend, address, progress, credentials)
+        finally:
+            progress.close()
+    seconds = time.monotonic() - started
+    command = equivalent_command(traces, plan, backend, out)
+    report = write_report(out, ReportInputs(list(traces), plan, backend, outcomes, seconds, command))
+    summaries = [outcome.result for outcome in outcomes if isinstance(outcome.result, RunSummary)]
+    return EvaluationOutcome(
+        report,
+        len(summaries),
+        len(outcomes) - len(summaries),
+        len(traces),
+        seconds,
+        sum(summary.predictor_fallbacks for summary in summaries),
+    )
+
+
+def _refuse_before_running(
+    traces: Sequence[TraceInput], plan: EvaluationPlan, backend: Backend, out: Path, force: bool
+) -> None:
+    """Refuse a bad plan, a backend that cannot run, an occupied report folder or two traces of one name."""
     plan.check()
     if backend.dask_scheduler and importlib.util.find_spec("distributed") is None:
         raise UsageError("--dask-scheduler needs Dask: pip install 'tsched[dask]'")
@@ -439,49 +425,20 @@ def run_evaluation(
         raise UsageError(f"two traces share the name {repeated[0]!r}; rename one of the files")
     if backend.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {backend.workers}")
-    tasks = build_tasks(traces, plan)
-    started = time.monotonic()
-    server = None
-    credentials = None
-    secrets_folder = None if backend.in_process else tempfile.TemporaryDirectory(prefix="tsched-evaluate-service-")
-    if secrets_folder is not None:
-        from predictor.service.launcher import ServerProcess
 
-        server, credentials = _start_service(backend, plan, Path(secrets_folder.name), ServerProcess)
-    by_label = {entry.label: entry.trace for entry in traces}
-    progress = Progress(task_costs(tasks, by_label), sys.stderr if show_progress else None)
-    try:
-        outcomes = execute(
-            tasks,
-            by_label,
-            backend,
-            None if server is None else server.address,
-            progress,
-            credentials,
-        )
-    finally:
-        progress.close()
-        if server is not None:
+
+@contextlib.contextmanager
+def _prediction_service(backend: Backend, plan: EvaluationPlan) -> Iterator[tuple[str | None, Credentials | None]]:
+    """The address of the evaluation's predictor service and the credentials it admits, while the tasks run;
+    (None, None) when the tasks predict in-process."""
+    if backend.in_process:
+        yield None, None
+        return
+    from predictor.service.launcher import ServerProcess
+
+    with tempfile.TemporaryDirectory(prefix="tsched-evaluate-service-") as secrets_folder:
+        server, credentials = _start_service(backend, plan, Path(secrets_folder), ServerProcess)
+        try:
+            yield server.address, credentials
+        finally:
             _stop_service(server)
-        if secrets_folder is not None:
-            secrets_folder.cleanup()
-    seconds = time.monotonic() - started
-
-    inputs = ReportInputs(
-        traces=list(traces),
-        plan=plan,
-        backend=backend,
-        outcomes=outcomes,
-        seconds=seconds,
-        command=equivalent_command(traces, plan, backend, out),
-    )
-    report_path = write_report(out, inputs)
-    simulations = [outcome for outcome in outcomes if isinstance(outcome.task, SimulationTask)]
-    return EvaluationOutcome(
-        report_path,
-        len(simulations),
-        len(outcomes) - len(simulations),
-        len(traces),
-        seconds,
-        sum(int(outcome.result["predictor_fallbacks"]) for outcome in simulations),
-    )

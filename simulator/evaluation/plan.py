@@ -1,7 +1,7 @@
-"""What `tsched evaluate` runs: the plan, its tasks, and the inputs they name.
+"""What `tsched evaluate` runs: the plan, its tasks, the inputs they name and what they produce.
 
-A leaf of the evaluation package: the execution and the report both read these
-definitions, and nothing here imports either of them.
+A leaf of the evaluation package: the execution, the tables and the report
+read these definitions, and nothing here imports any of them.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from predictor.registry import make_estimator
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
 from simulator.dynp import canonical_policy
 from simulator.machine import CORRECTIONS, MODES
+from simulator.summary import RunSummary
 from simulator.workloads.formats import read_trace
 from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
 from simulator.workloads.sitelog import SizeUnit
-from simulator.workloads.swf import Trace
 from simulator.workloads.synthetic import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
+from simulator.workloads.trace import Trace
 
 #: The baseline every run is compared with: the users' requests, used as they are.
 BASELINE_ESTIMATOR = "request"
@@ -48,6 +49,9 @@ DEFAULT_LOAD_FACTORS = (1.0,)
 #: The backfill order every other is compared with when it runs too: plain EASY (Gaussier et al.'s reference).
 REFERENCE_ORDER = "queue"
 PREDICTION_MODES = tuple(mode for mode in MODES if mode != BASELINE_MODE)
+#: The one mode that shows the scheduler a running job's prediction, and so the one that runs once per
+#: correction of a running job past it (the others never correct one).
+CORRECTED_MODE = "regular"
 #: Quantiles kept of each estimator's per-job accuracy: enough for a smooth CDF (Tang's Figure 11).
 CDF_POINTS = 201
 BUILTIN_LABEL = "synthetic"
@@ -135,17 +139,17 @@ class EvaluationPlan:
         for policy in self.policies:
             split_policies(policy)
         for values, allowed, option in (
-            (self.backfills, BACKFILLS, "--backfill"),
+            (self.backfills, BACKFILLS, "--backfills"),
             (self.modes, PREDICTION_MODES, "--modes"),
-            (self.backfill_orders, BACKFILL_ORDERS, "--backfill-order"),
+            (self.backfill_orders, BACKFILL_ORDERS, "--backfill-orders"),
             (self.corrections, CORRECTIONS, "--corrections"),
         ):
             split_choices(",".join(values), allowed, option)
         orderless = [backfill for backfill in self.backfills if backfill in ORDERLESS]
         if orderless and "sjf" in self.backfill_orders:
-            raise UsageError(f"--backfill {orderless[0]} has no backfill order: leave sjf out of --backfill-order")
+            raise UsageError(f"--backfills {orderless[0]} has no backfill order: leave sjf out of --backfill-orders")
         if not self.load_factors or not all(0 < factor < float("inf") for factor in self.load_factors):
-            raise UsageError(f"--load-factor: every factor must be a positive number, not {self.load_factors}")
+            raise UsageError(f"--load-factors: every factor must be a positive number, not {self.load_factors}")
         if self.replicates < 1 or self.jitter < 0:
             raise UsageError(
                 f"--replicates must be 1 or more and --jitter 0 or more, not {self.replicates} and {self.jitter}"
@@ -165,9 +169,6 @@ class EvaluationPlan:
     def predicting_estimators(self) -> tuple[str, ...]:
         """Estimators simulated in each mode; `request` in any mode is the baseline itself (t_sched = t_req)."""
         return tuple(spec for spec in self.estimators if spec != BASELINE_ESTIMATOR)
-
-    def uses_oracle(self) -> bool:
-        return any(make_estimator(spec).evaluation_only for spec in self.estimators)
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,7 @@ def _runs(plan: EvaluationPlan) -> list[tuple[str, str, str]]:
     runs = [(BASELINE_ESTIMATOR, BASELINE_MODE, plan.corrections[0])]
     for spec in plan.predicting_estimators:
         for mode in plan.modes:
-            corrections = plan.corrections if mode == "regular" else plan.corrections[:1]
+            corrections = plan.corrections if mode == CORRECTED_MODE else plan.corrections[:1]
             runs += [(spec, mode, correction) for correction in corrections]
     return runs
 
@@ -318,7 +319,7 @@ def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task
             periods, plan.load_factors, range(plan.replicates), plan.policies, plan.backfills, plan.backfill_orders
         )
         for month, load_factor, replicate, policy, backfill, order in configurations:
-            if backfill in ORDERLESS and order != "queue":
+            if backfill in ORDERLESS and order != REFERENCE_ORDER:
                 continue
             for spec, mode, correction in _runs(plan):
                 tasks.append(
@@ -342,11 +343,31 @@ def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task
 
 
 @dataclass(frozen=True)
+class QualityResult:
+    """One estimator's offline prediction quality on one trace (`QualityTask`'s result)."""
+
+    trace: str
+    jobs: int
+    #: `predict-eval`'s row: the estimator's SPEC, then its scores.
+    scores: dict[str, Any]
+    #: `CDF_POINTS` evenly spaced quantiles of the per-job accuracy (a CDF, Tang's Figure 11).
+    accuracy_quantiles: tuple[float, ...]
+
+    def to_row(self) -> dict[str, Any]:
+        """The quality.csv row: the trace, its jobs, then `predict-eval`'s row."""
+        return {"trace": self.trace, "jobs": self.jobs, **self.scores}
+
+
+#: What a task produces: a quality replay's scores, or a simulation's summary.
+TaskResult = QualityResult | RunSummary
+
+
+@dataclass(frozen=True)
 class TaskOutcome:
     """What a task produced, and how long it took (kept apart: timings differ from run to run)."""
 
     task: Task
-    result: dict[str, Any]
+    result: TaskResult
     seconds: float
 
 

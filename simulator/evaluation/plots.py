@@ -9,7 +9,8 @@ function returns its figure, so that tests can read what it shows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,29 @@ LABEL_SIZE = 9
 LEGEND_SIZE = 8
 #: An estimator absent from the colour mapping (never in a report: every run's estimator has one).
 UNKNOWN_COLOR = "#333333"
+#: Each built-in estimator's colour, in every plot of every report: colours follow the estimator, not its
+#: position in a run's list, so that two reports read alike.
+ESTIMATOR_COLORS = {
+    "request": "#444444",
+    "percentile": "#1f77b4",
+    "last2": "#ff7f0e",
+    "mean-std": "#2ca02c",
+    "lgbm-quantile": "#d62728",
+    "lgbm-sched": "#bf5b17",
+    "oracle": "#9467bd",
+}
+#: Colours for other SPECs (parameters spelt out, trained models), chosen by a checksum of the SPEC: stable too.
+OTHER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a")
+
+
+def estimator_color(spec: str) -> str:
+    """The colour of an estimator SPEC: its estimator's when written as the bare name, else one of its own."""
+    return ESTIMATOR_COLORS.get(spec) or OTHER_COLORS[zlib.crc32(spec.encode()) % len(OTHER_COLORS)]
+
+
+def estimator_colors(specs: Iterable[str]) -> dict[str, str]:
+    """The colour of every estimator SPEC (`estimator_color`)."""
+    return {spec: estimator_color(spec) for spec in specs}
 
 
 def _figure(width: float, height: float) -> Figure:

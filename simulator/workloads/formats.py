@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,9 +18,9 @@ import pandas as pd
 
 from kernel.errors import TraceError, UsageError
 from simulator.workloads.sitelog import SiteLogOptions, SizeUnit
-from simulator.workloads.swf import SWFHeader, Trace, read_swf, write_swf
+from simulator.workloads.swf import read_swf, write_swf
+from simulator.workloads.trace import SWFHeader, Trace
 
-TRACE_FORMATS = ("swf", "sacct", "pbs")
 #: How much of a file format detection reads.
 _SNIFF_BYTES = 64 * 1024
 _PBS_RECORD = re.compile(r"\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2};[A-Za-z];")
@@ -94,22 +94,38 @@ def read_trace(
     chosen = format or detect_format(path)
     if chosen not in TRACE_FORMATS:
         raise UsageError(f"--format {chosen!r}: must be one of {', '.join(TRACE_FORMATS)}")
-    options = site_log_options(timezone, size, default_request)
-    if chosen == "swf":
-        if options is not None:
-            raise UsageError("--timezone, --size and --default-request apply to sacct and PBS logs, not to SWF")
-        if not isinstance(path, str | Path):
-            raise UsageError("an SWF trace is one file")
-        return read_swf(path, lenient=lenient)
-    if chosen == "sacct":
-        from simulator.workloads.sacct import read_sacct
+    return _READERS[chosen](path, lenient, site_log_options(timezone, size, default_request))
 
-        if not isinstance(path, str | Path):
-            raise UsageError("sacct output is one file")
-        return read_sacct(path, lenient=lenient, options=options)
+
+def _read_swf(path: TracePath, lenient: bool, options: SiteLogOptions | None) -> Trace:
+    if options is not None:
+        raise UsageError("--timezone, --size-unit and --default-request apply to sacct and PBS logs, not to SWF")
+    if not isinstance(path, str | Path):
+        raise UsageError("an SWF trace is one file")
+    return read_swf(path, lenient=lenient)
+
+
+def _read_sacct(path: TracePath, lenient: bool, options: SiteLogOptions | None) -> Trace:
+    from simulator.workloads.sacct import read_sacct
+
+    if not isinstance(path, str | Path):
+        raise UsageError("sacct output is one file")
+    return read_sacct(path, lenient=lenient, options=options)
+
+
+def _read_pbs(path: TracePath, lenient: bool, options: SiteLogOptions | None) -> Trace:
     from simulator.workloads.pbs import read_pbs
 
     return read_pbs(path, lenient=lenient, options=options)
+
+
+#: Each format's reader (a site log's is imported on first use).
+_READERS: dict[str, Callable[[TracePath, bool, SiteLogOptions | None], Trace]] = {
+    "swf": _read_swf,
+    "sacct": _read_sacct,
+    "pbs": _read_pbs,
+}
+TRACE_FORMATS = tuple(_READERS)
 
 
 def names_path(out: str | Path) -> Path:
@@ -134,7 +150,7 @@ def convert_trace(trace: Trace, out: str | Path, procs: int | None = None) -> Pa
     counts = ", ".join(f"{n} {why}" for why, n in sorted(trace.skipped.items())) or "none"
     lines = [line for line in trace.header.lines if not _MAX_PROCS.match(line)]
     lines += [
-        f"; MaxProcs: {machine}" + (" (from --procs)" if procs is not None else ""),
+        f"; MaxProcs: {machine}" + (" (from --machine-procs)" if procs is not None else ""),
         f"; Note: written by tsched trace convert on {datetime.now(tz=UTC).date().isoformat()}: "
         f"{len(trace.records)} records, {len(trace.jobs)} replayable; skipped: {counts}",
     ]

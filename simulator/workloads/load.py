@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from kernel.errors import UsageError
-from simulator.workloads.swf import Trace
+from simulator.workloads.trace import Trace
 
 
 def scale_load(trace: Trace, factor: float) -> Trace:

@@ -40,7 +40,7 @@ import pandas as pd
 from kernel.errors import TraceError
 from predictor.digests import files_of
 from simulator.workloads import sitelog
-from simulator.workloads.swf import Trace, read_trace_bytes
+from simulator.workloads.trace import Trace, read_trace_bytes
 
 _RECORD = re.compile(r"\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}")
 _JOB_ID = r"(\d+)(\[\d*\])?(?:\.|$)"
@@ -48,6 +48,12 @@ _JOB_ID = r"(\d+)(\[\d*\])?(?:\.|$)"
 TIME_KEYS = ("qtime", "etime", "start", "end")
 NAME_KEYS = ("user", "group", "account", "project", "jobname", "queue")
 DEFAULT_PROJECT = "_pbs_project_default"
+#: Where an E record gives a job's size, in each unit: the first of these columns that is positive (what was
+#: allocated, then what was asked for; see the module docstring).
+SIZE_COLUMNS: dict[sitelog.SizeUnit, tuple[str, ...]] = {
+    "cores": ("Resource_List.ncpus", "total_execution_slots", "host_cpus", "select_cpus", "nodes_cpus"),
+    "nodes": ("Resource_List.nodect", "unique_node_count", "host_nodes", "select_nodes", "nodes_nodes"),
+}
 
 
 def read_pbs(
@@ -236,7 +242,37 @@ def _first_known(*columns: np.ndarray) -> np.ndarray:
 
 
 def _site_jobs(table: pd.DataFrame, deleted_ids: set[str], options: sitelog.SiteLogOptions) -> sitelog.SiteJobs:
+    """The replay's view of the exit records: each job's last, numbered in end order, with what was left out
+    counted."""
     left_out: dict[str, int] = {}
+    kept = _final_exits(table, deleted_ids, left_out)
+    qtime, etime, start, end = (kept[key].to_numpy() for key in TIME_KEYS)
+    walltime = kept["walltime"].to_numpy()
+    notes: list[str] = []
+    req_time = sitelog.requests_with_default(walltime, walltime < 0, "had no Resource_List.walltime", options, notes)
+    size = _first_known(*(kept[column].to_numpy() for column in SIZE_COLUMNS[options.size]))
+    number = np.arange(1, len(kept) + 1, dtype=np.int64)
+    return sitelog.SiteJobs(
+        job=number,
+        arrival=sitelog.arrival_times(qtime, etime, start),
+        start=start,
+        end=end,
+        run=end - start,
+        req_time=req_time,
+        alloc_procs=size,
+        req_procs=size,
+        status=sitelog.swf_status(
+            completed=kept["exit"].to_numpy() == 0, cancelled=kept["pbs_id"].isin(deleted_ids).to_numpy()
+        ),
+        names={"job": (number, kept["pbs_id"]), **_names(kept)},
+        left_out=left_out,
+        notes=notes,
+    )
+
+
+def _final_exits(table: pd.DataFrame, deleted_ids: set[str], left_out: dict[str, int]) -> pd.DataFrame:
+    """Each job's last exit record, if it started, in end order; array summaries, earlier exits and jobs that
+    never started (with those deleted while queued, which have no exit record) are counted in `left_out`."""
     parent = table["array_parent"].to_numpy(dtype=bool)
     sitelog.count_left_out(left_out, "array summary record", parent)
     table = table.loc[~parent]
@@ -244,59 +280,21 @@ def _site_jobs(table: pd.DataFrame, deleted_ids: set[str], options: sitelog.Site
     sitelog.count_left_out(left_out, "earlier exit record of the same job", later)
     table = table.loc[~later]
     never = table["start"].to_numpy() <= 0
-    deleted = table["pbs_id"].isin(deleted_ids).to_numpy()
     only_deleted = len(deleted_ids - set(table["pbs_id"]))  # a D record and no E record: deleted while queued
     sitelog.count_left_out(left_out, "cancelled before start", np.ones(only_deleted, dtype=bool))
-    sitelog.count_left_out(left_out, "cancelled before start", never & deleted)
-    sitelog.count_left_out(left_out, "never started", never & ~deleted)
-    kept = table.loc[~never].sort_values(["end", "line"], kind="stable").reset_index(drop=True)
-    deleted = kept["pbs_id"].isin(deleted_ids).to_numpy()
+    sitelog.count_unstarted(left_out, never, cancelled=table["pbs_id"].isin(deleted_ids).to_numpy())
+    return table.loc[~never].sort_values(["end", "line"], kind="stable").reset_index(drop=True)
 
-    qtime, etime, start, end = (kept[key].to_numpy() for key in TIME_KEYS)
-    arrival = np.minimum(np.where(etime >= qtime, etime, qtime), start)
-    walltime = kept["walltime"].to_numpy()
-    notes: list[str] = []
-    req_time = sitelog.requests_with_default(walltime, walltime < 0, "had no Resource_List.walltime", options, notes)
-    if options.size == "cores":
-        size = _first_known(
-            *(
-                kept[c].to_numpy()
-                for c in ("Resource_List.ncpus", "total_execution_slots", "host_cpus", "select_cpus", "nodes_cpus")
-            )
-        )
-    else:
-        size = _first_known(
-            *(
-                kept[c].to_numpy()
-                for c in ("Resource_List.nodect", "unique_node_count", "host_nodes", "select_nodes", "nodes_nodes")
-            )
-        )
-    exit_status = kept["exit"].to_numpy()
-    status = np.select(
-        [deleted, exit_status == 0], [sitelog.STATUS_CANCELLED, sitelog.STATUS_COMPLETED], sitelog.STATUS_FAILED
-    )
+
+def _names(kept: pd.DataFrame) -> dict[str, pd.Series]:
+    """The names behind the SWF fields: group ("project") is the account, else the project unless PBS's default,
+    else the Unix group."""
     account = kept["account"].where(
         kept["account"] != "", kept["project"].where(kept["project"] != DEFAULT_PROJECT, "")
     )
-    group = account.where(account != "", kept["group"])
-    number = np.arange(1, len(kept) + 1, dtype=np.int64)
-    return sitelog.SiteJobs(
-        job=number,
-        arrival=arrival,
-        start=start,
-        end=end,
-        run=end - start,
-        req_time=req_time.astype(np.int64),
-        alloc_procs=size,
-        req_procs=size,
-        status=status.astype(np.int64),
-        names={
-            "job": (number, kept["pbs_id"]),
-            "user": kept["user"],
-            "group": group,
-            "executable": kept["jobname"],
-            "queue": kept["queue"],
-        },
-        left_out=left_out,
-        notes=notes,
-    )
+    return {
+        "user": kept["user"],
+        "group": account.where(account != "", kept["group"]),
+        "executable": kept["jobname"],
+        "queue": kept["queue"],
+    }

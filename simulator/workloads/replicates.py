@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernel.errors import UsageError
-from simulator.workloads.swf import Trace
+from simulator.workloads.trace import Trace
 
 #: How far, in seconds, a replicate may move a submission by default: far less than a typical wait,
 #: enough to reorder jobs submitted within seconds of each other.

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,19 +50,20 @@ import pandas as pd
 
 from kernel.errors import TraceError
 from simulator.workloads.sitelog import (
-    STATUS_CANCELLED,
-    STATUS_COMPLETED,
-    STATUS_FAILED,
     RowChecks,
     SiteJobs,
     SiteLogOptions,
+    SizeUnit,
+    arrival_times,
     count_left_out,
+    count_unstarted,
     line_spans,
     per_value,
     requests_with_default,
     site_trace,
+    swf_status,
 )
-from simulator.workloads.swf import Trace, read_trace_bytes
+from simulator.workloads.trace import Trace, read_trace_bytes
 
 #: The fields of the documented command, in its order.
 SACCT_FIELDS = (
@@ -138,6 +140,22 @@ FREE_TEXT_FIELDS = frozenset({"JobName", "Comment", "AdminComment", "SystemComme
 #: Rows parsed at a time: bounds the memory of the text columns.
 CHUNK_ROWS = 100_000
 _NAME_FIELDS = ("User", "Group", "Account", "Partition", "QOS", "JobName")
+
+
+@dataclass(frozen=True)
+class SizeFields:
+    """Where sacct gives a job's size in one unit: allocated, the first of `allocated` the header has;
+    requested, the `requested` field when there is one and the header has it, else ReqTRES's `tres` count."""
+
+    allocated: tuple[str, ...]
+    requested: str | None
+    tres: str
+
+
+SIZE_FIELDS: dict[SizeUnit, SizeFields] = {
+    "cores": SizeFields(("AllocCPUS", "NCPUS"), "ReqCPUS", "cpu"),
+    "nodes": SizeFields(("NNodes",), None, "node"),
+}
 _MEMORY_UNITS = {"": 1 / 1024, "K": 1, "M": 1024, "G": 1024**2, "T": 1024**3, "P": 1024**4}
 
 
@@ -187,7 +205,7 @@ def _field_roles(source: str, line: int, fields: list[str], options: SiteLogOpti
     if repeated:
         raise TraceError(f"{source} line {line}: field(s) {', '.join(repeated)} appear twice in the header")
     wanted = {name: name for name in REQUIRED_FIELDS}
-    alternatives = {"alloc": ("AllocCPUS", "NCPUS")} if options.size == "cores" else {"alloc": ("NNodes",)}
+    alternatives = {"alloc": SIZE_FIELDS[options.size].allocated}
     for role, choices in alternatives.items():
         found = [name for name in choices if name in present]
         wanted[role] = found[0] if found else " or ".join(choices)
@@ -407,16 +425,17 @@ def _typed(
     checks.check(
         ok, "TimelimitRaw", "bad time limit", chunk["TimelimitRaw"], "is not minutes, UNLIMITED or Partition_Limit"
     )
+    size = SIZE_FIELDS[options.size]
     numbers = {"alloc": "alloc", "elapsed": "ElapsedRaw", "uid": "UID", "gid": "GID"}
-    if options.size == "cores":
-        numbers["req"] = "ReqCPUS"
+    if size.requested is not None:
+        numbers["req"] = size.requested
     for role, field_name in ((role, roles[key]) for role, key in numbers.items() if key in roles):
         out[role], ok = _integers(chunk[field_name], frozenset({""}))
         checks.check(ok, field_name, "not an integer", chunk[field_name], "is not a whole number")
     keep = checks.keep()
     if "ReqTRES" in roles:
         if "req" not in out:
-            out["req"] = _tres(chunk["ReqTRES"], "cpu" if options.size == "cores" else "node")
+            out["req"] = _tres(chunk["ReqTRES"], size.tres)
         out["req_mem_kb"] = _tres_memory_kb(chunk["ReqTRES"])
     if "AllocTRES" in roles:
         out["allocated"] = (chunk["AllocTRES"] != "").to_numpy(dtype=bool)
@@ -434,6 +453,38 @@ def _typed(
 def _site_jobs(table: pd.DataFrame, roles: dict[str, str], steps: int, options: SiteLogOptions) -> SiteJobs:
     """The replay's view of the allocations: the last attempt of each job, with what was left out counted."""
     left_out: dict[str, int] = {}
+    kept = _final_attempts(table, steps, left_out)
+    state = kept["state"].astype(object).to_numpy()
+    start, end, submit = (kept[name].to_numpy() for name in ("Start", "End", "Submit"))
+    notes: list[str] = []
+    limit = kept["limit"].to_numpy()
+    why = "had no limit of their own (UNLIMITED or Partition_Limit)"
+    req_time = requests_with_default(limit * 60, limit < 0, why, options, notes)
+    timeouts = int(np.count_nonzero(state == "TIMEOUT"))
+    if timeouts:
+        notes.append(f"{timeouts} TIMEOUT jobs kept: they ran to their limit (censored)")
+    alloc = kept["alloc"].to_numpy()
+    req = kept["req"].to_numpy() if "req" in kept else np.full(len(kept), -1, dtype=np.int64)
+    return SiteJobs(
+        job=kept["job"].to_numpy(),
+        arrival=arrival_times(submit, kept["Eligible"].to_numpy() if "Eligible" in kept else submit, start),
+        start=start,
+        end=end,
+        run=kept["elapsed"].to_numpy() if "elapsed" in kept else np.where(end >= 0, end - start, -1),
+        req_time=req_time,
+        alloc_procs=np.where(alloc > 0, alloc, -1),
+        req_procs=req,
+        status=swf_status(completed=state == "COMPLETED", cancelled=state == "CANCELLED"),
+        names=_names(kept, roles),
+        req_mem=_memory_per_unit(kept, np.where(alloc > 0, alloc, req)),
+        left_out=left_out,
+        notes=notes,
+    )
+
+
+def _final_attempts(table: pd.DataFrame, steps: int, left_out: dict[str, int]) -> pd.DataFrame:
+    """Each job's last attempt, if it finished after it started; steps, earlier attempts, unfinished jobs and
+    jobs that never started are counted in `left_out`."""
     count_left_out(left_out, "job step (not an allocation)", np.ones(steps, dtype=bool))
     order = np.lexsort((table["line"].to_numpy(), table["Submit"].to_numpy(), table["job"].to_numpy()))
     table = table.iloc[order].reset_index(drop=True)
@@ -441,60 +492,23 @@ def _site_jobs(table: pd.DataFrame, roles: dict[str, str], steps: int, options: 
     earlier = np.zeros(len(table), dtype=bool)
     earlier[:-1] = job[:-1] == job[1:]
     state = table["state"].astype(object).to_numpy()
-    start = table["Start"].to_numpy()
     unfinished = ~earlier & np.isin(state, list(UNFINISHED_STATES))
-    never = ~earlier & ~unfinished & (start < 0)
+    never = ~earlier & ~unfinished & (table["Start"].to_numpy() < 0)
     if "allocated" in table:  # a job cancelled while pending may show Start = End, but it got no allocation
         never |= ~earlier & ~unfinished & ~table["allocated"].to_numpy(dtype=bool)
-    cancelled = state == "CANCELLED"
     count_left_out(left_out, "earlier attempt of a requeued job", earlier)
     count_left_out(left_out, "not finished when sacct ran", unfinished)
-    count_left_out(left_out, "cancelled before start", never & cancelled)
-    count_left_out(left_out, "never started", never & ~cancelled)
-    kept = table.loc[~(earlier | unfinished | never)].reset_index(drop=True)
-    state = kept["state"].astype(object).to_numpy()
-    start, end, submit = (kept[name].to_numpy() for name in ("Start", "End", "Submit"))
+    count_unstarted(left_out, never, cancelled=state == "CANCELLED")
+    return table.loc[~(earlier | unfinished | never)].reset_index(drop=True)
 
-    arrival = submit
-    if "Eligible" in kept:
-        eligible = kept["Eligible"].to_numpy()
-        arrival = np.where(eligible >= submit, eligible, submit)
-    arrival = np.minimum(arrival, start)
-    run = kept["elapsed"].to_numpy() if "elapsed" in kept else np.where(end >= 0, end - start, -1)
-    limit = kept["limit"].to_numpy()
-    notes: list[str] = []
-    why = "had no limit of their own (UNLIMITED or Partition_Limit)"
-    req_time = requests_with_default(limit * 60, limit < 0, why, options, notes)
-    timeouts = int(np.count_nonzero(state == "TIMEOUT"))
-    if timeouts:
-        notes.append(f"{timeouts} TIMEOUT jobs kept: they ran to their limit (censored)")
 
-    alloc = kept["alloc"].to_numpy()
-    req = kept["req"].to_numpy() if "req" in kept else np.full(len(kept), -1, dtype=np.int64)
-    size = np.where(alloc > 0, alloc, req)
-    req_mem = None
-    if "req_mem_kb" in kept:
-        memory = kept["req_mem_kb"].to_numpy()
-        per_unit = np.divide(memory, size, out=np.full(len(size), np.nan), where=(size > 0) & np.isfinite(memory))
-        req_mem = np.where(np.isfinite(per_unit), np.round(per_unit), -1).astype(np.int64)
-    status = np.select(
-        [state == "COMPLETED", state == "CANCELLED"], [STATUS_COMPLETED, STATUS_CANCELLED], STATUS_FAILED
-    ).astype(np.int64)
-    return SiteJobs(
-        job=kept["job"].to_numpy(),
-        arrival=arrival,
-        start=start,
-        end=end,
-        run=run,
-        req_time=req_time.astype(np.int64),
-        alloc_procs=np.where(alloc > 0, alloc, -1),
-        req_procs=req,
-        status=status,
-        names=_names(kept, roles),
-        req_mem=req_mem,
-        left_out=left_out,
-        notes=notes,
-    )
+def _memory_per_unit(kept: pd.DataFrame, size: np.ndarray) -> np.ndarray | None:
+    """ReqTRES mem= per core (or node), in KB: SWF's requested memory is per processor (-1 where unknown)."""
+    if "req_mem_kb" not in kept:
+        return None
+    memory = kept["req_mem_kb"].to_numpy()
+    per_unit = np.divide(memory, size, out=np.full(len(size), np.nan), where=(size > 0) & np.isfinite(memory))
+    return np.where(np.isfinite(per_unit), np.round(per_unit), -1).astype(np.int64)
 
 
 def _names(kept: pd.DataFrame, roles: dict[str, str]) -> dict[str, pd.Series | tuple[np.ndarray, pd.Series]]:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from kernel.errors import TraceError, UsageError
-from simulator.workloads.swf import FLOAT_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace
+from simulator.workloads.trace import FLOAT_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace
 
 SizeUnit = Literal["cores", "nodes"]
 SIZE_UNITS: tuple[SizeUnit, ...] = ("cores", "nodes")
@@ -108,7 +108,20 @@ def requests_with_default(
             notes.append(f"{what}: request unknown (skipped as no request; see --default-request)")
         else:
             notes.append(f"{what}: request set to --default-request {options.default_request} s")
-    return np.where(missing, -1 if options.default_request is None else options.default_request, requested)
+    default = -1 if options.default_request is None else options.default_request
+    return np.where(missing, default, requested).astype(np.int64)
+
+
+def arrival_times(submit: np.ndarray, eligible: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """When each job could first have started: eligible (after a `--begin` time or a dependency) when that is
+    known and not before the submission, else the submission; never after the start."""
+    arrival: np.ndarray = np.minimum(np.where(eligible >= submit, eligible, submit), start)
+    return arrival
+
+
+def swf_status(completed: np.ndarray, cancelled: np.ndarray) -> np.ndarray:
+    """SWF's status (field 11) of each job: cancelled (5) first, then completed (1), else failed (0)."""
+    return np.select([cancelled, completed], [STATUS_CANCELLED, STATUS_COMPLETED], STATUS_FAILED).astype(np.int64)
 
 
 class RowChecks:
@@ -302,3 +315,9 @@ def count_left_out(left_out: dict[str, int], reason: str, mask: np.ndarray) -> N
     number = int(np.count_nonzero(mask))
     if number:
         left_out[reason] = left_out.get(reason, 0) + number
+
+
+def count_unstarted(left_out: dict[str, int], never: np.ndarray, cancelled: np.ndarray) -> None:
+    """Count the jobs in `never` (that never started) as cancelled before start, or as never started."""
+    count_left_out(left_out, "cancelled before start", never & cancelled)
+    count_left_out(left_out, "never started", never & ~cancelled)

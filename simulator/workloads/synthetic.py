@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from kernel.errors import UsageError
-from simulator.workloads.swf import FLOAT_COLUMNS, GENERATED_PATH, RECORD_COLUMNS, SWFHeader, Trace
+from simulator.workloads.trace import FLOAT_COLUMNS, GENERATED_PATH, RECORD_COLUMNS, SWFHeader, Trace
 
 #: 2024-01-01 00:00:00 UTC, a Monday: trace second 0.
 UNIX_START_TIME = 1_704_067_200

@@ -11,26 +11,24 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from predictor.service.client import DEFAULT_TIMEOUT_SECONDS, PredictorClient
 from sites.slurm import Follower
-from tsched.cli.options import add_connection_options, credentials_from, positive_number
+from tsched.cli.client import connect
+from tsched.cli.options import CLUSTER_NAMESPACE_HELP, service_group
+from tsched.cli.spec import HelpFormatter, Option, add_options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tsched-slurm-jobcomp", description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--follow", required=True, type=Path, metavar="SPOOL", help="the spool jobcomp.sh appends to")
-    parser.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
-    parser.add_argument("--namespace", default="", help="the cluster's namespace (default: the server's default)")
-    parser.add_argument(
-        "--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help="seconds each report may take"
+    parser = argparse.ArgumentParser(
+        prog="tsched-slurm-jobcomp", description=(__doc__ or "").splitlines()[0], formatter_class=HelpFormatter
     )
-    add_connection_options(parser)
+    spool = Option("--follow", "the spool jobcomp.sh appends to", Path, metavar="SPOOL", required=True)
+    add_options(parser, (spool, service_group("seconds each report may take", namespace_help=CLUSTER_NAMESPACE_HELP)))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s tsched-slurm-jobcomp: %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _signum, _frame: stop.set())
-    with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
+    with connect(args) as client:
         Follower(args.follow, lambda jobs: client.observe(jobs, namespace=args.namespace)).run(stop)
     return 0
 

@@ -1,5 +1,9 @@
-"""What several commands share: argparse types, the help formatter, the options to read a trace and to reach a
-running service, and how those options become a trace and credentials."""
+"""What several commands share, declared once: argparse types; the option groups to read a trace, to reach a
+running service and to name the scheduler; and how those options become a trace, credentials and output.
+
+Each group is a function (called when a command that uses it is chosen) because its choices and defaults
+come from domain modules that a command not using it should not pay to import.
+"""
 
 from __future__ import annotations
 
@@ -13,69 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel.errors import UsageError
+from tsched.cli.spec import STDOUT, Group, Option
 
 if TYPE_CHECKING:
     from predictor.service.client import Credentials
-    from simulator.workloads.swf import Trace
+    from simulator.workloads.trace import Trace
 
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in `--help`, except where there is none to show (no value, a flag off) or its
-    help already says it in words: a hidden default is how `--mode` once misled."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
-            return text
-        return text + " (default: %(default)s)"
-
-
-def write_json(path: str | None, payload: Any) -> None:
-    """Write `payload` as indented JSON to `path`, if one was given."""
-    if path:
-        Path(path).write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
-
-
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    """How a command that calls a predictor service proves itself and checks the server."""
-    group = parser.add_argument_group("connecting to the predictor service")
-    group.add_argument("--token-file", metavar="FILE", help="file holding the bearer token to send (its first line)")
-    group.add_argument(
-        "--tls", action="store_true", help="connect with TLS, checking the server against the system's CAs"
-    )
-    group.add_argument("--tls-ca", metavar="PEM", help="connect with TLS, checking the server against this CA")
-    group.add_argument(
-        "--tls-cert", metavar="PEM", help="client certificate, for a server requiring them (with --tls-key)"
-    )
-    group.add_argument("--tls-key", metavar="PEM", help="the client certificate's private key")
-    group.add_argument(
-        "--tls-server-name", metavar="NAME", help="the name the server's certificate carries, if not the address's"
-    )
-
-
-def service_options(parser: argparse.ArgumentParser, timeout_help: str, namespace: bool = True) -> None:
-    """The address, deadline and credentials of every command that calls a running service, and (with
-    `namespace`) the namespace it works in."""
-    from predictor.service.client import DEFAULT_TIMEOUT_SECONDS
-
-    parser.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
-    parser.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_SECONDS, help=timeout_help)
-    if namespace:
-        parser.add_argument("--namespace", default="", help="the namespace (default: the server's default one)")
-    add_connection_options(parser)
-
-
-def credentials_from(args: argparse.Namespace) -> Credentials:
-    from predictor.service.client import Credentials
-
-    return Credentials.from_files(
-        token_file=args.token_file,
-        tls=args.tls,
-        tls_ca=args.tls_ca,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_server_name=args.tls_server_name,
-    )
+#: `--trace -`: SWF lines on standard input (a scheduler's finished jobs piped to `tsched observe`).
+STDIN = "-"
 
 
 def positive_number(text: str) -> float:
@@ -136,8 +85,83 @@ def output_file(text: str) -> str:
     return text
 
 
-#: `--trace -`: SWF lines on standard input (a scheduler's finished jobs piped to `tsched observe`).
-STDIN = "-"
+def json_target(text: str) -> str:
+    """An argparse type: `-` (standard output) or a file the command may write."""
+    return text if text == STDOUT else output_file(text)
+
+
+def request_seconds(text: str) -> int:
+    """An argparse type: a time limit as seconds or [D-]HH:MM:SS."""
+    from simulator.workloads.sitelog import parse_duration
+
+    seconds = parse_duration(text)
+    if seconds is None or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive time limit (seconds or [D-]HH:MM:SS)")
+    return seconds
+
+
+def json_option(what: str) -> Option:
+    """`--json OUT`, the one meaning of `--json` in every command: write `what` as JSON to OUT; `-` prints it
+    on standard output in place of the text."""
+    return Option("--json", f"write {what} as JSON to OUT; -: print it instead of the text", json_target, kind="json")
+
+
+def show(target: str | None, payload: Any, text: Callable[[], str]) -> None:
+    """Print `text()`, or with `--json -` the JSON in its place; with `--json OUT`, write the JSON there too."""
+    if target == STDOUT:
+        print(json.dumps(payload, indent=2))
+        return
+    print(text())
+    if target:
+        Path(target).write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def machine_procs_option(without: str = "", default: int | None = None) -> Option:
+    """The machine's size (`--machine-procs`; a job's size is `--procs`): its `default`, or in words what a
+    command takes `without` it."""
+    shown = f" (default: {without})" if without else ""
+    return Option(
+        "--machine-procs", f"the machine's size in processors{shown}", positive_int, default, "N", old=("--procs",)
+    )
+
+
+def format_options() -> tuple[Option, ...]:
+    """How to read a trace file: its format, and what a site's own log (sacct, PBS) leaves open."""
+    from simulator.workloads.formats import TRACE_FORMATS
+    from simulator.workloads.sitelog import SIZE_UNITS
+
+    return (
+        Option("--format", "trace format (default: detected from the content)", choices=TRACE_FORMATS),
+        Option("--lenient", "skip malformed lines (counted by reason) instead of failing", kind="flag"),
+        Option(
+            "--timezone", "sacct: the time zone of its local times, e.g. Europe/Berlin (default UTC)", metavar="ZONE"
+        ),
+        Option(
+            "--size-unit",
+            "sacct, PBS: what a job's size counts, cores or nodes (default: cores)",
+            choices=SIZE_UNITS,
+            old=("--size",),
+        ),
+        Option(
+            "--default-request",
+            "sacct, PBS: t_req of jobs without a time limit (UNLIMITED, the partition's); default: skip them",
+            request_seconds,
+            metavar="LIMIT",
+        ),
+    )
+
+
+TRACE_HELP = "SWF trace (.swf, .swf.gz), sacct --parsable2 output, or PBS accounting logs (a file or folder)"
+
+
+def trace_group() -> Group:
+    """`--trace` and how to read it, as every command that reads one trace takes them."""
+    trace = Option(
+        "--trace",
+        f"{TRACE_HELP}; - for SWF lines on standard input; default: the built-in synthetic workload",
+        metavar="PATH",
+    )
+    return Group("the trace", (trace, *format_options()))
 
 
 def load_trace(args: argparse.Namespace) -> Trace:
@@ -159,53 +183,112 @@ def read_trace_option(args: argparse.Namespace) -> Trace:
             raise UsageError(f"--trace - reads SWF lines from standard input, not --format {args.format}")
 
         return parse_swf(sys.stdin.buffer.read(), "<stdin>", lenient=args.lenient)
-    return read_trace(
-        args.trace,
-        args.format,
-        lenient=args.lenient,
-        timezone=args.timezone,
-        size=args.size,
-        default_request=args.default_request,
+    return read_trace(args.trace, args.format, **site_log_options(args))
+
+
+def site_log_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`read_trace`'s keywords from the format options."""
+    return {
+        "lenient": args.lenient,
+        "timezone": args.timezone,
+        "size": args.size_unit,
+        "default_request": args.default_request,
+    }
+
+
+#: The namespace of the commands that report a cluster's finished jobs.
+CLUSTER_NAMESPACE_HELP = "the cluster's namespace (default: the server's default)"
+
+
+def service_group(
+    timeout_help: str = "seconds to wait for the answer",
+    timeout: float | None = None,
+    *,
+    required: bool = True,
+    namespace_help: str | None = "the namespace (default: the server's default one)",
+    namespace_default: str | None = "",
+    old_prefix: str | None = None,
+) -> Group:
+    """How every command that talks to a running service reaches it: its address, the namespace to work in
+    (without `namespace_help`, none), the deadline, and the credentials. `old_prefix`: the spellings these
+    replaced (`--predictor-address`, ...)."""
+    from predictor.service.client import DEFAULT_TIMEOUT_SECONDS
+
+    def old(name: str) -> tuple[str, ...]:
+        return () if old_prefix is None else (f"{old_prefix}{name}",)
+
+    address = Option(
+        "--address",
+        "the predictor service" + ("" if required else " to get predictions from (default: predict in-process)"),
+        metavar="HOST:PORT|unix:PATH",
+        required=required,
+        old=old("address"),
+    )
+    namespace = Option(
+        "--namespace", namespace_help or "", default=namespace_default, metavar="NS", old=old("namespace")
+    )
+    deadline = Option(
+        "--timeout",
+        timeout_help,
+        positive_number,
+        DEFAULT_TIMEOUT_SECONDS if timeout is None else timeout,
+        "SECONDS",
+        old=old("timeout"),
+    )
+    chosen = (address, namespace, deadline) if namespace_help else (address, deadline)
+    return Group("reaching the predictor service", (*chosen, *credential_options()))
+
+
+def credential_options() -> tuple[Option, ...]:
+    """How a client proves itself and checks the server."""
+    return (
+        Option("--token-file", "file holding the bearer token to send (its first line)", metavar="FILE"),
+        Option("--tls", "connect with TLS, checking the server against the system's CAs", kind="flag"),
+        Option("--tls-ca", "connect with TLS, checking the server against this CA", metavar="PEM"),
+        Option("--tls-cert", "client certificate, for a server requiring them (with --tls-key)", metavar="PEM"),
+        Option("--tls-key", "the client certificate's private key", metavar="PEM"),
+        Option("--tls-server-name", "the name the server's certificate carries, if not the address's", metavar="NAME"),
     )
 
 
-def request_seconds(text: str) -> int:
-    """An argparse type: a time limit as seconds or [D-]HH:MM:SS."""
-    from simulator.workloads.sitelog import parse_duration
+def credentials_from(args: argparse.Namespace) -> Credentials:
+    from predictor.service.client import Credentials
 
-    seconds = parse_duration(text)
-    if seconds is None or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive time limit (seconds or [D-]HH:MM:SS)")
-    return seconds
-
-
-def format_options(parser: argparse.ArgumentParser) -> None:
-    """How to read a trace file: its format, and what a site's own log (sacct, PBS) leaves open."""
-    from simulator.workloads.formats import TRACE_FORMATS
-    from simulator.workloads.sitelog import SIZE_UNITS
-
-    parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (default: detected from the content)")
-    parser.add_argument(
-        "--lenient", action="store_true", help="skip malformed lines (counted by reason) instead of failing"
-    )
-    parser.add_argument(
-        "--timezone", metavar="ZONE", help="sacct: the time zone of its local times, e.g. Europe/Berlin (default UTC)"
-    )
-    parser.add_argument("--size", choices=SIZE_UNITS, help="sacct, PBS: job size in cores (default) or nodes")
-    parser.add_argument(
-        "--default-request",
-        type=request_seconds,
-        metavar="LIMIT",
-        help="sacct, PBS: t_req of jobs without a time limit (UNLIMITED, the partition's); default: skip them",
+    return Credentials.from_files(
+        token_file=args.token_file,
+        tls=args.tls,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_server_name=args.tls_server_name,
     )
 
 
-def trace_options(parser: argparse.ArgumentParser) -> None:
-    """`--trace` and how to read it, as every command that reads one trace takes them."""
-    parser.add_argument(
-        "--trace",
-        metavar="PATH",
-        help="SWF trace (.swf, .swf.gz), sacct --parsable2 output, or PBS accounting logs (a file or folder); "
-        "- for SWF lines on standard input; default: the built-in synthetic workload",
+def scheduler_group(policy: Option, *more: Option) -> Group:
+    """The scheduler a command simulates or forecasts for: its queue `policy` (a SPEC, or one of the plain
+    policies), backfilling and backfill order, and `more` (how it uses predictions)."""
+    from predictor.forecasting import Scheduler
+    from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
+
+    backfill = Option(
+        "--backfill",
+        "backfilling (replan: conservative with the whole plan rebuilt in the policy's order at every job end, "
+        "as Streit's CCS)",
+        default=Scheduler.backfill,
+        choices=BACKFILLS,
     )
-    format_options(parser)
+    order = Option(
+        "--backfill-order",
+        "the order backfill candidates are tried in: the queue's, or shortest estimate first (EASY-SJBF)",
+        default=Scheduler.backfill_order,
+        choices=BACKFILL_ORDERS,
+    )
+    return Group("the scheduler", (policy, backfill, order, *more))
+
+
+def plain_policy_option() -> Option:
+    """`--policy` where only the plain queue policies run (no dynP)."""
+    from predictor.forecasting import Scheduler
+    from simulator.policies import POLICIES
+
+    return Option("--policy", "queue policy", default=Scheduler.policy, choices=POLICIES)

@@ -1,13 +1,8 @@
-"""The `tsched` command line: thin wrappers that parse arguments and print results.
+"""The simulator's commands: `simulate` (one replay), `evaluate` (the head-to-head of estimators x policies x
+modes, with a report) and `wait-eval` (queue-time forecasters scored on a replay).
 
-This is the one entry point: the simulator's commands (`simulate`, `trace`,
-`evaluate`) live here, the predictor's (`serve`, `predict`, `predict-eval`,
-`train`) in `tsched.cli.service`, mounted below. Every command that reads a trace
-uses the built-in synthetic workload when `--trace` is omitted, so a new user
-can run everything with no data. Errors a user can fix (`kernel.errors.
-TschedError`: a malformed trace, a bad SPEC, a refused request) and file-system
-errors are printed as one line with exit status 2; anything else is a bug and
-keeps its traceback.
+Every command that reads a trace uses the built-in synthetic workload when `--trace` is omitted, so a new
+user can run everything with no data.
 """
 
 from __future__ import annotations
@@ -18,49 +13,51 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
-from simulator.dynp import DYNAMIC, canonical_policy
-from simulator.engine import SimulationConfig
-from simulator.evaluation import plan as ev
-from simulator.experiment import DEFAULT_MAX_FALLBACK_SHARE
-from simulator.machine import CORRECTIONS, MODES
-from simulator.policies import POLICIES
-from simulator.waiteval import PROTOCOLS
-from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
 from tsched.cli.options import (
-    HelpFormatter,
-    add_connection_options,
+    TRACE_HELP,
     credentials_from,
     format_options,
     fraction,
+    json_option,
     load_trace,
+    machine_procs_option,
     non_negative_int,
     output_file,
+    plain_policy_option,
     positive_int,
     positive_number,
-    read_trace_option,
-    trace_options,
-    write_json,
+    scheduler_group,
+    service_group,
+    show,
+    site_log_options,
+    trace_group,
 )
+from tsched.cli.spec import Command, Group, Option, Table
 
-#: How --policy and --policies describe a policy SPEC.
-POLICY_HELP = (
-    f"{', '.join(POLICIES)}, or {DYNAMIC}[:key=value,...]: Streit's dynP, variant=self-tuning "
-    "(decider=simple|advanced, quality=art|artww|sldwa|makespan; default advanced, artww) or variant=basic "
-    "(lower, upper: seconds, default 7200, 9000)"
-)
-#: What `wait-eval` compares without --forecaster: Downey's combined predictor, the forecast `squeue --start`
+#: What `wait-eval` compares without --forecasters: Downey's combined predictor, the forecast `squeue --start`
 #: gives, and the forward simulation with a point estimate of runtimes (docs/queue-time.md: the mean of the
 #: user's last two runtimes forecast best on SDSC-Par-1996 and within 0.05 of the LightGBM median model on
 #: CTC-SP2, at a fraction of its cost).
 DEFAULT_FORECASTERS = ("downey", "forward:estimator=request", "forward:estimator=last2")
-EXIT_USER_ERROR = 2
 EXIT_TASK_FAILED = 1
-_DEFAULTS = SimulationConfig(procs=1)
+
+
+def policy_help() -> str:
+    """How --policy and --policies describe a policy SPEC."""
+    from simulator.dynp import DYNAMIC
+    from simulator.policies import POLICIES
+
+    return (
+        f"{', '.join(POLICIES)}, or {DYNAMIC}[:key=value,...]: Streit's dynP, variant=self-tuning "
+        "(decider=simple|advanced, quality=art|artww|sldwa|makespan; default advanced, artww) or variant=basic "
+        "(lower, upper: seconds, default 7200, 9000)"
+    )
 
 
 def policy_spec(text: str) -> str:
     """An argparse type: a policy SPEC, checked and spelled out in full."""
+    from simulator.dynp import canonical_policy
+
     try:
         return canonical_policy(text)
     except ValueError as error:
@@ -70,161 +67,83 @@ def policy_spec(text: str) -> str:
 def default_mode(estimator: str) -> str:
     """An estimator without --mode is used where the product uses it (waiting jobs: selective); the users'
     requests need no mode."""
-    return "none" if estimator == ev.BASELINE_ESTIMATOR else "selective"
+    from simulator.evaluation.plan import BASELINE_ESTIMATOR
 
-
-def _format_summary(summary: dict[str, Any]) -> str:
-    """A readable block for `tsched simulate`."""
-    skipped = ", ".join(f"{k} {v}" for k, v in summary["skipped"].items())
-    lines = [
-        f"trace      {summary['trace']}" + (f"  month {summary['month']}" if summary["month"] else ""),
-        f"scheduler  {summary['policy']} + {summary['backfill']} backfilling ({summary['backfill_order']} order), "
-        f"{summary['procs']} processors, mode {summary['mode']} (correction {summary['correction']}), "
-        f"estimator {summary['estimator']}"
-        + (f", load x{summary['load_factor']:g}" if summary["load_factor"] != 1 else "")
-        + (f", replicate {summary['replicate']} (±{summary['jitter']} s)" if summary["replicate"] else ""),
-        f"jobs       {summary['jobs']}" + (f"  (skipped: {skipped})" if skipped else ""),
-        f"wait       {summary['avg_wait']:.0f} s average   weighted wait {summary['weighted_wait']:.0f} s",
-        f"response   {summary['avg_response']:.0f} s average   weighted by width (ARTwW) {summary['artww']:.0f} s",
-        f"slowdown   {summary['avg_slowdown']:.2f} average   bounded {summary['avg_bounded_slowdown']:.2f}   "
-        f"weighted by area (SLDwA) {summary['sldwa']:.2f}",
-        f"machine    utilization {summary['utilization']:.3f}   makespan {summary['makespan'] / 86400:.1f} days",
-    ]
-    dynp = summary["dynp"]
-    if dynp is not None:
-        lines.append(
-            f"dynP       {dynp['decisions']} decisions (kept {dynp['kept']}, mean backlog {dynp['mean_backlog']:.1f}), "
-            f"switches to {_per_policy(dynp['switches'])}; jobs started with {_per_policy(dynp['jobs_started'])}"
-        )
-    p = summary["prediction"]
-    lines.append(
-        f"estimates  accuracy mean {p['accuracy_mean']:.3f} median {p['accuracy_median']:.3f}, "
-        f"underestimated {p['underestimated']:.1%} (NA {p['NA']:.1%} OE {p['OE']:.1%} "
-        f"UE {p['UE']:.1%} BE {p['BE']:.1%})"
-    )
-    if summary["predictor_fallbacks"]:
-        lines.append(
-            f"predictor  {summary['predictor_fallbacks']} job(s) ({summary['predictor_fallback_share']:.2%}) got "
-            "t_req: the service did not answer"
-        )
-    return "\n".join(lines)
-
-
-def _per_policy(counts: dict[str, int]) -> str:
-    return " / ".join(f"{policy} {count}" for policy, count in counts.items())
+    return "none" if estimator == BASELINE_ESTIMATOR else "selective"
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from simulator.engine import SimulationConfig
     from simulator.experiment import run_simulation
 
     trace = load_trace(args)
-    procs = trace.machine_procs(args.procs)
+    procs = trace.machine_procs(args.machine_procs)
     mode = args.mode or default_mode(args.estimator)
     config = SimulationConfig(procs, args.policy, args.backfill, mode, args.correction, args.backfill_order)
-    credentials = credentials_from(args) if args.predictor_address else None
+    credentials = credentials_from(args) if args.address else None
     summary, result = run_simulation(
         trace,
         config,
         args.estimator,
         args.month,
-        args.predictor_address,
-        args.predictor_namespace,
-        args.predictor_timeout,
+        args.address,
+        args.namespace,
+        args.timeout,
         credentials=credentials,
         load_factor=args.load_factor,
         max_fallback_share=args.max_fallback_share,
         replicate=args.replicate,
         jitter=args.jitter,
     )
-    print(_format_summary(summary))
-    write_json(args.json, summary)
+    show(args.json, summary.to_dict(), summary.describe)
     if args.jobs_csv:
         result.jobs.to_csv(args.jobs_csv, index=False)
     return 0
 
 
-def cmd_pbs_report(args: argparse.Namespace) -> int:
-    from predictor.service.client import PredictorClient
-    from sites.pbs import report_accounting
-
-    with PredictorClient(args.address, args.timeout, credentials_from(args)) as client:
-        sent, new = report_accounting(args.accounting, client, args.namespace)
-    print(f"{sent} completions sent: {new} new, {sent - new} already held")
-    return 0
-
-
-def cmd_trace_info(args: argparse.Namespace) -> int:
-    from simulator.workloads.swf import format_trace_info, trace_info
-
-    info = trace_info(read_trace_option(args))  # also a trace nothing of which can be replayed
-    print(format_trace_info(info))
-    write_json(args.json, info)
-    return 0
-
-
-def cmd_trace_generate(args: argparse.Namespace) -> int:
-    from simulator.workloads.swf import write_swf
-    from simulator.workloads.synthetic import generate_workload, offered_load
-
-    trace = generate_workload(jobs=args.jobs, procs=args.procs, load=args.load, seed=args.seed)
-    write_swf(trace, args.out)
-    jobs = trace.jobs
-    load = offered_load(jobs["submit"], jobs["procs"], jobs["t_act"], args.procs)
-    print(f"wrote {args.out}: {len(jobs)} jobs on {args.procs} processors, offered load {load:.3f}, seed {args.seed}")
-    return 0
-
-
-def cmd_trace_convert(args: argparse.Namespace) -> int:
-    from simulator.workloads.formats import convert_trace
-
-    trace = read_trace_option(args)  # every record is converted, replayable or not
-    names = convert_trace(trace, args.out, args.procs)
-    skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(trace.skipped.items())) or "none"
-    print(f"wrote {args.out}: {len(trace.records)} records ({len(trace.jobs)} replayable; skipped: {skipped})")
-    if names is not None:
-        print(f"wrote {names}: the names behind the user, group, queue, ... ids")
-    return 0
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from simulator.evaluation import plan as ev
     from simulator.evaluation.execution import run_evaluation
 
-    plan = ev.EvaluationPlan(
-        estimators=tuple(ev.split_specs(args.estimators)) if args.estimators else ev.DEFAULT_ESTIMATORS,
-        policies=ev.split_policies(args.policies),
-        backfills=ev.split_choices(args.backfill, BACKFILLS, "--backfill"),
-        modes=ev.split_choices(args.modes, ev.PREDICTION_MODES, "--modes"),
-        monthly=args.monthly,
-        procs=args.procs,
-        backfill_orders=ev.split_choices(args.backfill_order, BACKFILL_ORDERS, "--backfill-order"),
-        corrections=ev.split_choices(args.corrections, CORRECTIONS, "--corrections"),
-        load_factors=ev.split_numbers(args.load_factor, "--load-factor"),
-        replicates=args.replicates,
-        jitter=args.jitter,
-    )
+    plan = evaluation_plan(args)
     plan.check()  # a bad SPEC or choice fails before any trace is read
-    traces = (
-        [
-            ev.load_trace_input(
-                path,
-                args.format,
-                lenient=args.lenient,
-                timezone=args.timezone,
-                size=args.size,
-                default_request=args.default_request,
-            )
-            for path in args.trace
-        ]
-        if args.trace
-        else [ev.builtin_trace_input()]
-    )
+    options = site_log_options(args)
+    traces = [ev.load_trace_input(path, args.format, **options) for path in args.traces or ()]
     backend = ev.Backend(args.workers, args.dask_scheduler, args.in_process)
     try:
-        print(run_evaluation(traces, plan, Path(args.out), backend, force=args.force).summary())
+        print(
+            run_evaluation(
+                traces or [ev.builtin_trace_input()], plan, Path(args.out), backend, force=args.force
+            ).summary()
+        )
     except ev.TaskError as error:
         print(f"tsched: error: {error}", file=sys.stderr)
         return EXIT_TASK_FAILED
     return 0
+
+
+def evaluation_plan(args: argparse.Namespace) -> Any:
+    """The `EvaluationPlan` evaluate's list options name (each list: values separated by spaces or commas)."""
+    from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
+    from simulator.evaluation import plan as ev
+    from simulator.machine import CORRECTIONS
+
+    def joined(values: list[str]) -> str:
+        return ",".join(values)
+
+    return ev.EvaluationPlan(
+        estimators=tuple(ev.split_specs(args.estimators)),
+        policies=ev.split_policies(joined(args.policies)),
+        backfills=ev.split_choices(joined(args.backfills), BACKFILLS, "--backfills"),
+        modes=ev.split_choices(joined(args.modes), ev.PREDICTION_MODES, "--modes"),
+        monthly=args.monthly,
+        procs=args.machine_procs,
+        backfill_orders=ev.split_choices(joined(args.backfill_orders), BACKFILL_ORDERS, "--backfill-orders"),
+        corrections=ev.split_choices(joined(args.corrections), CORRECTIONS, "--corrections"),
+        load_factors=ev.split_numbers(joined(args.load_factors), "--load-factors"),
+        replicates=args.replicates,
+        jitter=args.jitter,
+    )
 
 
 def cmd_wait_eval(args: argparse.Namespace) -> int:
@@ -233,17 +152,15 @@ def cmd_wait_eval(args: argparse.Namespace) -> int:
     from simulator.waiteval import format_report, run_wait_evaluation, scatter_plot
 
     scheduler = Scheduler(args.policy, args.backfill, args.backfill_order)
-    specs = args.forecaster or list(DEFAULT_FORECASTERS)
-    for spec in specs:
+    for spec in args.forecasters:
         make_forecaster(spec, scheduler, {})  # a bad SPEC fails before the trace is read
     trace = load_trace(args)
     truth = dict(zip(trace.jobs["job_id"].tolist(), trace.jobs["t_act"].tolist(), strict=True))  # the oracle's
-    forecasters = [make_forecaster(spec, scheduler, truth) for spec in specs]
+    forecasters = [make_forecaster(spec, scheduler, truth) for spec in args.forecasters]
     report, questions = run_wait_evaluation(
-        trace.path, trace.jobs, trace.machine_procs(args.procs), scheduler, forecasters, args.protocol
+        trace.path, trace.jobs, trace.machine_procs(args.machine_procs), scheduler, forecasters, args.protocol
     )
-    print(format_report(report))
-    write_json(args.json, report)
+    show(args.json, report, lambda: format_report(report))
     if args.plot:
         scatter_plot(questions, report, args.plot)
     if args.questions_csv:
@@ -251,244 +168,209 @@ def cmd_wait_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Mount the simulator's commands (and `pbs-report`) on the `tsched` parser."""
-    from simulator.workloads import synthetic
+def jitter_option() -> Option:
+    from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
 
-    formatter = HelpFormatter
+    return Option(
+        "--jitter",
+        "how far a replicate moves each submission, at most",
+        non_negative_int,
+        DEFAULT_JITTER_SECONDS,
+        "SECONDS",
+    )
 
-    sim = commands.add_parser(
-        "simulate", help="replay a trace through a simulated scheduler", formatter_class=formatter
+
+def simulate_table() -> Table:
+    from simulator.evaluation.plan import BASELINE_ESTIMATOR
+    from simulator.experiment import DEFAULT_MAX_FALLBACK_SHARE
+
+    timeout_help = (
+        "how long to wait for the service per call before jobs get t_req (a replay of a model that trains as it "
+        "goes needs its trainings' time: a minute or more)"
     )
-    trace_options(sim)
-    sim.add_argument("--procs", type=int, help="machine size (default: the trace header's MaxProcs)")
-    sim.add_argument(
-        "--policy", type=policy_spec, default=_DEFAULTS.policy, metavar="SPEC", help=f"queue policy: {POLICY_HELP}"
+    return (
+        trace_group(),
+        machine_procs_option("the trace header's MaxProcs"),
+        simulated_scheduler(),
+        Option("--estimator", "NAME or NAME:key=value,...", default=BASELINE_ESTIMATOR, metavar="SPEC"),
+        replay_group(),
+        json_option("the summary"),
+        Option("--jobs-csv", "write one row per job as CSV", output_file, metavar="OUT"),
+        service_group(
+            timeout_help,
+            1.0,
+            required=False,
+            namespace_help="the service namespace (default: a fresh one)",
+            namespace_default=None,
+            old_prefix="--predictor-",
+        ),
+        Option(
+            "--max-fallback-share",
+            "with --address: fail if more than this share of the jobs got t_req because the service did not answer",
+            fraction,
+            DEFAULT_MAX_FALLBACK_SHARE,
+            "S",
+        ),
     )
-    sim.add_argument(
-        "--backfill",
-        choices=BACKFILLS,
-        default=_DEFAULTS.backfill,
-        help="backfilling (replan: conservative with the whole plan rebuilt in the policy's order at every job end, "
-        "as Streit's CCS)",
-    )
-    sim.add_argument("--estimator", default=ev.BASELINE_ESTIMATOR, metavar="SPEC", help="NAME or NAME:key=value,...")
-    sim.add_argument(
+
+
+def simulated_scheduler() -> Group:
+    """The scheduler `simulate` runs: any policy SPEC (dynP too), and where it uses the predictions."""
+    from simulator.engine import SimulationConfig
+    from simulator.machine import CORRECTIONS, MODES
+
+    default = SimulationConfig.policy
+    policy = Option("--policy", f"queue policy (default: {default}): {policy_help()}", policy_spec, default, "SPEC")
+    mode = Option(
         "--mode",
-        choices=MODES,
-        help="where the scheduler uses t_sched: none (t_req everywhere), regular (waiting and running jobs) or "
+        "where the scheduler uses t_sched: none (t_req everywhere), regular (waiting and running jobs) or "
         "selective (waiting jobs only) (default: selective with an estimator, none with request)",
+        choices=MODES,
     )
-    sim.add_argument(
+    correction = Option(
         "--correction",
+        "regular mode: what a running job past its prediction is expected to run",
+        default=SimulationConfig.correction,
         choices=CORRECTIONS,
-        default=_DEFAULTS.correction,
-        help="regular mode: what a running job past its prediction is expected to run",
     )
-    sim.add_argument(
-        "--backfill-order",
-        choices=BACKFILL_ORDERS,
-        default=_DEFAULTS.backfill_order,
-        help="the order backfill candidates are tried in: the queue's, or shortest estimate first (EASY-SJBF)",
-    )
-    sim.add_argument(
+    return scheduler_group(policy, mode, correction)
+
+
+def replay_group() -> Group:
+    """What of the trace `simulate` replays, and how changed: its load, a replicate, one month."""
+    load_factor = Option(
         "--load-factor",
-        type=positive_number,
-        default=1.0,
-        metavar="F",
-        help="multiply the offered load by F (inter-arrival times divided by F; runtimes, sizes, users unchanged)",
+        "multiply the offered load by F (inter-arrival times divided by F; runtimes, sizes, users unchanged)",
+        positive_number,
+        1.0,
+        "F",
     )
-    sim.add_argument(
+    replicate = Option(
         "--replicate",
-        type=non_negative_int,
-        default=0,
-        metavar="N",
-        help="0: the trace as it is; N > 0: every submit time moved by up to --jitter seconds, drawn with seed N "
+        "0: the trace as it is; N > 0: every submit time moved by up to --jitter seconds, drawn with seed N "
         "(one more draw of a chaotic outcome: compare configurations over several)",
+        non_negative_int,
+        0,
+        "N",
     )
-    sim.add_argument(
-        "--jitter",
-        type=non_negative_int,
-        default=DEFAULT_JITTER_SECONDS,
-        metavar="SECONDS",
-        help="how far a replicate moves each submission, at most",
-    )
-    sim.add_argument("--month", metavar="YYYY-MM", help="simulate one calendar month, warmed up with earlier jobs")
-    sim.add_argument("--json", type=output_file, metavar="OUT", help="write the summary as JSON")
-    sim.add_argument("--jobs-csv", type=output_file, metavar="OUT", help="write one row per job as CSV")
-    sim.add_argument("--predictor-address", metavar="HOST:PORT|unix:PATH", help="get predictions from a tsched service")
-    sim.add_argument("--predictor-namespace", metavar="NS", help="service namespace (default: a fresh one)")
-    add_connection_options(sim)
-    sim.add_argument(
-        "--max-fallback-share",
-        type=fraction,
-        default=DEFAULT_MAX_FALLBACK_SHARE,
-        metavar="S",
-        help="with --predictor-address: fail if more than this share of the jobs got t_req because the service "
-        "did not answer",
-    )
-    sim.add_argument(
-        "--predictor-timeout",
-        type=positive_number,
-        default=1.0,
-        metavar="SECONDS",
-        help="how long to wait for the service per call before jobs get t_req (a replay of a model that "
-        "trains as it goes needs its trainings' time: a minute or more)",
-    )
-    sim.set_defaults(handler=cmd_simulate)
+    month = Option("--month", "simulate one calendar month, warmed up with earlier jobs", metavar="YYYY-MM")
+    return Group("the replay", (load_factor, replicate, jitter_option(), month))
 
-    trace = commands.add_parser("trace", help="inspect, convert or generate traces", formatter_class=formatter)
-    trace_commands = trace.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
-    info = trace_commands.add_parser(
-        "info", help="size, span, users, skipped jobs and request accuracy", formatter_class=formatter
-    )
-    info.add_argument(
-        "trace", nargs="?", metavar="PATH", help="trace (any format); default: the built-in synthetic workload"
-    )
-    format_options(info)
-    info.add_argument("--json", type=output_file, metavar="OUT", help="write the summary as JSON")
-    info.set_defaults(handler=cmd_trace_info)
-    convert = trace_commands.add_parser(
-        "convert",
-        help="write a trace (sacct output, PBS logs, SWF) as SWF, with its names beside it",
-        formatter_class=formatter,
-    )
-    convert.add_argument("trace", metavar="IN", help="the trace to convert: a file, or a folder of PBS logs")
-    format_options(convert)
-    convert.add_argument(
-        "--out", required=True, type=output_file, metavar="OUT.swf", help="where to write (.gz: compressed)"
-    )
-    convert.add_argument("--procs", type=int, help="MaxProcs to write (default: the trace's, e.g. its peak use)")
-    convert.set_defaults(handler=cmd_trace_convert)
-    gen = trace_commands.add_parser("generate", help="write a synthetic workload as SWF", formatter_class=formatter)
-    gen.add_argument("--jobs", type=int, default=synthetic.DEFAULT_JOBS, help="number of jobs")
-    gen.add_argument("--procs", type=int, default=synthetic.DEFAULT_PROCS, help="machine size")
-    gen.add_argument("--load", type=float, default=synthetic.DEFAULT_LOAD, help="target offered load")
-    gen.add_argument("--seed", type=int, default=synthetic.DEFAULT_SEED, help="random seed")
-    gen.add_argument(
-        "--out", required=True, type=output_file, metavar="FILE.swf", help="where to write (.gz: compressed)"
-    )
-    gen.set_defaults(handler=cmd_trace_generate)
 
-    evl = commands.add_parser(
-        "evaluate",
-        help="head-to-head evaluation of estimators x policies x modes, with a report",
-        formatter_class=formatter,
-    )
-    evl.add_argument(
-        "--trace",
-        action="append",
+def evaluate_table() -> Table:
+    from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
+    from simulator.evaluation import plan as ev
+    from simulator.machine import CORRECTIONS
+
+    def listed(name: str, help: str, default: tuple[str, ...], metavar: str, *old: str) -> Option:
+        return Option(
+            name, f"{help}; separated by spaces or commas", default=default, metavar=metavar, kind="list", old=old
+        )
+
+    traces = Option(
+        "--traces",
+        f"{TRACE_HELP}; several separated by spaces (default: the built-in synthetic workload)",
         metavar="PATH",
-        help="trace (SWF, sacct output, PBS logs); repeat for several (default: the built-in synthetic workload)",
+        kind="list",
+        old=("--trace",),
     )
-    format_options(evl)
-    evl.add_argument("--procs", type=int, help="machine size (default: each trace header's MaxProcs)")
-    evl.add_argument(
-        "--estimators",
-        action="append",
-        metavar="SPEC,...",
-        help=f"comma-separated estimator SPECs; repeatable (default: {','.join(ev.DEFAULT_ESTIMATORS)})",
+    return (
+        Group("the traces", (traces, *format_options())),
+        machine_procs_option("each trace header's MaxProcs"),
+        Group(
+            "what to compare (every combination runs; the baseline, request in mode none, always does)",
+            (
+                listed("--estimators", "estimator SPECs", ev.DEFAULT_ESTIMATORS, "SPEC"),
+                listed("--policies", f"queue policies: {policy_help()}", ev.DEFAULT_POLICIES, "SPEC"),
+                listed("--backfills", f"from {', '.join(BACKFILLS)}", ev.DEFAULT_BACKFILLS, "B", "--backfill"),
+                listed("--modes", "from regular, selective", ev.DEFAULT_MODES, "M"),
+                listed(
+                    "--backfill-orders",
+                    f"from {', '.join(BACKFILL_ORDERS)} (sjf: EASY-SJBF; with predictions in regular mode, EASY++)",
+                    ev.DEFAULT_BACKFILL_ORDERS,
+                    "O",
+                    "--backfill-order",
+                ),
+                listed(
+                    "--corrections",
+                    f"regular mode, a running job past its prediction: from {', '.join(CORRECTIONS)}",
+                    ev.DEFAULT_CORRECTIONS,
+                    "C",
+                ),
+                listed(
+                    "--load-factors",
+                    "offered load multiplied by each F (inter-arrival times divided by F)",
+                    tuple(f"{factor:g}" for factor in ev.DEFAULT_LOAD_FACTORS),
+                    "F",
+                    "--load-factor",
+                ),
+            ),
+        ),
+        *evaluate_run_options(ev.DEFAULT_REPORT_FOLDER),
     )
-    evl.add_argument(
-        "--policies",
-        default=",".join(ev.DEFAULT_POLICIES),
-        metavar="SPEC,...",
-        help=f"comma-separated queue policies: {POLICY_HELP}",
-    )
-    evl.add_argument(
-        "--backfill", default=",".join(ev.DEFAULT_BACKFILLS), metavar="B,...", help=f"from {', '.join(BACKFILLS)}"
-    )
-    evl.add_argument(
-        "--modes",
-        default=",".join(ev.DEFAULT_MODES),
-        metavar="M,...",
-        help="from regular, selective (the baseline, request in mode none, always runs)",
-    )
-    evl.add_argument(
-        "--backfill-order",
-        default=",".join(ev.DEFAULT_BACKFILL_ORDERS),
-        metavar="O,...",
-        help=f"from {', '.join(BACKFILL_ORDERS)} (sjf: EASY-SJBF; with predictions in regular mode, EASY++)",
-    )
-    evl.add_argument(
-        "--corrections",
-        default=",".join(ev.DEFAULT_CORRECTIONS),
-        metavar="C,...",
-        help=f"regular mode, a running job past its prediction: from {', '.join(CORRECTIONS)}",
-    )
-    evl.add_argument(
-        "--load-factor",
-        default=",".join(f"{factor:g}" for factor in ev.DEFAULT_LOAD_FACTORS),
-        metavar="F,...",
-        help="offered load multiplied by each F (inter-arrival times divided by F)",
-    )
-    evl.add_argument(
-        "--replicates",
-        type=positive_int,
-        default=1,
-        metavar="K",
-        help="simulate every period K times: as it is, then with submissions moved by up to --jitter seconds "
-        "(seeds 1..K-1); tables give the mean and spread over them",
-    )
-    evl.add_argument(
-        "--jitter",
-        type=non_negative_int,
-        default=DEFAULT_JITTER_SECONDS,
-        metavar="SECONDS",
-        help="how far a replicate moves each submission, at most",
-    )
-    evl.add_argument("--monthly", action="store_true", help="Tang et al.'s protocol: each calendar month on its own")
-    evl.add_argument("--out", default=ev.DEFAULT_REPORT_FOLDER, metavar="DIR", help="report folder (new or empty)")
-    evl.add_argument(
-        "--force", action="store_true", help="replace the previous report in --out (only its own files are removed)"
-    )
-    evl.add_argument(
-        "--workers", type=int, default=os.cpu_count() or 1, help="joblib worker processes (default: one per CPU)"
-    )
-    evl.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the tasks on this Dask cluster instead")
-    evl.add_argument("--in-process", action="store_true", help="predict in-process instead of through the service")
-    evl.set_defaults(handler=cmd_evaluate)
 
-    wait = commands.add_parser(
+
+def evaluate_run_options(report_folder: str) -> tuple[Option, ...]:
+    """How `evaluate` runs: replicates, protocol, where the report goes, and where the tasks run."""
+    return (
+        Option(
+            "--replicates",
+            "simulate every period K times: as it is, then with submissions moved by up to --jitter seconds "
+            "(seeds 1..K-1); tables give the mean and spread over them",
+            positive_int,
+            1,
+            "K",
+        ),
+        jitter_option(),
+        Option("--monthly", "Tang et al.'s protocol: each calendar month on its own", kind="flag"),
+        Option("--out", "report folder (new or empty)", default=report_folder, metavar="DIR"),
+        Option("--force", "replace the previous report in --out (only its own files are removed)", kind="flag"),
+        Option("--workers", "joblib worker processes (default: one per CPU)", positive_int, os.cpu_count() or 1, "N"),
+        Option("--dask-scheduler", "run the tasks on this Dask cluster instead", metavar="ADDRESS"),
+        Option("--in-process", "predict in-process instead of through the service", kind="flag"),
+    )
+
+
+def wait_eval_table() -> Table:
+    from simulator.waiteval import PROTOCOLS
+
+    return (
+        trace_group(),
+        machine_procs_option("the trace header's MaxProcs"),
+        scheduler_group(plain_policy_option()),
+        Option(
+            "--forecasters",
+            "downey-a, downey-b, downey (combined), or forward:estimator=SPEC (estimator= last: the rest is the "
+            "estimator's SPEC); several separated by spaces",
+            default=DEFAULT_FORECASTERS,
+            metavar="SPEC",
+            kind="list",
+            old=("--forecaster",),
+        ),
+        Option(
+            "--protocol",
+            "ask at each submission, or when a job is first at the head of the queue and cannot start (Downey's)",
+            default="submit",
+            choices=PROTOCOLS,
+        ),
+        json_option("the report"),
+        Option("--plot", "draw Downey's Figure 4 per forecaster", output_file, metavar="OUT.png"),
+        Option("--questions-csv", "write one row per question with every forecast", output_file, metavar="OUT"),
+    )
+
+
+COMMANDS = (
+    Command("simulate", "replay a trace through a simulated scheduler", cmd_simulate, simulate_table),
+    Command(
+        "evaluate",
+        "head-to-head evaluation of estimators x policies x modes, with a report",
+        cmd_evaluate,
+        evaluate_table,
+    ),
+    Command(
         "wait-eval",
-        help="replay a trace and score queue-time forecasters (when will each job start?)",
-        formatter_class=formatter,
-    )
-    trace_options(wait)
-    wait.add_argument("--procs", type=int, help="machine size (default: the trace header's MaxProcs)")
-    wait.add_argument("--policy", choices=POLICIES, default=_DEFAULTS.policy, help="queue policy")
-    wait.add_argument("--backfill", choices=BACKFILLS, default=_DEFAULTS.backfill, help="backfilling")
-    wait.add_argument(
-        "--backfill-order", choices=BACKFILL_ORDERS, default=_DEFAULTS.backfill_order, help="backfill candidates' order"
-    )
-    wait.add_argument(
-        "--forecaster",
-        action="append",
-        metavar="SPEC",
-        help="downey-a, downey-b, downey (combined), or forward:estimator=SPEC (estimator= last: the rest is the "
-        f"estimator's SPEC); repeat for several (default: {' '.join(DEFAULT_FORECASTERS)})",
-    )
-    wait.add_argument(
-        "--protocol",
-        choices=PROTOCOLS,
-        default="submit",
-        help="ask at each submission, or when a job is first at the head of the queue and cannot start (Downey's)",
-    )
-    wait.add_argument("--json", type=output_file, metavar="OUT", help="write the report as JSON")
-    wait.add_argument("--plot", type=output_file, metavar="OUT.png", help="draw Downey's Figure 4 per forecaster")
-    wait.add_argument(
-        "--questions-csv", type=output_file, metavar="OUT", help="write one row per question with every forecast"
-    )
-    wait.set_defaults(handler=cmd_wait_eval)
-
-    report = commands.add_parser(
-        "pbs-report",
-        help="report the jobs of PBS accounting logs to a predictor service (cron it: those already held are skipped)",
-        formatter_class=formatter,
-    )
-    report.add_argument("accounting", nargs="+", metavar="PATH", help="accounting log files or folders")
-    report.add_argument("--address", required=True, metavar="HOST:PORT|unix:PATH", help="the predictor service")
-    report.add_argument("--namespace", default="", help="the cluster's namespace (default: the server's default)")
-    report.add_argument("--timeout", type=positive_number, default=60.0, help="seconds each batch may take")
-    add_connection_options(report)
-    report.set_defaults(handler=cmd_pbs_report)
+        "replay a trace and score queue-time forecasters (when will each job start?)",
+        cmd_wait_eval,
+        wait_eval_table,
+    ),
+)

@@ -1,7 +1,9 @@
 """The `lgbm-quantile` and `lgbm-sched` estimators: a LightGBM model of the distribution of R = t_act / t_req.
 
-- `estimator`: the estimator (training schedule, choosing an estimate per job);
+- `estimator`: the estimator (what it learns from each finished job, choosing an estimate per job);
 - `sched`: the same distribution turned into the estimate a backfilling scheduler plans best with;
+- `model`: the trained model, the distribution of R it predicts, and the runtime interval read off it;
+- `training`: the jobs kept for training, the LightGBM fit, and the schedule of retrainings and model swaps;
 - `features`: submit-time features from the request and finished-job history;
 - `calibration`: choosing an estimate from a distribution, and calibrating that choice;
 - `store`: training a model on a trace, saving it as a model folder, loading it back;

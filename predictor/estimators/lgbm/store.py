@@ -28,16 +28,7 @@ from kernel.specs import parse_spec
 from predictor.digests import sha256_of
 from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.defaults import DEFAULT_HELD_OUT_DAYS, TRAINED_ESTIMATOR
-from predictor.estimators.lgbm.estimator import (
-    CANDIDATES,
-    CLASS_QUANTILES,
-    CLASSES,
-    N_FEATURES,
-    RATIO_EDGES,
-    LGBMQuantileEstimator,
-    TrainedModel,
-    TrainingData,
-)
+from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
 from predictor.estimators.lgbm.features import (
     COUNTED_KEY,
     HISTORY_WINDOW,
@@ -45,6 +36,7 @@ from predictor.estimators.lgbm.features import (
     feature_encodings,
     feature_names,
 )
+from predictor.estimators.lgbm.model import CANDIDATES, CLASS_QUANTILES, CLASSES, RATIO_EDGES, TrainedModel
 from predictor.frames import TraceLike, finished_from_frame, jobs_to_requests
 from predictor.offline import causal_replay
 from predictor.registry import available, make_estimator
@@ -126,29 +118,20 @@ def train(
     requested = make_estimator(spec)
     if type(requested) is not LGBMQuantileEstimator:  # lgbm-sched's choice is not what a model folder keeps
         raise SpecError(f"tsched train trains lgbm-quantile models; {spec!r} is a {requested.name!r} estimator")
-    params = requested.get_params()
-    # The saved model is evaluated as it is saved: frozen, with its calibration still tracking.
-    estimator = LGBMQuantileEstimator(**{**params, "retrain": "never"})
     jobs = trace.jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
     if jobs.empty:
         raise TraceError(f"{trace.path}: no jobs to train on")
     if until is None:
         until = int(jobs["submit"].iloc[-1]) - DEFAULT_HELD_OUT_DAYS * SECONDS_PER_DAY
-    for job in finished_from_frame(jobs):
-        if job.end > until:
-            break
-        estimator.observe(job)
-    data = estimator.training_data(until)
-    if len(data) < estimator.min_train:
-        raise UsageError(
-            f"{trace.path}: {len(data)} jobs finished in the {estimator.window} before --until; "
-            f"training needs at least {estimator.min_train}"
-        )
-    model = estimator.train(data)
-    estimator.install(model)
-    calibration = estimator.calibration_state()
-    multiplier = estimator.multiplier()
-    held_out = _held_out_metrics(estimator, jobs, until)
+    estimator = _trained_until(trace.path, requested, jobs, until)
+    model = estimator.model
+    assert model is not None  # `_trained_until` put it live
+    calibration = {
+        "target_under": estimator.target_under,
+        "multiplier": estimator.multiplier(),
+        "scores": estimator.calibration_state(),
+    }
+    held_out = _held_out_metrics(estimator, jobs, until)  # goes on calibrating: read the calibration first
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -157,7 +140,50 @@ def train(
     manifest = {
         "format": FORMAT,
         "estimator": requested.spec,
-        "params": params,
+        "params": requested.get_params(),
+        **_model_description(estimator, model),
+        "training": {
+            "trace": str(trace.path),
+            "trace_sha256": trace_sha256,
+            "jobs": model.jobs,
+            "first_end": model.first_end,
+            "until": until,
+            "first_end_utc": _utc(epoch, model.first_end),
+            "until_utc": _utc(epoch, until),
+        },
+        "calibration": calibration,
+        "held_out": held_out,
+        "model_file": MODEL_FILE,
+        "model_sha256": sha256_of(model_path),
+    }
+    (folder / MANIFEST_FILE).write_text(json.dumps(_json_safe(manifest), indent=1) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _trained_until(
+    path: str, requested: LGBMQuantileEstimator, jobs: pd.DataFrame, until: int
+) -> LGBMQuantileEstimator:
+    """`requested`'s estimator, frozen (it never retrains: the saved model is evaluated as it is saved, its
+    calibration still tracking), with a model trained on the jobs that ended by `until` live."""
+    estimator = requested.clone().set_params(retrain="never")
+    for job in finished_from_frame(jobs):
+        if job.end > until:
+            break
+        estimator.observe(job)
+    data = estimator.training_data(until)
+    if len(data) < estimator.min_train:
+        raise UsageError(
+            f"{path}: {len(data)} jobs finished in the {estimator.window} before --until; "
+            f"training needs at least {estimator.min_train}"
+        )
+    estimator.install(estimator.train(data))
+    return estimator
+
+
+def _model_description(estimator: LGBMQuantileEstimator, model: TrainedModel) -> dict[str, Any]:
+    """What a manifest says of the model: LightGBM's settings, the features, the R classes, the key counts
+    and the candidate estimates (a loader refuses a model whose encodings differ from its own)."""
+    return {
         "lightgbm": {"version": lgb.__version__, "params": estimator.lightgbm_params(), "trees": estimator.trees},
         "features": feature_encodings(),
         "classes": {"ratio_edges": list(RATIO_EDGES), "ratio_quantiles": model.class_ratios.tolist()},
@@ -169,22 +195,7 @@ def train(
             "params.prior_jobs of them, they give the posterior the estimate is chosen from",
         },
         "candidates": CANDIDATES.tolist(),
-        "training": {
-            "trace": str(trace.path),
-            "trace_sha256": trace_sha256,
-            "jobs": model.jobs,
-            "first_end": model.first_end,
-            "until": until,
-            "first_end_utc": _utc(epoch, model.first_end),
-            "until_utc": _utc(epoch, until),
-        },
-        "calibration": {"target_under": estimator.target_under, "multiplier": multiplier, "scores": calibration},
-        "held_out": held_out,
-        "model_file": MODEL_FILE,
-        "model_sha256": sha256_of(model_path),
     }
-    (folder / MANIFEST_FILE).write_text(json.dumps(_json_safe(manifest), indent=1) + "\n", encoding="utf-8")
-    return manifest
 
 
 def _json_safe(value: Any) -> Any:
@@ -198,23 +209,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-@dataclass(kw_only=True, eq=False, repr=False)
-class ServedModelEstimator(LGBMQuantileEstimator):
-    """`lgbm-quantile` starting from a trained model: it retrains on the jobs it learns like any other.
-
-    A model's retraining point is set from its training time, so in a new (empty)
-    namespace the first prediction finds it due with no job in the window: the
-    snapshot is then empty and no training starts, as when there are too few jobs.
-    """
-
-    def training_data(self, now: int) -> TrainingData:
-        buffer = self._buffer
-        if not buffer or buffer[-1][0] < now - self._window_seconds:
-            none = np.empty(0, dtype=np.int64)
-            return TrainingData(np.empty((0, N_FEATURES + CLASSES)), none, none, none, none, now, None)
-        return super().training_data(now)
-
-
 @dataclass(frozen=True)
 class LoadedModel:
     """A verified model folder: its manifest and the model ready to predict.
@@ -226,11 +220,16 @@ class LoadedModel:
     manifest: dict[str, Any]
     model: TrainedModel
 
-    def estimator(self, overrides: dict[str, str] | None = None) -> ServedModelEstimator:
-        """An estimator serving this model, with the manifest's parameters except `overrides` (SPEC values)."""
+    def estimator(self, overrides: dict[str, str] | None = None) -> LGBMQuantileEstimator:
+        """An estimator serving this model, with the manifest's parameters except `overrides` (SPEC values).
+
+        It retrains on the jobs it learns like any other. A model's retraining point is set from its training
+        time, so in a new (empty) namespace the first prediction finds it due with no job in the window: the
+        snapshot is then empty and no training starts, as when there are too few jobs.
+        """
         params = {**self.manifest["params"], **(overrides or {})}
         template = make_estimator(LGBMQuantileEstimator.name + ":" + ",".join(f"{k}={v}" for k, v in params.items()))
-        return ServedModelEstimator.from_model(
+        return LGBMQuantileEstimator.from_model(
             self.model, template.get_params(), self.manifest["calibration"]["scores"]
         )
 

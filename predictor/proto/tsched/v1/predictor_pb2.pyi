@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable", "actual_runtime", "user_name", "group_name", "account")
+    __slots__ = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable", "user_name", "group_name", "account")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -16,7 +16,6 @@ class Job(_message.Message):
     PROCS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
-    ACTUAL_RUNTIME_FIELD_NUMBER: _ClassVar[int]
     USER_NAME_FIELD_NUMBER: _ClassVar[int]
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
@@ -28,11 +27,10 @@ class Job(_message.Message):
     procs: int
     queue: int
     executable: int
-    actual_runtime: int
     user_name: str
     group_name: str
     account: str
-    def __init__(self, job_id: _Optional[int] = ..., submit: _Optional[int] = ..., user: _Optional[int] = ..., group: _Optional[int] = ..., t_req: _Optional[int] = ..., procs: _Optional[int] = ..., queue: _Optional[int] = ..., executable: _Optional[int] = ..., actual_runtime: _Optional[int] = ..., user_name: _Optional[str] = ..., group_name: _Optional[str] = ..., account: _Optional[str] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[int] = ..., submit: _Optional[int] = ..., user: _Optional[int] = ..., group: _Optional[int] = ..., t_req: _Optional[int] = ..., procs: _Optional[int] = ..., queue: _Optional[int] = ..., executable: _Optional[int] = ..., user_name: _Optional[str] = ..., group_name: _Optional[str] = ..., account: _Optional[str] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("job", "end", "runtime")

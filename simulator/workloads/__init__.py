@@ -1,0 +1,2 @@
+"""Workloads: the trace formats read (SWF, Slurm sacct, PBS accounting), load scaling, replicates, the
+synthetic workload."""

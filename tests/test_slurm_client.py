@@ -1,0 +1,163 @@
+"""deploy/slurm/tsched_client.lua, the client job_submit.lua and cli_filter.lua ask the predictor with, run by
+Lua 5.1 (Debian's Slurm's) and curl against a real service and against servers that are not one: a question
+costs at most its deadline and a few kilobytes, whatever answers at the address."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+
+from predictor.proto import pb
+from predictor.service.server import start_server
+
+REPO = Path(__file__).resolve().parents[1]
+CLIENT = REPO / "deploy" / "slurm" / "tsched_client.lua"
+LUA = shutil.which("lua5.1")
+pytestmark = pytest.mark.skipif(
+    LUA is None or shutil.which("curl") is None, reason="needs lua5.1 and curl (apt-get install lua5.1 curl)"
+)
+DEADLINE_MS = 1000
+T_REQ = 3600
+
+#: Asks once, as job_submit.lua does, and prints the outcome on one line.
+DRIVER = """
+local tsched = dofile(arg[1])
+local config = tsched.read_config("/nonexistent")
+config.address, config.deadline_ms = arg[2], arg[3]
+local answer, why = tsched.predict(config, { submit = 0, user = 1001, group = 1001, t_req = T_REQ, procs = 1 })
+if answer == nil then
+    print("nil " .. why)
+else
+    print("answer " .. tsched.comment(answer))
+end
+""".replace("T_REQ", str(T_REQ))
+
+
+def ask(address: str) -> tuple[str, float]:
+    """The client's one-line outcome for a question to `address`, and the seconds it took."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [str(LUA), "-", str(CLIENT), address, str(DEADLINE_MS)],
+        check=False,
+        input=DRIVER,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip(), time.monotonic() - began
+
+
+def impostor(answer: Callable[[bytes, grpc.ServicerContext], bytes]) -> Iterator[str]:
+    """A gRPC server that answers Predict with the bytes `answer` gives: not a tsched service."""
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    handler = grpc.method_handlers_generic_handler(
+        "tsched.v1.Predictor", {"Predict": grpc.unary_unary_rpc_method_handler(answer)}
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(0).wait()
+
+
+@pytest.fixture(scope="module")
+def honest() -> Iterator[tuple[str, float]]:
+    """A real service, and how long the client takes to ask it on this machine now (the yardstick)."""
+    running, port = start_server("127.0.0.1:0", default_estimators=["request"])
+    address = f"127.0.0.1:{port}"
+    ask(address)  # warm: the first call starts the estimator
+    outcome, seconds = ask(address)
+    assert outcome == f"answer tsched:t_sched={T_REQ},fallback=1"
+    yield address, seconds
+    running.stop(0).wait()
+
+
+def test_a_real_service_answers(honest: tuple[str, float]) -> None:
+    assert ask(honest[0])[0] == f"answer tsched:t_sched={T_REQ},fallback=1"
+
+
+def _response(t_sched: int, quantiles: int = 0) -> bytes:
+    quantile = [pb.Quantile(probability=0.9, runtime=t_sched)] * quantiles
+    return pb.PredictResponse(prediction=pb.Prediction(t_sched=t_sched), quantiles=quantile).SerializeToString()
+
+
+def test_a_huge_answer_is_cut_off_and_refused(honest: tuple[str, float]) -> None:
+    """Once a 7 MB answer held job_submit.lua for 8.2 s and became a 7 MB admin comment."""
+    huge = _response(60, quantiles=600_000)  # about 8 MB
+    address = next(generator := impostor(lambda _request, _context: huge))
+    try:
+        outcome, seconds = ask(address)
+    finally:
+        next(generator, None)
+    assert outcome.startswith("nil an answer over 4096 bytes")
+    assert seconds < 2 * DEADLINE_MS / 1000 + 3 * honest[1]
+
+
+@pytest.mark.parametrize(("t_sched", "quantiles"), [(10**12, 0), (0, 0), (60, 3)])
+def test_an_answer_no_tsched_service_gives_is_refused(t_sched: int, quantiles: int) -> None:
+    answer = _response(t_sched, quantiles)
+    if quantiles:  # a quantile beyond the request
+        answer = pb.PredictResponse(
+            prediction=pb.Prediction(t_sched=t_sched), quantiles=[pb.Quantile(probability=0.9, runtime=10**9)]
+        ).SerializeToString()
+    address = next(generator := impostor(lambda _request, _context: answer))
+    try:
+        outcome, _ = ask(address)
+    finally:
+        next(generator, None)
+    assert outcome.startswith("nil an answer no tsched service gives")
+
+
+def test_a_server_that_never_answers_costs_the_deadline(honest: tuple[str, float]) -> None:
+    release = threading.Event()
+
+    def hang(_request: bytes, _context: grpc.ServicerContext) -> bytes:
+        release.wait(30)
+        return _response(60)
+
+    address = next(generator := impostor(hang))
+    try:
+        outcome, seconds = ask(address)
+    finally:
+        release.set()
+        next(generator, None)
+    assert outcome == f"nil no answer within {DEADLINE_MS} ms"
+    assert seconds < 2 * DEADLINE_MS / 1000 + 3 * honest[1]
+
+
+def test_a_port_squatter_that_floods_bytes_costs_the_deadline(honest: tuple[str, float]) -> None:
+    """Not HTTP/2 at all: a process that writes junk as fast as it can to whoever connects."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def flood() -> None:
+        connection, _ = listener.accept()
+        junk = b"\xff" * 65536
+        try:
+            while not stop.is_set():
+                connection.sendall(junk)
+        except OSError:
+            pass
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=flood, daemon=True)
+    thread.start()
+    try:
+        outcome, seconds = ask(f"127.0.0.1:{listener.getsockname()[1]}")
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
+    assert outcome.startswith("nil ")
+    assert seconds < 2 * DEADLINE_MS / 1000 + 3 * honest[1]

@@ -1,0 +1,339 @@
+"""The commands that talk to a running predictor service: `predict`, `forecast`, `status`, `observe`,
+`namespaces list|show|reset` and `pbs-report`. Each reaches it with the same options (`service_group`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernel.errors import UsageError
+from tsched.cli.options import (
+    CLUSTER_NAMESPACE_HELP,
+    credentials_from,
+    json_option,
+    load_trace,
+    plain_policy_option,
+    scheduler_group,
+    service_group,
+    show,
+    trace_group,
+)
+from tsched.cli.spec import Command, Option, Table
+
+if TYPE_CHECKING:
+    from predictor.forecasting import QueueState
+    from predictor.service.client import PredictorClient
+
+
+def connect(args: argparse.Namespace) -> PredictorClient:
+    """A client of the service the options name."""
+    from predictor.service.client import PredictorClient
+
+    return PredictorClient(args.address, args.timeout, credentials_from(args))
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from predictor.service.client import predict_once
+
+    answer = predict_once(
+        args.address,
+        args.namespace,
+        args.estimator or "",
+        args.user,
+        args.group,
+        args.request,
+        args.procs,
+        args.submit,
+        args.timeout,
+        credentials_from(args),
+        args.account,
+    ).plain()
+    show(args.json, answer, lambda: _format_prediction(answer))
+    return 0
+
+
+def _format_prediction(answer: dict[str, Any]) -> str:
+    factor = "-" if answer["factor"] is None else f"{answer['factor']:.4f}"
+    text = (
+        f"t_sched {answer['t_sched']}  factor {factor}  estimator {answer['estimator']}  "
+        f"basis {answer['basis']}  fallback {str(answer['fallback']).lower()}"
+    )
+    if answer["quantiles"] is not None:
+        shown = "  ".join(f"p{float(p) * 100:g} {runtime}" for p, runtime in answer["quantiles"].items())
+        text += f"\nruntime quantiles: {shown}  P(runtime > t_sched) {answer['p_underestimate']:.2f}"
+    return text
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        status = dataclasses.asdict(client.status(args.namespace))
+    show(args.json, status, lambda: _format_status(status))
+    return 0
+
+
+def _format_status(status: dict[str, Any]) -> str:
+    lines = [f"server: {status['namespaces']} namespace(s), {status['training_runs']} training run(s) since it started"]
+    if not status["namespace_exists"]:
+        lines.append(f"namespace {status['namespace']}: does not exist (nothing predicted or learned in it yet)")
+    else:
+        lines.append(
+            f"namespace {status['namespace']}: {status['completions']} completions held, clock {status['clock']}, "
+            f"{status['predictions']} predictions answered ({status['fallbacks']} fallbacks to t_req)"
+        )
+        lines.append(
+            f"{'estimator':<48} {'scored':>7} {'acc mean':>8} {'under':>7} {'BE':>7} {'fallback':>8} {'pending':>8}"
+        )
+        lines += [
+            f"{row['estimator']:<48} {row['scored']:>7} {row['accuracy']:>8.3f} {row['underestimated']:>7.1%} "
+            f"{row['bad_estimates']:>7.1%} {row['fallbacks']:>8.1%} {row['pending']:>8}"
+            for row in status["estimators"]
+        ]
+    lines.append(f"{'calls: rpc':<24} {'code':<20} {'count':>9}")
+    lines += [
+        f"{row['rpc']:<24} {row['code']:<20} {row['count']:>9}"
+        for row in sorted(status["calls"], key=lambda call: (call["rpc"], call["code"]))
+    ]
+    return "\n".join(lines)
+
+
+def cmd_observe(args: argparse.Namespace) -> int:
+    from predictor.frames import finished_from_frame
+
+    if args.trace is None:
+        raise UsageError("observe needs --trace FILE, or --trace - for SWF lines on standard input")
+    finished = finished_from_frame(load_trace(args).jobs)
+    with connect(args) as client:
+        accepted, duplicates = client.observe_all(finished, namespace=args.namespace)
+        held = client.list_estimators(args.namespace)
+    print(
+        f"namespace {args.namespace or 'default'}: {accepted} finished job(s) learned, {duplicates} already held; "
+        f"now {held.completions} held, clock {held.clock}"
+    )
+    return 0
+
+
+def cmd_pbs_report(args: argparse.Namespace) -> int:
+    from sites.pbs import report_accounting
+
+    with connect(args) as client:
+        sent, new = report_accounting(args.accounting, client, args.namespace)
+    print(f"{sent} completions sent: {new} new, {sent - new} already held")
+    return 0
+
+
+def _namespace_line(info: dict[str, Any]) -> str:
+    return (
+        f"{info['name']}  completions {info['completions']}  clock {info['clock']}  "
+        f"estimators {', '.join(info['estimators']) or '-'}"
+    )
+
+
+def cmd_namespaces_list(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        listing = [dataclasses.asdict(view) for view in client.list_namespaces()]
+    show(args.json, listing, lambda: "\n".join(map(_namespace_line, listing)) if listing else "no namespaces")
+    return 0
+
+
+def cmd_namespaces_show(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        held = client.list_estimators(args.name)
+    if not held.namespace_exists:
+        raise UsageError(f"namespace {args.name!r} does not exist on {args.address}")
+    info = {**dataclasses.asdict(held), "name": args.name, "estimators": list(held.namespace_specs)}
+    show(args.json, info, lambda: _namespace_line(info))
+    return 0
+
+
+def cmd_namespaces_reset(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        forgotten = client.reset_namespace(args.name)
+    answer = {"namespace": args.name, "forgotten": forgotten}
+    show(args.json, answer, lambda: f"namespace {args.name}: reset, {forgotten} completion(s) forgotten")
+    return 0
+
+
+def id_or_name(text: str) -> int | str:
+    """An argparse type: a user or group as a number (an id the scheduler uses) or a name (the service maps
+    names to ids of its own, per namespace)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def read_queue_state(path: str) -> QueueState:
+    """A scheduler's state from a JSON file (docs/queue-time.md): `now`, `machine_procs`, `running` (jobs with
+    their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job."""
+    from kernel.jobs import JOB_FIELDS, JobRequest
+    from predictor.forecasting import QueueState, StartedJob
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise UsageError(f"--queue-state {path}: cannot read it: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path}: not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a JSON object with now, machine_procs, running and waiting")
+
+    def number(where: str, mapping: Any, key: str, default: int | None = None) -> int:
+        value = mapping.get(key, default)
+        if value is None:
+            raise UsageError(f"{path}: {where}{key} is required")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UsageError(f"{path}: {where}{key} must be a whole number, got {value!r}")
+        return value
+
+    def job(where: str, item: Any) -> JobRequest:
+        if not isinstance(item, dict):
+            raise UsageError(f"{path}: {where.rstrip('.')} must be a JSON object (a job), got {item!r}")
+        return JobRequest(*(number(where, item, field.name, field.unset) for field in JOB_FIELDS))
+
+    def listed(key: str) -> list[Any]:
+        items = data.get(key, [])
+        if not isinstance(items, list):
+            raise UsageError(f"{path}: {key} must be a list of jobs")
+        return items
+
+    running = [
+        StartedJob(job(f"running[{index}].", item), number(f"running[{index}].", item, "start"))
+        for index, item in enumerate(listed("running"))
+    ]
+    waiting = [job(f"waiting[{index}].", item) for index, item in enumerate(listed("waiting"))]
+    return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting)
+
+
+def cmd_forecast(args: argparse.Namespace) -> int:
+    from predictor.forecasting import Scheduler
+
+    state = read_queue_state(args.queue_state)
+    with connect(args) as client:
+        answer = client.forecast_start(
+            state,
+            Scheduler(args.policy, args.backfill, args.backfill_order),
+            namespace=args.namespace,
+            estimator=args.estimator or "",
+            lower_quantile=args.lower_quantile,
+        )
+    rows = [forecast._asdict() for forecast in answer.forecasts]
+    payload = {"estimator": answer.estimator, "namespace": answer.namespace, "now": answer.now, "forecasts": rows}
+    show(args.json, payload, lambda: _format_forecast(answer.now, answer.namespace, answer.estimator, rows))
+    return 0
+
+
+def _format_forecast(now: int, namespace: str, estimator: str, rows: list[dict[str, Any]]) -> str:
+    lines = [f"now {now}  namespace {namespace}  estimator {estimator}"]
+    lines.append(f"{'job':>10} {'start':>12} {'wait':>10} {'lower':>10} {'upper':>10}")
+    for row in rows:
+        waits = [_duration(row[key] - now) for key in ("start", "lower", "upper")]
+        lines.append(f"{row['job_id']:>10} {row['start']:>12} {waits[0]:>10} {waits[1]:>10} {waits[2]:>10}")
+    return "\n".join(lines)
+
+
+def _duration(seconds: int) -> str:
+    """A wait as people read it: 45s, 12m, 3.5h, 2.1d."""
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 86_400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
+
+
+def predict_table() -> Table:
+    return (
+        service_group(),
+        Option("--estimator", "estimator SPEC (default: the server's first)", metavar="SPEC"),
+        Option("--user", "user: a number, or a name (alice)", id_or_name, required=True),
+        Option("--group", "group (project): a number, or a name; -1: unknown", id_or_name, -1),
+        Option("--account", "the account charged, instead of --group", metavar="NAME"),
+        Option("--request", "requested time t_req", int, metavar="SECONDS", required=True),
+        Option("--procs", "the job's size in processors", int, required=True),
+        Option("--submit", "submit time (default: the namespace's clock)", int),
+        json_option("the answer"),
+    )
+
+
+def forecast_table() -> Table:
+    return (
+        service_group(),
+        Option(
+            "--queue-state",
+            "the scheduler's state: now, machine_procs, running, waiting",
+            metavar="FILE.json",
+            required=True,
+            old=("--state",),
+        ),
+        scheduler_group(plain_policy_option()),
+        Option("--estimator", "estimator SPEC for the runtimes (default: the server's first)", metavar="SPEC"),
+        Option(
+            "--lower-quantile", "lifetime quantile of the lower bound (default: the server's, 0.1)", float, metavar="Q"
+        ),
+        json_option("the answer"),
+    )
+
+
+def namespace_table(named: bool) -> Table:
+    """A `namespaces` action's options: the service, and the namespace it acts on when `named`."""
+    name = (Option("name", "the namespace", metavar="NAMESPACE"),) if named else ()
+    return (*name, service_group(namespace_help=None), json_option("the answer"))
+
+
+def pbs_report_table() -> Table:
+    return (
+        Option("accounting", "accounting log files or folders", metavar="PATH", nargs="+"),
+        service_group("seconds each batch may take", 60.0, namespace_help=CLUSTER_NAMESPACE_HELP),
+    )
+
+
+COMMANDS = (
+    Command("predict", "ask a running service for one job's t_sched", cmd_predict, predict_table),
+    Command("forecast", "ask a running service when each waiting job will start", cmd_forecast, forecast_table),
+    Command(
+        "status",
+        "a running service's live accuracy per estimator, history and calls (the metrics, as a table)",
+        cmd_status,
+        lambda: (service_group(), json_option("the answer")),
+    ),
+    Command(
+        "observe",
+        "feed finished jobs (a trace file, or SWF lines on standard input) to a namespace of a running service",
+        cmd_observe,
+        lambda: (service_group("seconds to wait for each call (more for large batches)"), trace_group()),
+    ),
+    Command(
+        "namespaces",
+        "list, show or reset a running service's namespaces",
+        subcommands=(
+            Command(
+                "list",
+                "every namespace your token may use: sizes, clocks, estimators",
+                cmd_namespaces_list,
+                lambda: namespace_table(named=False),
+            ),
+            Command(
+                "show",
+                "one namespace's size, clock and estimators",
+                cmd_namespaces_show,
+                lambda: namespace_table(named=True),
+            ),
+            Command(
+                "reset",
+                "forget a namespace (its stored history too)",
+                cmd_namespaces_reset,
+                lambda: namespace_table(named=True),
+            ),
+        ),
+    ),
+    Command(
+        "pbs-report",
+        "report the jobs of PBS accounting logs to a predictor service (cron it: those already held are skipped)",
+        cmd_pbs_report,
+        pbs_report_table,
+    ),
+)
