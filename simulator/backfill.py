@@ -432,7 +432,7 @@ class ConservativeBackfill(Backfill):
             if expected_end > now:
                 profile.release(now, expected_end - now, size)
                 gave_back = True
-        if machine.mode == "regular":
+        if machine.planning.overruns:
             for index, (expected_end, size) in self._running.items():
                 corrected = machine.running[index].expected_end
                 if corrected != expected_end:

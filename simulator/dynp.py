@@ -12,7 +12,7 @@ Two variants decide which policy orders the queue:
   (Table 1: `simple` or `advanced`) picks the policy.
 
 A virtual schedule is the plan the backfilling would make in that order at
-this pass (`Backfill.plan`). Under `replan`, Streit's CCS, and without a plan
+this pass (`Planner.plan`, which is `Backfill.plan`). Under `replan`, Streit's CCS, and without a plan
 of its own (none, EASY) that is Streit's: every job in turn at its earliest
 slot after the running jobs' expected ends. Conservative backfilling keeps the
 reservations it gave, so its virtual schedules are its own plan compressed and
@@ -41,10 +41,8 @@ from fractions import Fraction
 from typing import Any
 
 from kernel.specs import parse_spec
-from simulator.backfill import Backfill
 from simulator.jobs import WaitingJob
-from simulator.machine import Machine
-from simulator.policies import FCFS, LJF, POLICIES, SJF, QueuePolicy, make_policy
+from simulator.policies import FCFS, LJF, POLICIES, SJF, Planner, QueuePolicy, make_policy
 
 DYNAMIC = "dynp"
 VARIANTS = ("self-tuning", "basic")
@@ -286,10 +284,10 @@ class DynPStats:
 class DynamicPolicy(QueuePolicy):
     """The waiting jobs in FCFS, SJF and LJF order at once; `decide` picks the order the queue is listed in.
 
-    The engine calls `decide` at each scheduling pass that follows a
-    submission or a completion, after the running jobs' expected ends are up
-    to date. A job leaves the queue only when it starts, so `remove` counts it
-    as started by the current policy.
+    The scheduler calls `decide` before each pass, after the running jobs'
+    expected ends are up to date; it decides at the passes that follow a
+    submission (or a completion). A job leaves the queue only when it starts,
+    so `remove` counts it as started by the current policy.
     """
 
     name = DYNAMIC
@@ -319,17 +317,20 @@ class DynamicPolicy(QueuePolicy):
     def __len__(self) -> int:
         return len(self._orders[self.current])
 
-    def decide(self, now: int, machine: Machine, backfill: Backfill, submitted: bool, completed: bool) -> None:
-        """Run the decider if this pass follows an event it runs at and enough jobs wait; `backfill` plans the
-        virtual schedule of each order (`Backfill.plan`)."""
+    def decide(self, now: int, planner: Planner, submitted: bool, completed: bool) -> None:
+        """Run the decider if this pass follows an event it runs at and enough jobs wait; `planner` plans the
+        virtual schedule of each order."""
         if not (submitted or (completed and self.decides_on_completion)) or len(self) < self.min_backlog:
             return
-        choice, case = self._choose(now, machine, backfill)
+        choice, case = self._choose(now, planner)
         self.stats.record(len(self), self.current, choice, case)
         self.current = choice
 
+    def decisions(self) -> dict[str, Any]:
+        return self.stats.summary()
+
     @abstractmethod
-    def _choose(self, now: int, machine: Machine, backfill: Backfill) -> tuple[str, str | None]:
+    def _choose(self, now: int, planner: Planner) -> tuple[str, str | None]:
         """The policy to use from now on, and the Table 1 case that chose it (None: no table)."""
 
 
@@ -342,7 +343,7 @@ class BasicDynP(DynamicPolicy):
     def __init__(self, config: DynPSpec) -> None:
         super().__init__(config, cases=False)
 
-    def _choose(self, now: int, machine: Machine, backfill: Backfill) -> tuple[str, str | None]:
+    def _choose(self, now: int, planner: Planner) -> tuple[str, str | None]:
         jobs = self.ordered(now)
         total = sum(job.t_est for job in jobs)  # compared as total <= bound x count: exact at the bounds
         if total <= self.config.lower * len(jobs):
@@ -362,14 +363,14 @@ class SelfTuningDynP(DynamicPolicy):
         super().__init__(config, cases=True)
         self._quality = QUALITY_METRICS[config.quality]
 
-    def _choose(self, now: int, machine: Machine, backfill: Backfill) -> tuple[str, str | None]:
-        busy_until = max([now, *(end for end, _ in machine.expected_releases())])
+    def _choose(self, now: int, planner: Planner) -> tuple[str, str | None]:
+        busy_until = planner.busy_until(now)
         scores: dict[tuple[int, ...], Fraction] = {}  # orders that coincide share their schedule
         quality: dict[str, Fraction] = {}
         for policy in SWITCHED:
             jobs = self._orders[policy].ordered(now)
             key = tuple(job.index for job in jobs)
             if key not in scores:
-                scores[key] = self._quality(jobs, backfill.plan(now, jobs, machine), busy_until)
+                scores[key] = self._quality(jobs, planner.plan(now, jobs), busy_until)
             quality[policy] = scores[key]
         return switch_to_best_policy(self.config.decider, quality["fcfs"], quality["sjf"], quality["ljf"], self.current)

@@ -1,20 +1,17 @@
-"""The event loop: replays a trace on a simulated machine.
+"""The engine: replays a trace through the simulator's event loop (`simulator.loop`).
 
-Time is integer seconds. Events are arrivals (the trace, in submit order) and
-completions (a heap). At one instant: completions first, then arrivals, then
-one scheduling pass. The predictor is told about completions and asked about
-arrivals in a single `sync` call per instant, so it never learns a runtime
-before the simulated job has finished.
+Arrivals are the trace's jobs, in submit order; a job ends min(t_act, t_req)
+after it starts (it is killed at its request). The predictor is told about the
+completions and asked about the arrivals in a single `sync` call per round, so
+it never learns a runtime before the simulated job has finished.
 
-Actual runtimes live only in this module (`_runtime`); the queue policy and
-backfilling see `WaitingJob` / `RunningJob`, which have no runtime field. A
-dynP policy (`simulator.dynp`) decides which order the queue is listed in at
-each pass that follows a submission or a completion, just before the pass.
+Actual runtimes live only in this module (`TraceReplay._runtime`); the
+scheduler (`simulator.scheduler`: queue policy, backfilling, machine) sees
+`WaitingJob` / `RunningJob`, which have no runtime field.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +22,11 @@ from kernel.jobs import FinishedJob
 from predictor.frames import REQUEST_COLUMNS, finished_from_frame, jobs_to_requests
 from predictor.session import PredictionSession
 from simulator.backfill import make_backfill
-from simulator.dynp import DynamicPolicy, make_queue_policy
+from simulator.dynp import make_queue_policy
 from simulator.jobs import WaitingJob
-from simulator.machine import Machine
+from simulator.loop import EventKind, Simulation
+from simulator.machine import ProcessorPool, make_correction, planning_mode
+from simulator.scheduler import QueueScheduler
 
 
 @dataclass(frozen=True)
@@ -36,8 +35,8 @@ class SimulationConfig:
 
     procs: int
     policy: str = "fcfs"  # fcfs | wfp | sjf | ljf | dynp[:key=value,...] (simulator.dynp)
-    backfill: str = "easy"  # none | easy | conservative
-    mode: str = "none"  # none | regular | selective
+    backfill: str = "easy"  # none | easy | conservative | replan
+    mode: str = "none"  # none | regular | selective (simulator.machine.PLANNINGS)
     correction: str = "request"  # request | tsafrir | cobalt | double (regular mode only)
     backfill_order: str = "queue"  # queue | sjf (shortest estimate first: EASY-SJBF)
 
@@ -53,9 +52,106 @@ class SimulationResult:
     dynp: dict[str, Any] | None = None  # what a dynP policy did (DynPStats.summary); None for the others
 
 
-_NEVER = 2**62
 #: The trace columns a simulation reads: a job as submitted, and its actual runtime.
 JOB_COLUMNS = (*REQUEST_COLUMNS, "t_act")
+
+
+def make_scheduler(config: SimulationConfig) -> QueueScheduler:
+    """The scheduler `config` names: its policy, backfilling, planning mode and correction, each chosen once."""
+    policy = make_queue_policy(config.policy)
+    backfill = make_backfill(config.backfill, config.backfill_order)
+    machine = ProcessorPool(config.procs, planning_mode(config.mode), make_correction(config.correction))
+    return QueueScheduler(policy, backfill, machine)
+
+
+class TraceReplay(Simulation[int, QueueScheduler]):
+    """A trace replayed on a simulated machine; arrivals carry trace positions (indexes).
+
+    Observers (`simulator.loop.Observer`) watch the one run; `finished_job`
+    is how they learn a completion as the predictor does.
+    """
+
+    def __init__(
+        self,
+        jobs: pd.DataFrame,
+        config: SimulationConfig,
+        session: PredictionSession,
+        history: pd.DataFrame | None = None,
+        scheduler: QueueScheduler | None = None,
+    ) -> None:
+        missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
+        if missing:
+            raise ValueError(f"jobs table lacks column(s) {', '.join(missing)}")
+        too_big = jobs["procs"].to_numpy() > config.procs
+        self.skipped = {"larger than machine": int(too_big.sum())} if too_big.any() else {}
+        self.jobs = jobs.loc[~too_big].sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
+        self.config = config
+        self.requests = jobs_to_requests(self.jobs)
+        super().__init__(
+            make_scheduler(config) if scheduler is None else scheduler, self.requests[0].submit if self.requests else 0
+        )
+        self.session = session
+        # Jobs are killed at their request, whatever the trace says they ran.
+        t_req = self.jobs["t_req"].to_numpy(dtype=np.int64)
+        self._runtime = np.minimum(self.jobs["t_act"].to_numpy(dtype=np.int64), t_req).tolist()
+        count = len(self.requests)
+        self.start_at = [0] * count
+        self.end_at = [0] * count
+        self.t_sched = [0] * count
+        self._planning = self.scheduler.machine.planning
+        for index, request in enumerate(self.requests):
+            self.schedule(request.submit, EventKind.ARRIVAL, index, index)
+        if history is not None:
+            session.sync(finished_from_frame(history), [])
+
+    def finished_job(self, index: int) -> FinishedJob:
+        """The job at trace position `index`, which has just ended, as the predictor learns it."""
+        return FinishedJob(self.requests[index], self.now, self.now - self.start_at[index])
+
+    def admit(self, completed: list[int], arrived: list[int]) -> list[WaitingJob]:
+        """Tell the predictor what ended, ask it about what arrived; the planning mode picks each job's estimate."""
+        if not (completed or arrived):
+            return []
+        requests, estimate = self.requests, self._planning.estimate
+        finished = [self.finished_job(index) for index in completed]
+        predictions = self.session.sync(finished, [requests[index] for index in arrived])
+        jobs = []
+        for index, prediction in zip(arrived, predictions, strict=True):
+            request = requests[index]
+            self.t_sched[index] = prediction.t_sched
+            t_est = estimate(request.t_req, prediction.t_sched)
+            jobs.append(WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est))
+        return jobs
+
+    def completion_time(self, job: WaitingJob) -> int:
+        """The job's actual end; recorded with its start."""
+        index = job.index
+        end: int = self.now + self._runtime[index]
+        self.start_at[index] = self.now
+        self.end_at[index] = end
+        return end
+
+    def replay(self) -> SimulationResult:
+        """Run to the last event; the per-job outcome."""
+        self.run()
+        jobs = self.jobs
+        result = pd.DataFrame(
+            {
+                "job_id": jobs["job_id"].to_numpy(),
+                "user": jobs["user"].to_numpy(),
+                "group": jobs["group"].to_numpy(),
+                "size": jobs["procs"].to_numpy(),
+                "submit": jobs["submit"].to_numpy(),
+                "start": np.asarray(self.start_at, dtype=np.int64),
+                "end": np.asarray(self.end_at, dtype=np.int64),
+            }
+        )
+        result["wait"] = result["start"] - result["submit"]
+        result["run"] = result["end"] - result["start"]
+        result["t_req"] = jobs["t_req"].to_numpy()
+        result["t_sched"] = np.asarray(self.t_sched, dtype=np.int64)
+        decisions = self.scheduler.policy.decisions()
+        return SimulationResult(self.config, result, self.skipped, self.session.fallbacks, decisions)
 
 
 def simulate(
@@ -68,94 +164,4 @@ def simulate(
     sent to the predictor first, as a warm-up. In mode `none` the predictions
     are still made and reported, but the scheduler plans with t_req.
     """
-    missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
-    if missing:
-        raise ValueError(f"jobs table lacks column(s) {', '.join(missing)}")
-    too_big = jobs["procs"].to_numpy() > config.procs
-    skipped = {"larger than machine": int(too_big.sum())} if too_big.any() else {}
-    jobs = jobs.loc[~too_big].sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
-
-    requests = jobs_to_requests(jobs)
-    # Jobs are killed at their request, whatever the trace says they ran.
-    _runtime = np.minimum(jobs["t_act"].to_numpy(dtype=np.int64), jobs["t_req"].to_numpy(dtype=np.int64)).tolist()
-    count = len(requests)
-    start_at = [0] * count
-    end_at = [0] * count
-    t_sched = [0] * count
-
-    machine = Machine(config.procs, config.mode, config.correction)
-    queue = make_queue_policy(config.policy)
-    backfill = make_backfill(config.backfill, config.backfill_order)
-    use_prediction = config.mode != "none"
-    completions: list[tuple[int, int]] = []
-    if history is not None:
-        session.sync(finished_from_frame(history), [])
-
-    next_arrival = 0
-    wake: int | None = None
-    while next_arrival < count or completions or wake is not None:
-        now = min(
-            completions[0][0] if completions else _NEVER,
-            requests[next_arrival].submit if next_arrival < count else _NEVER,
-            _NEVER if wake is None else wake,
-        )
-
-        finished: list[FinishedJob] = []
-        while completions and completions[0][0] == now:
-            _, index = heapq.heappop(completions)
-            machine.finish(index)
-            finished.append(FinishedJob(requests[index], now, now - start_at[index]))
-
-        first = next_arrival
-        while next_arrival < count and requests[next_arrival].submit == now:
-            next_arrival += 1
-        arrivals = requests[first:next_arrival]
-
-        if finished or arrivals:
-            predictions = session.sync(finished, arrivals)
-            for offset, (request, prediction) in enumerate(zip(arrivals, predictions, strict=True)):
-                index = first + offset
-                t_sched[index] = prediction.t_sched
-                t_est = prediction.t_sched if use_prediction else request.t_req
-                job = WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est)
-                queue.add(job)
-                backfill.admit(job)
-
-        if not len(queue):
-            wake = None
-            continue
-        if machine.free == 0 and backfill.idle_when_full:
-            continue
-        if use_prediction:
-            machine.correct_overruns(now)
-        if isinstance(queue, DynamicPolicy):
-            queue.decide(now, machine, backfill, submitted=bool(arrivals), completed=bool(finished))
-        for job in backfill.select(now, queue.ordered(now), machine):
-            queue.remove(job)
-            backfill.forget(job)
-            machine.start(job, now)
-            start_at[job.index] = now
-            end = now + _runtime[job.index]
-            end_at[job.index] = end
-            heapq.heappush(completions, (end, job.index))
-        wake = backfill.wake_time()
-        if wake is not None and wake <= now:
-            raise AssertionError(f"{config.backfill} backfilling left a job reserved at {wake} unstarted at {now}")
-
-    result = pd.DataFrame(
-        {
-            "job_id": jobs["job_id"].to_numpy(),
-            "user": jobs["user"].to_numpy(),
-            "group": jobs["group"].to_numpy(),
-            "size": jobs["procs"].to_numpy(),
-            "submit": jobs["submit"].to_numpy(),
-            "start": np.asarray(start_at, dtype=np.int64),
-            "end": np.asarray(end_at, dtype=np.int64),
-        }
-    )
-    result["wait"] = result["start"] - result["submit"]
-    result["run"] = result["end"] - result["start"]
-    result["t_req"] = jobs["t_req"].to_numpy()
-    result["t_sched"] = np.asarray(t_sched, dtype=np.int64)
-    dynp = queue.stats.summary() if isinstance(queue, DynamicPolicy) else None
-    return SimulationResult(config, result, skipped, session.fallbacks, dynp)
+    return TraceReplay(jobs, config, session, history).replay()

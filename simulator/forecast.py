@@ -1,8 +1,8 @@
 """Forward simulation from a scheduler's state: when will each waiting job start?
 
-The forecast runs the simulator's own queue policy and backfilling
-(`make_policy`, `make_backfill`, `Machine`) forward from `now`, with no arrival
-after it. The scheduler plans as the real one does, with the users' requests;
+The forecast runs the simulator's own event loop, queue policy and backfilling
+(`simulator.loop`, `make_policy`, `make_backfill`) forward from `now`, with no
+arrival after it. The scheduler plans as the real one does, with the users' requests;
 the jobs end as the forecast assumes: running job i at `running_ends[i]`,
 waiting job j `waiting_runtimes[j]` seconds after it starts. With requests as
 runtimes this is what Slurm's `squeue --start` reports; with good runtime
@@ -16,18 +16,15 @@ asks about have started.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Collection, Iterator, Sequence
-
-from sortedcontainers import SortedList
 
 from predictor.forecasting import QueueState, Scheduler
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, make_backfill
 from simulator.jobs import WaitingJob
-from simulator.machine import Machine
+from simulator.loop import EventKind, Simulation
+from simulator.machine import ProcessorPool
 from simulator.policies import POLICIES, make_policy
-
-_NEVER = 2**62
+from simulator.scheduler import QueueScheduler
 
 
 class ForwardSimulation:
@@ -61,7 +58,7 @@ def forecast_starts(
 ) -> list[int]:
     """Every waiting job's start, in `state.waiting` order."""
     starts = [0] * len(state.waiting)
-    for position, start in _starts(state, scheduler, running_ends, waiting_runtimes):
+    for position, start in ForwardRun(state, scheduler, running_ends, waiting_runtimes).starts():
         starts[position] = start
     return starts
 
@@ -78,7 +75,7 @@ def forecast_starts_of(
     found: dict[int, int] = {}
     if not wanted:
         return found
-    for position, start in _starts(state, scheduler, running_ends, waiting_runtimes):
+    for position, start in ForwardRun(state, scheduler, running_ends, waiting_runtimes).starts():
         if position in wanted:
             found[position] = start
             if len(found) == len(wanted):
@@ -86,57 +83,54 @@ def forecast_starts_of(
     return found
 
 
-def _starts(
-    state: QueueState, scheduler: Scheduler, running_ends: Sequence[int], waiting_runtimes: Sequence[int]
-) -> Iterator[tuple[int, int]]:
-    """(position in `state.waiting`, start) of each waiting job, in start order.
+class ForwardRun(Simulation[WaitingJob, QueueScheduler]):
+    """The scheduler run forward from `state`: the waiting jobs arrive at `now`, and every job ends as assumed.
 
     Machine indexes: waiting job j is j, running job i is len(waiting) + i.
-    At each instant the ends come first, then one scheduling pass, as in the engine.
+    The waiting jobs are admitted in their order (FCFS keeps it) and planned
+    with their requests.
     """
-    now, waiting = state.now, state.waiting
-    if len(running_ends) != len(state.running) or len(waiting_runtimes) != len(waiting):
-        raise ValueError("one end per running job and one runtime per waiting job are needed")
-    machine = Machine(state.procs)
-    ends: list[tuple[int, int]] = []
-    for offset, (started, end) in enumerate(zip(state.running, running_ends, strict=True)):
-        job = started.job
-        if end <= now:
-            raise ValueError(f"running job {job.job_id} is expected to end at {end}, not after now ({now})")
-        if job.procs > machine.free:
-            raise ValueError(f"the running jobs hold more than the machine's {state.procs} processors")
-        index = len(waiting) + offset
-        machine.start(WaitingJob(index, job.job_id, job.submit, job.procs, job.t_req, job.t_req), started.start)
-        ends.append((end, index))
-    heapq.heapify(ends)
-    queue = make_policy(scheduler.policy)
-    backfill = make_backfill(scheduler.backfill, scheduler.backfill_order)
-    sizes = SortedList()  # of the waiting jobs: a pass that cannot start the smallest starts nothing
-    for position, job in enumerate(waiting):
-        if job.procs > state.procs:
-            raise ValueError(f"waiting job {job.job_id} needs {job.procs} processors; the machine has {state.procs}")
-        queued = WaitingJob(position, job.job_id, job.submit, job.procs, job.t_req, job.t_req)
-        queue.add(queued)
-        backfill.admit(queued)
-        sizes.add(job.procs)
 
-    time = now
-    while len(queue):
-        # Without reservations to keep up to date a pass changes nothing unless a job fits (the engine skips
-        # a full machine); a forecast's passes are most of its work, and most of them cannot start anything.
-        if machine.free >= sizes[0] or not backfill.idle_when_full:
-            for chosen in backfill.select(time, queue.ordered(time), machine):
-                queue.remove(chosen)
-                backfill.forget(chosen)
-                sizes.remove(chosen.size)
-                machine.start(chosen, time)
-                heapq.heappush(ends, (time + waiting_runtimes[chosen.index], chosen.index))
-                yield chosen.index, time
-        if not len(queue):
-            return
-        wake = backfill.wake_time()
-        time = min(ends[0][0] if ends else _NEVER, wake if wake is not None and wake > time else _NEVER)
-        if time == _NEVER:
-            raise AssertionError(f"{len(queue)} job(s) left waiting on an idle machine")
-        while ends and ends[0][0] == time:
-            machine.finish(heapq.heappop(ends)[1])
+    def __init__(
+        self, state: QueueState, scheduler: Scheduler, running_ends: Sequence[int], waiting_runtimes: Sequence[int]
+    ) -> None:
+        now, waiting = state.now, state.waiting
+        if len(running_ends) != len(state.running) or len(waiting_runtimes) != len(waiting):
+            raise ValueError("one end per running job and one runtime per waiting job are needed")
+        machine = ProcessorPool(state.procs)
+        backfill = make_backfill(scheduler.backfill, scheduler.backfill_order)
+        super().__init__(QueueScheduler(make_policy(scheduler.policy), backfill, machine), now)
+        self._runtimes = waiting_runtimes
+        for offset, (started, end) in enumerate(zip(state.running, running_ends, strict=True)):
+            job = started.job
+            if end <= now:
+                raise ValueError(f"running job {job.job_id} is expected to end at {end}, not after now ({now})")
+            if job.procs > machine.free:
+                raise ValueError(f"the running jobs hold more than the machine's {state.procs} processors")
+            index = len(waiting) + offset
+            machine.start(WaitingJob(index, job.job_id, job.submit, job.procs, job.t_req, job.t_req), started.start)
+            self.schedule(end, EventKind.COMPLETION, index, index)
+        for position, job in enumerate(waiting):
+            if job.procs > state.procs:
+                raise ValueError(
+                    f"waiting job {job.job_id} needs {job.procs} processors; the machine has {state.procs}"
+                )
+            queued = WaitingJob(position, job.job_id, job.submit, job.procs, job.t_req, job.t_req)
+            self.schedule(now, EventKind.ARRIVAL, queued, position)
+
+    def admit(self, completed: list[int], arrived: list[WaitingJob]) -> list[WaitingJob]:
+        return arrived
+
+    def completion_time(self, job: WaitingJob) -> int:
+        return self.now + self._runtimes[job.index]
+
+    def starts(self) -> Iterator[tuple[int, int]]:
+        """(position in the state's waiting jobs, start) of each, in start order; the run stops once none waits."""
+        while self.peek() is not None:
+            step = self.step()
+            for job in step.started:
+                yield job.index, step.time
+            if not len(self.scheduler):
+                return
+        if len(self.scheduler):
+            raise AssertionError(f"{len(self.scheduler)} job(s) left waiting on an idle machine")

@@ -1,8 +1,8 @@
 """The scheduler's view of jobs.
 
 These classes deliberately have no actual-runtime field: queue policies and
-backfilling only ever see estimates. The event loop keeps actual runtimes to
-itself and uses them only to schedule completion events.
+backfilling only ever see estimates. The engine keeps actual runtimes to
+itself and uses them only to tell the event loop when a started job ends.
 """
 
 from __future__ import annotations

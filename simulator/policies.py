@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 from sortedcontainers import SortedKeyList
@@ -19,10 +20,34 @@ from simulator.jobs import WaitingJob
 POLICIES = ("fcfs", "wfp", "sjf", "ljf")
 
 
+class Planner(Protocol):
+    """What a policy may ask of the scheduler before a pass: plans made with estimates, never an actual runtime."""
+
+    def plan(self, now: int, jobs: list[WaitingJob]) -> list[int]:
+        """The start each of `jobs` is planned for if this pass takes them in that order; changes nothing."""
+        ...
+
+    def busy_until(self, now: int) -> int:
+        """When the running jobs are expected to have ended (`now` if none runs)."""
+        ...
+
+
 class QueuePolicy(ABC):
-    """A set of waiting jobs that can be listed in priority order."""
+    """A set of waiting jobs that can be listed in priority order.
+
+    A policy that decides its order as the queue changes (dynP) does so in
+    `decide`, which the scheduler calls before each pass; a static policy has
+    nothing to decide.
+    """
 
     name: str
+
+    def decide(self, now: int, planner: Planner, submitted: bool, completed: bool) -> None:  # noqa: B027 - a hook
+        """Before a pass at `now` that follows a submission and/or a completion (or neither: a wake-up)."""
+
+    def decisions(self) -> dict[str, Any] | None:
+        """What the policy decided over the run, for the summary; None for a static policy."""
+        return None
 
     @abstractmethod
     def add(self, job: WaitingJob) -> None: ...

@@ -1,15 +1,16 @@
 """`tsched wait-eval`: how well forecasters predict when jobs start, over a replayed trace.
 
-The trace is first replayed by the engine under the chosen scheduler, which
-plans with the users' requests: its start times are the actual ones, as in
-Downey's evaluation (the schedule is simulated, not the trace's own). The
-schedule is then swept in time order, instant by instant as the engine ran it
-(ends, arrivals, the scheduling pass), rebuilding the scheduler's state from
-it, and at each question every forecaster is asked for the job's start:
+The trace is replayed by the engine under the chosen scheduler, which plans
+with the users' requests: its start times are the actual ones, as in Downey's
+evaluation (the schedule is simulated, not the trace's own). The questions are
+asked as the replay runs, by an observer of the event loop that reads the
+scheduler's own state (its queue, in priority order, and its running jobs), and
+at each question every forecaster is asked for the job's start:
 
 - `submit`: when the job is submitted (before the pass at that instant);
 - `head` (Downey's protocol): when the job is first at the head of the queue
-  after a pass, i.e. it is the first in priority order and could not start.
+  once the instant is settled, i.e. it is the first in priority order and
+  could not start.
 
 Forecasters learn each finished job at its end, before any question at that
 instant, and never see a runtime otherwise (`simulator.forecasters`). The
@@ -20,22 +21,19 @@ docs/definitions.md gives their definitions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from kernel.jobs import FinishedJob, JobRequest
 from predictor.estimators.baselines import RequestEstimator
 from predictor.forecasting import QueueState, Scheduler, StartedJob
-from predictor.frames import jobs_to_requests
 from predictor.session import LocalSession
-from simulator.engine import SimulationConfig, simulate
+from simulator.engine import SimulationConfig, SimulationResult, TraceReplay
 from simulator.forecasters import Forecaster
 from simulator.jobs import WaitingJob
-from simulator.policies import make_policy
+from simulator.loop import Observer
 
 PROTOCOLS = ("submit", "head")
 #: Queue times below this count as this much when judging "within a factor of 2": a forecast of 10 s for
@@ -44,105 +42,78 @@ WITHIN_FLOOR_SECONDS = 60
 SCORES = ("correlation", "log_correlation", "median_abs_error", "mean_abs_error", "within_2x")
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """The replayed trace: each job as submitted, and when the engine started and ended it (trace order)."""
+class Questions(Observer):
+    """Asks every forecaster, as the replay runs, at each question of the protocol; learns them each round."""
 
-    requests: list[JobRequest]
-    start: np.ndarray
-    end: np.ndarray
-    skipped: dict[str, int]
+    def __init__(self, replay: TraceReplay, forecasters: Sequence[Forecaster], protocol: str) -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+        self.replay = replay
+        self.forecasters = forecasters
+        self.protocol = protocol
+        self.asked: list[tuple[int, int]] = []  # (trace index, asked at)
+        self.answers: list[list[float]] = [[] for _ in forecasters]
+        self._heads: set[int] = set()
 
+    def admitted(self, now: int, completed: Sequence[int], submitted: Sequence[WaitingJob]) -> None:
+        """Forecasters learn the round's completions and submissions; under `submit`, the new jobs are asked."""
+        if not (completed or submitted):
+            return
+        finished = [self.replay.finished_job(index) for index in completed]
+        requests = [self.replay.requests[job.index] for job in submitted]
+        for forecaster in self.forecasters:
+            forecaster.learn(now, finished, requests)
+        if self.protocol == "submit" and submitted:
+            self._ask(now, [job.index for job in submitted])
 
-def replay_schedule(jobs: pd.DataFrame, procs: int, scheduler: Scheduler) -> Schedule:
-    """Run the engine on `jobs` with the scheduler planning on requests: the actual starts and ends."""
-    config = SimulationConfig(procs, scheduler.policy, scheduler.backfill, "none", "request", scheduler.backfill_order)
-    result = simulate(jobs, config, LocalSession(RequestEstimator()))
-    kept = jobs.loc[jobs["procs"].to_numpy() <= procs].sort_values(["submit", "job_id"], kind="stable")
-    requests = jobs_to_requests(kept)
-    if [request.job_id for request in requests] != result.jobs["job_id"].tolist():
-        raise AssertionError("the engine's job order differs from the trace's")
-    return Schedule(requests, result.jobs["start"].to_numpy(), result.jobs["end"].to_numpy(), result.skipped)
+    def settled(self, now: int) -> None:
+        """Under `head`, the first job in priority order that could not start is asked, once."""
+        if self.protocol != "head" or not len(self.replay.scheduler):
+            return
+        head = self.replay.scheduler.waiting(now)[0].index
+        if head not in self._heads:
+            self._heads.add(head)
+            self._ask(now, [head])
+
+    def _ask(self, now: int, targets: list[int]) -> None:
+        replay = self.replay
+        requests, machine = replay.requests, replay.scheduler.machine
+        ordered = replay.scheduler.waiting(now)
+        running = sorted(machine.running.values(), key=lambda job: (job.start, job.index))
+        started = [StartedJob(requests[job.index], job.start) for job in running]
+        state = QueueState(now, replay.config.procs, started, [requests[job.index] for job in ordered])
+        where = {job.index: position for position, job in enumerate(ordered)}
+        positions = [where[index] for index in targets]
+        for column, forecaster in zip(self.answers, self.forecasters, strict=True):
+            forecast = forecaster.forecast(state, positions)
+            column.extend(float(forecast.get(position, np.nan)) for position in positions)
+        self.asked.extend((index, now) for index in targets)
+
+    def table(self) -> pd.DataFrame:
+        """One row per question: job_id, asked_at, start (actual), and per forecaster its forecast start."""
+        replay = self.replay
+        rows = [(replay.requests[index].job_id, now, replay.start_at[index]) for index, now in self.asked]
+        table = pd.DataFrame(rows, columns=["job_id", "asked_at", "start"])
+        for forecaster, column in zip(self.forecasters, self.answers, strict=True):
+            table[forecaster.spec] = np.asarray(column, dtype=np.float64)
+        return table
 
 
 def ask_forecasters(
-    schedule: Schedule, procs: int, scheduler: Scheduler, forecasters: Sequence[Forecaster], protocol: str
-) -> pd.DataFrame:
-    """Sweep the schedule and ask every forecaster at each question of `protocol`.
+    jobs: pd.DataFrame, procs: int, scheduler: Scheduler, forecasters: Sequence[Forecaster], protocol: str
+) -> tuple[SimulationResult, pd.DataFrame]:
+    """Replay `jobs` with the scheduler planning on requests, asking every forecaster at each question.
 
-    One row per question: job_id, asked_at, start (actual), and per forecaster its forecast start
-    (NaN where it gave none).
+    The replay's starts are the actual ones, as in Downey's evaluation (the
+    schedule is simulated, not the trace's own). One row per question: job_id,
+    asked_at, start (actual), and per forecaster its forecast start (NaN
+    where it gave none).
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
-    requests, start, end = schedule.requests, schedule.start.tolist(), schedule.end.tolist()
-    count = len(requests)
-    by_start = sorted(range(count), key=lambda i: (start[i], i))
-    by_end = sorted(range(count), key=lambda i: (end[i], i))
-    instants = sorted({*(r.submit for r in requests), *start, *end})
-    queue = make_policy(scheduler.policy)
-    waiting_jobs: dict[int, WaitingJob] = {}
-    running: dict[int, StartedJob] = {}
-    asked: set[int] = set()
-    rows: list[tuple[int, int, int]] = []
-    answers: list[list[float]] = [[] for _ in forecasters]
-    next_submit = next_start = next_end = 0
-
-    def ask(now: int, targets: list[int]) -> None:
-        ordered = queue.ordered(now)
-        state = QueueState(now, procs, list(running.values()), [requests[job.index] for job in ordered])
-        where = {job.index: position for position, job in enumerate(ordered)}
-        positions = [where[index] for index in targets]
-        for column, forecaster in zip(answers, forecasters, strict=True):
-            forecast = forecaster.forecast(state, positions)
-            column.extend(float(forecast.get(position, np.nan)) for position in positions)
-        rows.extend((requests[index].job_id, now, start[index]) for index in targets)
-
-    def learn(now: int, finished: list[FinishedJob], submitted: list[JobRequest]) -> None:
-        for forecaster in forecasters:
-            forecaster.learn(now, finished, submitted)
-
-    for now in instants:
-        finished, instant_ends = [], []
-        while next_end < count and end[by_end[next_end]] == now:
-            index = by_end[next_end]
-            next_end += 1
-            if start[index] == now:
-                instant_ends.append(index)  # ran for 0 s: it ends after the pass that starts it
-                continue
-            del running[index]
-            finished.append(FinishedJob(requests[index], now, now - start[index]))
-        arrivals = []
-        while next_submit < count and requests[next_submit].submit == now:
-            arrivals.append(next_submit)
-            next_submit += 1
-        learn(now, finished, [requests[index] for index in arrivals])
-        for index in arrivals:
-            request = requests[index]
-            job = WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, request.t_req)
-            waiting_jobs[index] = job
-            queue.add(job)
-        if protocol == "submit" and arrivals:
-            ask(now, arrivals)
-        while next_start < count and start[by_start[next_start]] == now:
-            index = by_start[next_start]
-            next_start += 1
-            queue.remove(waiting_jobs.pop(index))
-            running[index] = StartedJob(requests[index], now)
-        if instant_ends:  # the engine ends them in a second round at this instant, which may start more jobs
-            for index in instant_ends:
-                del running[index]
-            learn(now, [FinishedJob(requests[index], now, 0) for index in instant_ends], [])
-        if protocol == "head" and len(queue):
-            head = queue.ordered(now)[0].index
-            if head not in asked:
-                asked.add(head)
-                ask(now, [head])
-
-    table = pd.DataFrame(rows, columns=["job_id", "asked_at", "start"])
-    for forecaster, column in zip(forecasters, answers, strict=True):
-        table[forecaster.spec] = np.asarray(column, dtype=np.float64)
-    return table
+    config = SimulationConfig(procs, scheduler.policy, scheduler.backfill, "none", "request", scheduler.backfill_order)
+    replay = TraceReplay(jobs, config, LocalSession(RequestEstimator()))
+    questions = Questions(replay, forecasters, protocol)
+    replay.observers.append(questions)
+    return replay.replay(), questions.table()
 
 
 def score(predicted_wait: np.ndarray, actual_wait: np.ndarray) -> dict[str, float | None]:
@@ -198,17 +169,16 @@ def run_wait_evaluation(
     protocol: str,
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """Replay, ask, score: the JSON-ready report and the table of questions."""
-    schedule = replay_schedule(jobs, procs, scheduler)
-    questions = ask_forecasters(schedule, procs, scheduler, forecasters, protocol)
+    result, questions = ask_forecasters(jobs, procs, scheduler, forecasters, protocol)
     report = {
         "trace": trace_path,
-        "jobs": len(schedule.requests),
+        "jobs": len(result.jobs),
         "procs": procs,
         "policy": scheduler.policy,
         "backfill": scheduler.backfill,
         "backfill_order": scheduler.backfill_order,
         "protocol": protocol,
-        "skipped": schedule.skipped,
+        "skipped": result.skipped,
         "results": summarize(questions, [forecaster.spec for forecaster in forecasters], protocol),
     }
     return report, questions

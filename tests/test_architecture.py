@@ -136,6 +136,7 @@ def reaches(graph: dict[str, set[str]], source: str, forbidden: str) -> list[str
                 "simulator.machine",
                 "simulator.jobs",
                 "simulator.dynp",
+                "simulator.scheduler",
                 "simulator.cluster",
                 "simulator.nodes",
                 "simulator.nodeplan",

@@ -48,8 +48,9 @@ from simulator.dynp import (
 )
 from simulator.engine import SimulationConfig, simulate
 from simulator.jobs import WaitingJob
-from simulator.machine import Machine
+from simulator.machine import ProcessorPool
 from simulator.metrics import scheduling_metrics
+from simulator.scheduler import QueueScheduler
 from tsched.cli import main
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def test_a_planning_backfill_s_virtual_schedule_is_a_dry_run_of_its_pass(backfil
     # 10 processors. At 0: R (8 procs) starts for 100 s (t_est), W1 (6) is reserved after it at 100. At 50, R ends
     # early and two jobs arrive: X (2 procs, 300 s) and Y (4, 30 s).
     strategy = make_backfill(backfill)
-    machine = Machine(10)
+    machine = ProcessorPool(10)
     r, w1 = WaitingJob(0, 1, 0, 8, 100, 100), WaitingJob(1, 2, 0, 6, 40, 40)
     assert strategy.select(0, [r, w1], machine) == [r]
     machine.start(r, 0)
@@ -344,7 +345,7 @@ def basic_decision(
     assert isinstance(policy, BasicDynP)
     for index, t_est in enumerate(t_ests):
         policy.add(WaitingJob(index, index + 1, 0, 1, t_est, t_est))
-    policy.decide(0, Machine(10), make_backfill("easy"), submitted=submitted, completed=completed)
+    policy.decide(0, QueueScheduler(policy, make_backfill("easy"), ProcessorPool(10)), submitted, completed)
     return policy.current
 
 

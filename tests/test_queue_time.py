@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -20,15 +20,19 @@ from predictor.downey import RunningAges, combined, downey_wait, predictor_a, pr
 from predictor.forecasting import QueueState, Scheduler, StartedJob, forecast_with_bounds
 from predictor.lifetimes import LifetimeModel, QueueLifetimes, fit_lifetimes
 from predictor.proto import pb, rpc
+from predictor.registry import make_estimator
 from predictor.service import forecasts
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import job_message
 from predictor.service.server import start_server
+from predictor.session import LocalSession
+from simulator.engine import SimulationConfig, TraceReplay, simulate
 from simulator.forecast import FORWARD_SIMULATION, forecast_starts
 from simulator.forecasters import make_forecaster
 from simulator.jobs import WaitingJob
+from simulator.loop import Observer
 from simulator.policies import WFP, wfp_score
-from simulator.waiteval import Schedule, ask_forecasters, replay_schedule
+from simulator.waiteval import ask_forecasters
 from simulator.workloads.swf import write_swf
 from simulator.workloads.synthetic import generate_workload
 from tsched.cli import main
@@ -150,23 +154,41 @@ def test_downey_counts_the_jobs_ahead_and_the_free_processors() -> None:
 # --- the forward simulation --------------------------------------------------------------------
 
 
-def state_at(schedule: Schedule, procs: int, scheduler: Scheduler, now: int) -> tuple[QueueState, list[int], list[int]]:
-    """The scheduler's state at `now` (before its pass), the actual ends of the running jobs and the actual
-    runtimes of the waiting ones, as the engine's schedule gives them."""
-    from simulator.policies import make_policy
+class StateAt(Observer):
+    """The scheduler's state at `time`, before its pass, read from the replay as it runs (as wait-eval does)."""
 
-    queue = make_policy(scheduler.policy)
-    started, ends = [], []
-    for index, request in enumerate(schedule.requests):
-        start, end = int(schedule.start[index]), int(schedule.end[index])
-        if request.submit <= now <= start:
-            queue.add(WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, request.t_req))
-        elif start < now < end:
-            started.append(StartedJob(request, start))
-            ends.append(end)
-    waiting = [schedule.requests[job.index] for job in queue.ordered(now)]
-    runtimes = [int(schedule.end[job.index] - schedule.start[job.index]) for job in queue.ordered(now)]
-    return QueueState(now, procs, started, waiting), ends, runtimes
+    def __init__(self, replay: TraceReplay, time: int) -> None:
+        self.replay, self.time = replay, time
+        self.running: list[int] = []  # trace indexes
+        self.waiting: list[int] = []
+
+    def admitted(self, now: int, completed: Sequence[int], submitted: Sequence[WaitingJob]) -> None:
+        if now == self.time:
+            self.running = sorted(self.replay.scheduler.machine.running)
+            self.waiting = [job.index for job in self.replay.scheduler.waiting(now)]
+
+
+def state_at(jobs: pd.DataFrame, procs: int, scheduler: Scheduler, now: int) -> tuple[QueueState, list[int], list[int]]:
+    """The engine's state at `now` (a submission, before its pass), the actual ends of the running jobs and the
+    actual runtimes of the waiting ones."""
+    config = SimulationConfig(procs, scheduler.policy, scheduler.backfill, backfill_order=scheduler.backfill_order)
+    replay = TraceReplay(jobs, config, LocalSession(make_estimator("request")))
+    observer = StateAt(replay, now)
+    replay.observers.append(observer)
+    replay.replay()
+    requests, start, end = replay.requests, replay.start_at, replay.end_at
+    assert all(start[index] < now < end[index] for index in observer.running)
+    assert all(requests[index].submit <= now <= start[index] for index in observer.waiting)
+    started = [StartedJob(requests[index], start[index]) for index in observer.running]
+    state = QueueState(now, procs, started, [requests[index] for index in observer.waiting])
+    return state, [end[index] for index in observer.running], [end[i] - start[i] for i in observer.waiting]
+
+
+def engine_starts(jobs: pd.DataFrame, procs: int, scheduler: Scheduler) -> dict[int, int]:
+    """Job id -> start in the engine's schedule, the scheduler planning with requests."""
+    config = SimulationConfig(procs, scheduler.policy, scheduler.backfill, backfill_order=scheduler.backfill_order)
+    result = simulate(jobs, config, LocalSession(make_estimator("request"))).jobs
+    return dict(zip(result["job_id"].tolist(), result["start"].tolist(), strict=True))
 
 
 @pytest.mark.parametrize(
@@ -176,19 +198,17 @@ def state_at(schedule: Schedule, procs: int, scheduler: Scheduler, now: int) -> 
 )
 def test_with_exact_runtimes_and_no_later_arrival_the_forecast_is_the_schedule(scheduler: Scheduler) -> None:
     trace = generate_workload(jobs=400, procs=64, load=0.95, seed=3)
-    schedule = replay_schedule(trace.jobs, 64, scheduler)
-    now = schedule.requests[-1].submit  # every job has arrived
-    state, ends, runtimes = state_at(schedule, 64, scheduler, now)
+    now = int(trace.jobs["submit"].max())  # every job has arrived
+    state, ends, runtimes = state_at(trace.jobs, 64, scheduler, now)
     assert len(state.waiting) > 20 and state.running
-    by_id = {request.job_id: int(start) for request, start in zip(schedule.requests, schedule.start, strict=True)}
+    by_id = engine_starts(trace.jobs, 64, scheduler)
     assert forecast_starts(state, scheduler, ends, runtimes) == [by_id[job.job_id] for job in state.waiting]
 
 
 def test_bounds_enclose_the_forecast_and_requests_give_the_upper_bound() -> None:
     trace = generate_workload(jobs=400, procs=64, load=0.95, seed=3)
     scheduler = Scheduler()
-    schedule = replay_schedule(trace.jobs, 64, scheduler)
-    state, _, _ = state_at(schedule, 64, scheduler, schedule.requests[-1].submit)
+    state, _, _ = state_at(trace.jobs, 64, scheduler, int(trace.jobs["submit"].max()))
     requests = ([started.job.t_req for started in state.running], [job.t_req for job in state.waiting])
     for forecast in forecast_with_bounds(FORWARD_SIMULATION, state, scheduler, requests, lambda job: MODEL):
         assert forecast.lower <= forecast.start == forecast.upper
@@ -223,6 +243,51 @@ def test_wfp_orders_as_a_full_sort(jobs: list[tuple[int, int, int]], removals: l
 # --- wait-eval ---------------------------------------------------------------------------------
 
 
+class Recorder:
+    """A forecaster that answers nothing and logs what it learns and the state of each question."""
+
+    spec = "recorder"
+
+    def __init__(self) -> None:
+        self.learnt: list[tuple[int, list[int], list[int]]] = []  # (now, ended job ids, submitted job ids)
+        self.asked: list[tuple[QueueState, list[int], int]] = []  # (state, positions, learn calls before it)
+
+    def learn(self, now: int, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest]) -> None:
+        self.learnt.append((now, [job.request.job_id for job in finished], [job.job_id for job in submitted]))
+
+    def forecast(self, state: QueueState, positions: Collection[int]) -> dict[int, int]:
+        self.asked.append((state, list(positions), len(self.learnt)))
+        return {}
+
+
+@pytest.mark.parametrize("backfill", ["easy", "conservative"])
+@pytest.mark.parametrize("protocol", ["submit", "head"])
+def test_wait_eval_asks_with_the_scheduler_s_own_state_as_the_schedule_has_it(protocol: str, backfill: str) -> None:
+    """Each question's state is the replay's at that instant: before its pass (submit) or after (head)."""
+    trace = generate_workload(jobs=300, procs=64, load=0.95, seed=7)
+    recorder = Recorder()
+    result, questions = ask_forecasters(trace.jobs, 64, Scheduler("fcfs", backfill), [recorder], protocol)
+    jobs = result.jobs.set_index("job_id")
+    submit, start, end = (jobs[column].to_dict() for column in ("submit", "start", "end"))
+    after = protocol == "head"
+    for state, positions, learnt in recorder.asked:
+        now = state.now
+        waiting = [job.job_id for job in state.waiting]
+        assert {(job.job.job_id, job.start) for job in state.running} == {
+            (j, start[j]) for j in start if start[j] < now < end[j] or (after and start[j] == now < end[j])
+        }
+        assert set(waiting) == {j for j in start if submit[j] <= now and (now < start[j] if after else now <= start[j])}
+        asked = [waiting[position] for position in positions]
+        assert asked == [waiting[0]] if after else {submit[j] for j in asked} == {now}
+        ended_before = {j for _, ended, _ in recorder.learnt[:learnt] for j in ended}
+        assert {j for j in end if end[j] <= now and start[j] < now} <= ended_before  # learnt before the question
+    ended = [j for _, finished, _ in recorder.learnt for j in finished]
+    assert sorted(ended) == sorted(start) and [end[j] for j in ended] == sorted(end.values())
+    assert [j for _, _, submitted in recorder.learnt for j in submitted] == list(start)  # submit order
+    assert questions["job_id"].is_unique and len(questions) > (100 if after else 299)
+    assert (questions["start"] == questions["job_id"].map(start)).all()
+
+
 def test_forecasters_see_no_future() -> None:
     """Changing every job submitted after T leaves every forecast asked before T unchanged."""
     trace = generate_workload(jobs=700, procs=64, load=0.9, seed=11)
@@ -235,9 +300,8 @@ def test_forecasters_see_no_future() -> None:
     scheduler = Scheduler()
     tables = []
     for jobs in (trace.jobs, changed):
-        schedule = replay_schedule(jobs, 64, scheduler)
         forecasters = [make_forecaster(spec, scheduler) for spec in specs]
-        tables.append(ask_forecasters(schedule, 64, scheduler, forecasters, "submit"))
+        tables.append(ask_forecasters(jobs, 64, scheduler, forecasters, "submit")[1])
     before = [table.loc[table["asked_at"] < cut].drop(columns="start") for table in tables]
     assert len(before[0]) > 300
     assert before[0][specs].notna().to_numpy().mean() > 0.5

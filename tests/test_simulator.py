@@ -16,7 +16,6 @@ import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -27,18 +26,21 @@ from hypothesis import strategies as st
 import simulator.backfill
 import simulator.dynp
 import simulator.jobs
+import simulator.loop
 import simulator.machine
 import simulator.policies
+import simulator.scheduler
 from kernel.jobs import FinishedJob, JobRequest, Prediction, clamp_estimate
 from predictor.estimators.base import Estimator
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
-from simulator import engine
 from simulator.backfill import Backfill, ConservativeBackfill, EasyBackfill, make_backfill
-from simulator.engine import SimulationConfig, SimulationResult, simulate
+from simulator.dynp import make_queue_policy
+from simulator.engine import SimulationConfig, SimulationResult, TraceReplay, simulate
 from simulator.experiment import run_simulation
 from simulator.jobs import RunningJob, WaitingJob
-from simulator.machine import Machine
+from simulator.machine import Machine, ProcessorPool, make_correction, planning_mode
+from simulator.scheduler import QueueScheduler
 from simulator.workloads.swf import read_swf
 
 #: One job: (submit, procs, t_req, t_act). Job ids are 1, 2, ... in the order given.
@@ -141,8 +143,11 @@ def simulate_with(
 ) -> SimulationResult:
     """Simulate with an instrumented backfilling object in place of the one the engine would build."""
     assert strategy.name == config.backfill
-    with mock.patch.object(engine, "make_backfill", return_value=strategy):
-        return simulate(table, config, session)
+    machine = ProcessorPool(config.procs, planning_mode(config.mode), make_correction(config.correction))
+    scheduler = QueueScheduler(make_queue_policy(config.policy), strategy, machine)
+    replay = TraceReplay(table, config, session, scheduler=scheduler)
+    assert replay.scheduler.backfill is strategy
+    return replay.replay()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,7 +379,7 @@ CORRECTION_STEPS = {
 
 @pytest.mark.parametrize("correction", CORRECTIONS)
 def test_each_correction_step_by_step(correction: str) -> None:
-    machine = Machine(10, "regular", correction)
+    machine = ProcessorPool(10, planning_mode("regular"), make_correction(correction))
     machine.start(WaitingJob(0, 1, 0, 4, 10000, 100), 0)
     ends = []
     for now in (100, 160, 1000, 5000, 9999):
@@ -385,7 +390,7 @@ def test_each_correction_step_by_step(correction: str) -> None:
 
 @pytest.mark.parametrize("mode", ["none", "selective"])
 def test_corrections_only_apply_in_regular_mode(mode: str) -> None:
-    machine = Machine(10, mode, "cobalt")
+    machine = ProcessorPool(10, planning_mode(mode), make_correction("cobalt"))
     machine.start(WaitingJob(0, 1, 0, 4, 10000, 100), 0)
     machine.correct_overruns(5000)
     assert machine.running[0].expected_end == 10000  # planned with t_req: never passed
@@ -395,15 +400,17 @@ def test_corrections_only_apply_in_regular_mode(mode: str) -> None:
 def test_correcting_a_job_past_its_request_is_an_error_not_an_endless_loop(correction: str) -> None:
     # The engine ends every job by start + t_req before it corrects anything; a caller that does not
     # would have every correction land at or before `now` again.
-    machine = Machine(10, "regular", correction)
+    machine = ProcessorPool(10, planning_mode("regular"), make_correction(correction))
     machine.start(WaitingJob(0, 1, 0, 4, 1000, 100), 0)
     with pytest.raises(AssertionError, match="past its request"):
         machine.correct_overruns(1000)
 
 
 def test_unknown_correction_mode_and_order_are_refused() -> None:
-    with pytest.raises(ValueError, match="correction"):
-        Machine(10, "regular", "triple")
+    with pytest.raises(ValueError, match="unknown correction 'triple'; choose one of request, tsafrir"):
+        make_correction("triple")
+    with pytest.raises(ValueError, match="unknown mode 'always'; choose one of none, regular, selective"):
+        planning_mode("always")
     with pytest.raises(ValueError, match="backfill order"):
         make_backfill("easy", "longest")
     with pytest.raises(ValueError, match="needs backfilling"):
@@ -491,7 +498,14 @@ def test_conservative_replan_does_not_starve_a_wide_job_on_ctc(traces_dir: Path)
 # ---------------------------------------------------------------------------------------------
 # The scheduler never sees actual runtimes
 
-SCHEDULER_MODULES = (simulator.policies, simulator.backfill, simulator.machine, simulator.jobs, simulator.dynp)
+SCHEDULER_MODULES = (
+    simulator.policies,
+    simulator.backfill,
+    simulator.machine,
+    simulator.jobs,
+    simulator.dynp,
+    simulator.scheduler,
+)
 RUNTIME_NAMES = {"t_act", "runtime", "_runtime", "FinishedJob"}
 
 
@@ -531,7 +545,8 @@ def test_the_scheduler_view_of_a_job_has_no_runtime_field(view):
         job.t_act = 1
 
 
-@pytest.mark.parametrize("module", SCHEDULER_MODULES, ids=lambda m: m.__name__)
+# The event loop too: its driver says when a started job ends; it never sees how long a job runs.
+@pytest.mark.parametrize("module", [*SCHEDULER_MODULES, simulator.loop], ids=lambda m: m.__name__)
 def test_scheduler_modules_never_refer_to_actual_runtimes(module):
     names = names_in_code(module)
     assert not names & RUNTIME_NAMES
