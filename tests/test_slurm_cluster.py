@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from slurm.agreement import agreement, check_agreement
 from slurm.checks import Run, check_allocations, check_configuration, check_requests, replay_node_choices
 from slurm.cluster_workloads import Capture, run_all
 from slurm.workload import unavailable
@@ -77,3 +78,8 @@ def test_jobs_queued(capture):
     assert sum(wait > 10 for wait in waits) >= len(waits) / 4
     assert any("SchedBackfill" in job.row["Flags"] for job in run.jobs)
     assert len(run.logged) >= len(run.jobs)  # every start, most ends
+
+
+def test_the_slurm_scheduler_replays_the_run(capture, tmp_path):
+    """`tsched simulate --scheduler slurm` on the run's own sacct and slurm.conf agrees with what Slurm did."""
+    check_agreement(agreement(capture.folder, tmp_path))
