@@ -117,3 +117,36 @@ def check_agreement(result: Agreement) -> None:
     assert result.wait_mae <= result.chaos_floor, result.line()
     assert abs(result.wait_error) <= max(0.05, result.replicate_spread), result.line()
     assert abs(result.utilization_points) <= max(2.0, result.replicate_points), result.line()
+
+
+def per_job(folder: Path, out: Path) -> pd.DataFrame:
+    """Slurm's and the replay's start and wait of every job of the run in `folder` (job id, seconds from the
+    first submission)."""
+    run = Run(folder)
+    jobs = sorted(run.jobs, key=lambda job: job.id)
+    first = min(job.start - job.wait for job in jobs)
+    replayed, _ = replay(folder, out)
+    table = pd.DataFrame(
+        {
+            "job_id": [job.id for job in jobs],
+            "submit": [job.start - job.wait - first for job in jobs],
+            "slurm_start": [job.start - first for job in jobs],
+            "slurm_wait": [job.wait for job in jobs],
+        }
+    ).set_index("job_id")
+    table["replay_start"] = replayed["start"] + table["submit"] - replayed["submit"]
+    table["replay_wait"] = replayed["wait"]
+    return table.reset_index()
+
+
+if __name__ == "__main__":  # python -m slurm.agreement FOLDER... OUT: the lines docs/cluster.md shows, per-job CSVs
+    import sys
+    import tempfile
+
+    *folders, target = (Path(argument) for argument in sys.argv[1:])
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        lines = [agreement(folder, Path(scratch) / folder.name).line() for folder in folders]
+        for folder in folders:
+            per_job(folder, Path(scratch) / folder.name).to_csv(target / f"{folder.name}.csv", index=False)
+    print("\n".join(lines))
