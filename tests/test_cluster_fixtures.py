@@ -17,11 +17,12 @@ from simulator.workloads.formats import read_trace
 
 DATA = Path(__file__).parent / "data" / "slurm-22.05-cluster"
 NAMES = ("fcfs", "fcfs-tight", "mixed")
+RUNS = [DATA / name for name in NAMES] + [DATA.with_name(DATA.name + "-run2") / name for name in NAMES]
 
 
-@pytest.fixture(params=NAMES)
+@pytest.fixture(params=RUNS, ids=lambda path: f"{path.parent.name}/{path.name}")
 def run(request: pytest.FixtureRequest) -> Run:
-    return Run(DATA / request.param)
+    return Run(request.param)
 
 
 def test_the_slurm_conf_reads_as_slurm_reported_it(run):

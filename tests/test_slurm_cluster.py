@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from slurm.agreement import agreement, check_agreement
+from slurm.agreement import agreement, check_live
 from slurm.checks import Run, check_allocations, check_configuration, check_requests, replay_node_choices
 from slurm.cluster_workloads import Capture, run_all
 from slurm.workload import unavailable
@@ -82,4 +82,4 @@ def test_jobs_queued(capture):
 
 def test_the_slurm_scheduler_replays_the_run(capture, tmp_path):
     """`tsched simulate --scheduler slurm` on the run's own sacct and slurm.conf agrees with what Slurm did."""
-    check_agreement(agreement(capture.folder, tmp_path))
+    check_live(agreement(capture.folder, tmp_path))
