@@ -3,6 +3,7 @@ simulator.clusterreplay), and `tsched simulate --scheduler slurm` as a site runs
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -198,7 +199,22 @@ def test_the_command_replays_a_slurm_run(tmp_path, capsys):
     jobs = pd.read_csv(out)
     assert {"job_id", "submit", "start", "wait"} <= set(jobs.columns) and len(jobs) == 90
     assert (jobs["wait"] == jobs["start"] - jobs["submit"]).all()
-    assert "slurm" in capsys.readouterr().out
+    assert "Slurm's main and backfill scheduler on nodes of 48 CPUs" in capsys.readouterr().out
+
+
+def test_the_docs_toml_cluster_replays_as_its_slurm_conf(tmp_path):
+    """docs/cluster.md's TOML example is the mixed run's cluster: the replay on it is the replay on slurm.conf."""
+    page = (Path(__file__).parents[1] / "docs" / "cluster.md").read_text()
+    toml = tmp_path / "mixed.toml"
+    toml.write_text(re.search(r"```toml\n(.*?)```", page, re.S).group(1))
+    folder = CAPTURES / "mixed"
+    outputs = []
+    for cluster in (toml, folder / "slurm.conf"):
+        out = tmp_path / f"{cluster.suffix}.csv"
+        arguments = ["simulate", "--trace", str(folder / "jobs.sacct"), "--cluster", str(cluster)]
+        assert main([*arguments, "--scheduler", "slurm", "--jobs-csv", str(out)]) == 0
+        outputs.append(pd.read_csv(out))
+    pd.testing.assert_frame_equal(outputs[0], outputs[1])
 
 
 def test_a_cluster_needs_the_slurm_scheduler(tmp_path, capsys):
