@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,7 @@ from simulator.machine import make_correction, planning_mode
 from simulator.nodes import NodeState, NodeTable, demand
 from simulator.policies import FCFS
 from simulator.scheduler import QueueScheduler
-from simulator.slurmsched import LIMIT_SWEEP, NodeMachine, QueuedJob, SlurmBackfill, over_time_minutes
+from simulator.slurmsched import LIMIT_SWEEP, NodeMachine, QueuedJob, SlurmBackfill
 
 #: The backfill name a `slurm` scheduler's SimulationConfig carries.
 SLURM = "slurm"
@@ -86,41 +87,37 @@ def queued_jobs(
     return queued, dict(skipped)
 
 
-class ClusterReplay(TraceReplay):
-    """A trace replayed under the `slurm` scheduler: jobs killed at their limit by the 30 s sweep."""
+def slurm_scheduler(cluster: Cluster, queued: Mapping[int, QueuedJob], config: SimulationConfig) -> QueueScheduler:
+    """Slurm's scheduler over `cluster`'s nodes for the `queued` jobs, planning as `config`'s mode says."""
+    machine = NodeMachine(cluster, planning_mode(config.mode), make_correction(config.correction))
+    return QueueScheduler(FCFS(), SlurmBackfill(cluster, queued), machine)
 
-    def __init__(
-        self,
-        jobs: pd.DataFrame,
-        config: SimulationConfig,
-        session: PredictionSession,
-        cluster: Cluster,
-        queued: Mapping[int, QueuedJob],
-        history: pd.DataFrame | None = None,
-    ) -> None:
-        machine = NodeMachine(cluster, planning_mode(config.mode), make_correction(config.correction))
-        scheduler = QueueScheduler(FCFS(), SlurmBackfill(cluster, queued), machine)
-        super().__init__(jobs, config, session, history, scheduler)
-        partitions = {p.name: p for p in cluster.partitions}
-        over_time = [
-            over_time_minutes(cluster, partitions[queued[job_id].demands[0].partition])
-            for job_id in self.jobs["job_id"].tolist()
-        ]
-        t_req = self.jobs["t_req"].tolist()
-        self._killed_after = [
-            None if over is None else limit + over * 60 for limit, over in zip(t_req, over_time, strict=True)
-        ]
-        self._actual = self.jobs["run" if "run" in self.jobs else "t_act"].tolist()  # t_act stops at the limit
-        self._phase = sweep_phase(self.jobs)
+
+class ClusterReplay(TraceReplay):
+    """A trace replayed under the `slurm` scheduler (`slurm_scheduler`): jobs killed at their limit by the
+    30 s sweep."""
+
+    @cached_property
+    def _kills(self) -> tuple[list[int | None], list[int], int]:
+        """Per job: when it is killed after its start (None: never), how long it runs; and the sweep's phase."""
+        backfill = self.scheduler.backfill
+        if not isinstance(backfill, SlurmBackfill):
+            raise TypeError("a ClusterReplay runs the slurm scheduler")
+        over_time = [backfill.over_time(job_id) for job_id in self.jobs["job_id"].tolist()]
+        limits = self.jobs["t_req"].tolist()
+        killed = [None if over is None else limit + over * 60 for limit, over in zip(limits, over_time, strict=True)]
+        runs = self.jobs["run" if "run" in self.jobs else "t_act"].tolist()  # t_act stops at the limit
+        return killed, [int(run) for run in runs], sweep_phase(self.jobs)
 
     def completion_time(self, job: WaitingJob) -> int:
         """The job's end: as the trace says, or the first limit sweep at or after its limit."""
         index, now = job.index, self.now
-        end = now + int(self._actual[index])
-        limit = self._killed_after[index]
+        killed, runs, phase = self._kills
+        end = now + runs[index]
+        limit = killed[index]
         if limit is not None and end >= now + limit:
             due = now + limit
-            end = due + (self._phase - due) % LIMIT_SWEEP
+            end = due + (phase - due) % LIMIT_SWEEP
         self.start_at[index] = now
         self.end_at[index] = end
         return end
@@ -138,7 +135,7 @@ def simulate_cluster(
     queued, skipped = queued_jobs(jobs, cluster, requests)
     kept = jobs.loc[np.isin(jobs["job_id"].to_numpy(), list(queued))]
     config = SimulationConfig(cluster.procs, "fcfs", SLURM, config.mode, config.correction)
-    result = ClusterReplay(kept, config, session, cluster, queued, history).replay()
+    result = ClusterReplay(kept, config, session, history, slurm_scheduler(cluster, queued, config)).replay()
     for reason, count in skipped.items():
         result.skipped[reason] = result.skipped.get(reason, 0) + count
     return result

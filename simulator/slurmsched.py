@@ -137,6 +137,10 @@ class SlurmBackfill(Backfill):
         self._main_seen: tuple[int, int] | None = None
         self._cycle_seen: tuple[int, int] | None = None
 
+    def over_time(self, job_id: int) -> int | None:
+        """OverTimeLimit in minutes for the job (of its first partition; None: UNLIMITED)."""
+        return self._over_time[self.jobs[job_id].demands[0].partition]
+
     def admit(self, job: WaitingJob) -> None:
         self._waiting += 1
         self._submitted.add(job.index)

@@ -140,6 +140,7 @@ def reaches(graph: dict[str, set[str]], source: str, forbidden: str) -> list[str
                 "simulator.cluster",
                 "simulator.nodes",
                 "simulator.nodeplan",
+                "simulator.slurmsched",
             )
             for other in ("simulator.engine", "simulator.evaluation", "simulator.experiment", "predictor")
         ],

@@ -13,7 +13,15 @@ from kernel.errors import TraceError
 from kernel.resources import ResourceRequest
 from simulator.cluster import Cluster
 from simulator.clusterconf import read_cluster_toml
-from simulator.clusterreplay import SLURM, ClusterReplay, queued_jobs, simulate_cluster, single_cpu_nodes, sweep_phase
+from simulator.clusterreplay import (
+    SLURM,
+    ClusterReplay,
+    queued_jobs,
+    simulate_cluster,
+    single_cpu_nodes,
+    slurm_scheduler,
+    sweep_phase,
+)
 from simulator.engine import SimulationConfig
 from simulator.experiment import open_session
 from simulator.workloads.sacctrequests import read_sacct_requests
@@ -126,7 +134,7 @@ def test_backfill_cycles_run_only_when_something_changed(tmp_path):
     cluster = two_nodes(tmp_path)
     queued, _ = queued_jobs(jobs, cluster, {spec[0]: spec[5] for spec in reserved_node_case(200)})
     config = SimulationConfig(cluster.procs, backfill=SLURM)
-    replay = ClusterReplay(jobs, config, open_session("request", jobs), cluster, queued)
+    replay = ClusterReplay(jobs, config, open_session("request", jobs), None, slurm_scheduler(cluster, queued, config))
     rounds = 0
     while replay.peek() is not None:
         replay.step()
