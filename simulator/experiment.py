@@ -9,6 +9,7 @@ and returns its summary (`simulator.summary.RunSummary`).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -18,6 +19,7 @@ from kernel.specs import parse_spec
 from predictor.estimators.baselines import OracleEstimator
 from predictor.registry import available, make_estimator
 from predictor.session import LocalSession, PredictionSession
+from simulator.cluster import Cluster
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.summary import RunSummary
 from simulator.workloads.load import scale_load
@@ -25,6 +27,7 @@ from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS, replicate_tra
 from simulator.workloads.trace import Trace
 
 if TYPE_CHECKING:
+    from kernel.resources import ResourceRequest
     from predictor.service.client import Credentials
     from predictor.service.remote import RemoteSession
 
@@ -97,6 +100,8 @@ def run_simulation(
     max_fallback_share: float = DEFAULT_MAX_FALLBACK_SHARE,
     replicate: int = 0,
     jitter: int = DEFAULT_JITTER_SECONDS,
+    cluster: Cluster | None = None,
+    requests: Mapping[int, ResourceRequest] | None = None,
 ) -> tuple[RunSummary, SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
@@ -108,6 +113,8 @@ def run_simulation(
     call before a job gets t_req: short for a live-like run, long for an
     evaluation that must not fall back; a run where more than
     `max_fallback_share` of the jobs fell back is refused (PredictorUnavailable).
+    With a `cluster`, the `slurm` scheduler replays the jobs on its nodes, each
+    job with its request from `requests` (by job id; `simulator.clusterreplay`).
     """
     period, history = _period(trace, month)
     if load_factor != 1.0:
@@ -115,7 +122,12 @@ def run_simulation(
     period = replicate_trace(period, replicate, jitter)
     session = open_session(spec, trace.jobs, address, namespace, timeout, credentials)
     try:
-        result = simulate(period.jobs, config, session, history)
+        if cluster is None:
+            result = simulate(period.jobs, config, session, history)
+        else:
+            from simulator.clusterreplay import simulate_cluster
+
+            result = simulate_cluster(period.jobs, config, session, cluster, requests or {}, history)
     finally:
         session.close()
     _refuse_fallbacks(result, address, max_fallback_share)

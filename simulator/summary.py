@@ -145,8 +145,13 @@ class RunSummary:
         )
 
     def _scheduler(self) -> str:
+        scheduler = (
+            f"Slurm's main and backfill scheduler on nodes of {self.procs} CPUs"
+            if self.backfill == "slurm"
+            else f"{self.policy} + {self.backfill} backfilling ({self.backfill_order} order), {self.procs} processors"
+        )
         return (
-            f"{self.policy} + {self.backfill} backfilling ({self.backfill_order} order), {self.procs} processors, "
+            f"{scheduler}, "
             f"mode {self.mode} (correction {self.correction}), estimator {self.estimator}"
             + (f", load x{self.load_factor:g}" if self.load_factor != 1 else "")
             + (f", replicate {self.replicate} (±{self.jitter} s)" if self.replicate else "")

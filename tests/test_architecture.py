@@ -137,6 +137,10 @@ def reaches(graph: dict[str, set[str]], source: str, forbidden: str) -> list[str
                 "simulator.jobs",
                 "simulator.dynp",
                 "simulator.scheduler",
+                "simulator.cluster",
+                "simulator.nodes",
+                "simulator.nodeplan",
+                "simulator.slurmsched",
             )
             for other in ("simulator.engine", "simulator.evaluation", "simulator.experiment", "predictor")
         ],

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Slurm cluster with accounting on one host, self-contained in one scratch folder.
 #
-#   one_host_cluster.sh start|stop|status|env|clean
+#   one_host_cluster.sh start|stop|status|env|clean|munge|munge-stop
 #
 # The daemons keep their state, logs and pid files in the scratch folder: a private MariaDB (its
 # own data folder and socket, TCP on 127.0.0.1 only), slurmdbd, slurmctld, and one slurmd per
@@ -22,6 +22,14 @@
 #   TSCHED_SLURM_CPUS     CPUs per node (default 4; more than the host has is fine for sleep jobs)
 #   TSCHED_SLURM_PORT     base port: slurmctld; +1 slurmdbd; +2 MariaDB; +10.. the nodes (default 16817)
 #   TSCHED_SLURM_CLUSTER  cluster name (default tsched)
+#   TSCHED_SLURM_MEMORY   RealMemory per node in MB (default 1000)
+#   TSCHED_SLURM_GPUS     GPUs per GPU node, as generic resources (default 0: none); each gets an empty
+#                         placeholder file (Slurm 22.05 wants a File= per GPU) and gres/gpu is accounted
+#   TSCHED_SLURM_GPU_NODES  which nodes have the GPUs, as node numbers (default all: "1 2 3 4")
+#   TSCHED_SLURM_SELECT   SelectTypeParameters (default CR_Core; CR_CPU, CR_Core_Memory, CR_CPU_Memory)
+#   TSCHED_SLURM_SCHEDULER  SchedulerParameters (default bf_interval=1,sched_min_interval=100000)
+#   TSCHED_SLURM_PARTITIONS PartitionName lines, one per line (default: batch, the default partition, and
+#                         short, both over every node)
 #   TSCHED_SLURM_EXTRA    extra slurm.conf lines, appended verbatim (e.g. JobSubmitPlugins=lua)
 #   TSCHED_SLURM_JOBCOMP  JobCompType and JobCompLoc (default: jobcomp/filetxt to log/jobcomp.txt), e.g.
 #                         "jobcomp/script /path/to/script"
@@ -32,6 +40,13 @@ NODES=${TSCHED_SLURM_NODES:-4}
 CPUS=${TSCHED_SLURM_CPUS:-4}
 PORT=${TSCHED_SLURM_PORT:-16817}
 CLUSTER=${TSCHED_SLURM_CLUSTER:-tsched}
+MEMORY=${TSCHED_SLURM_MEMORY:-1000}
+GPUS=${TSCHED_SLURM_GPUS:-0}
+GPU_NODES=${TSCHED_SLURM_GPU_NODES:-$(seq -s ' ' "$NODES")}
+SELECT=${TSCHED_SLURM_SELECT:-CR_Core}
+SCHEDULER=${TSCHED_SLURM_SCHEDULER:-bf_interval=1,sched_min_interval=100000}
+PARTITIONS=${TSCHED_SLURM_PARTITIONS:-"PartitionName=batch Nodes=n[1-$NODES] Default=YES MaxTime=INFINITE State=UP
+PartitionName=short Nodes=n[1-$NODES] MaxTime=10 DefaultTime=2 State=UP"}
 HOST=$(hostname -s)
 export SLURM_CONF="$DIR/etc/slurm.conf"
 MUNGE_SOCKET=/run/munge/munge.socket.2
@@ -63,19 +78,36 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
     die "$what did not come up within ${seconds}s (logs in $DIR/log)"
 }
 
-stop_pid() {  # stop_pid PIDFILE NAME: TERM, then wait up to 20 s, then KILL
-    local file=$1 name=$2
-    alive "$file" || { rm -f "$file"; return 0; }
-    local pid
-    pid=$(cat "$file")
-    kill "$pid" 2>/dev/null || true
+end_pid() {  # end_pid PID NAME: TERM, then wait up to 20 s, then KILL
+    local pid=$1 name=$2
+    kill "$pid" 2>/dev/null || return 0
     for _ in $(seq 100); do
-        kill -0 "$pid" 2>/dev/null || { rm -f "$file"; return 0; }
+        kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.2
     done
     log "$name (pid $pid) ignored TERM; killing it"
     kill -9 "$pid" 2>/dev/null || true
+}
+
+stop_pid() {  # stop_pid PIDFILE NAME: end the process the file names, and remove the file
+    local file=$1 name=$2
+    alive "$file" && end_pid "$(cat "$file")" "$name"
     rm -f "$file"
+}
+
+has_gpus() { [ "$GPUS" -gt 0 ] && [[ " $GPU_NODES " == *" $1 "* ]]; }
+
+gres_of() { has_gpus "$1" && echo " Gres=gpu:$GPUS"; return 0; }
+
+write_gres_conf() {  # one line per GPU node, each GPU an empty placeholder file (no devices here)
+    : >"$DIR/etc/gres.conf"
+    [ "$GPUS" -gt 0 ] || return 0
+    for n in $(seq "$NODES"); do
+        has_gpus "$n" || continue
+        mkdir -p "$DIR/gpu/n$n"
+        for g in $(seq 0 $((GPUS - 1))); do : >"$DIR/gpu/n$n/gpu$g"; done
+        echo "NodeName=n$n Name=gpu File=$DIR/gpu/n$n/gpu[0-$((GPUS - 1))]" >>"$DIR/etc/gres.conf"
+    done
 }
 
 write_configs() {
@@ -101,13 +133,17 @@ write_configs() {
         echo "TaskPlugin=task/none"
         echo "JobAcctGatherType=jobacct_gather/none"
         echo "SchedulerType=sched/backfill"
-        echo "SchedulerParameters=bf_interval=1,sched_min_interval=100000"
+        echo "SchedulerParameters=$SCHEDULER"
         echo "SelectType=select/cons_tres"
-        echo "SelectTypeParameters=CR_Core"
+        echo "SelectTypeParameters=$SELECT"
         echo "SlurmdParameters=config_overrides"
         echo "AccountingStorageType=accounting_storage/slurmdbd"
         echo "AccountingStorageHost=localhost"
         echo "AccountingStoragePort=$((PORT + 1))"
+        if [ "$GPUS" -gt 0 ]; then
+            echo "GresTypes=gpu"
+            echo "AccountingStorageTRES=gres/gpu"
+        fi
         local jobcomp=${TSCHED_SLURM_JOBCOMP:-jobcomp/filetxt $DIR/log/jobcomp.txt}
         echo "JobCompType=${jobcomp%% *}"
         echo "JobCompLoc=${jobcomp#* }"
@@ -118,12 +154,12 @@ write_configs() {
         echo "MpiDefault=none"
         echo "MaxArraySize=10001"
         for n in $(seq "$NODES"); do
-            echo "NodeName=n$n NodeHostname=$HOST Port=$((PORT + 9 + n)) CPUs=$CPUS RealMemory=1000 State=UNKNOWN"
+            echo "NodeName=n$n NodeHostname=$HOST Port=$((PORT + 9 + n)) CPUs=$CPUS RealMemory=$MEMORY$(gres_of "$n") State=UNKNOWN"
         done
-        echo "PartitionName=batch Nodes=n[1-$NODES] Default=YES MaxTime=INFINITE State=UP"
-        echo "PartitionName=short Nodes=n[1-$NODES] MaxTime=10 DefaultTime=2 State=UP"
+        echo "$PARTITIONS"
         echo "${TSCHED_SLURM_EXTRA:-}"
     } >"$SLURM_CONF"
+    write_gres_conf
     {
         echo "AuthType=auth/munge"
         echo "DbdHost=localhost"
@@ -193,7 +229,7 @@ start_slurm() {
         mkdir -p "$DIR/spool/n$n"
         alive "$DIR/run/slurmd-n$n.pid" || slurmd -N "n$n"
     done
-    wait_for 60 "$NODES idle nodes" sh -c "[ \"\$(sinfo -h -p batch -t idle -o %D)\" = $NODES ]"
+    wait_for 60 "$NODES idle nodes" sh -c "[ \"\$(sinfo -h -N -t idle -o %N | sort -u | wc -l)\" = $NODES ]"
 }
 
 cmd_start() {
@@ -202,18 +238,29 @@ cmd_start() {
     start_munge
     start_mariadb
     start_slurm
-    log "up: $NODES nodes x $CPUS CPUs, partitions batch (default) and short; SLURM_CONF=$SLURM_CONF"
+    log "up: $NODES nodes x $CPUS CPUs, $MEMORY MB$([ "$GPUS" -gt 0 ] && echo ", $GPUS GPUs on nodes $GPU_NODES"); SLURM_CONF=$SLURM_CONF"
 }
 
 cmd_stop() {
+    # slurmd removes its pid file as soon as it is told to shut down, but waits for its job steps: keep the pids
+    local slurmds=()
+    for file in "$DIR"/run/slurmd-*.pid; do
+        alive "$file" && slurmds+=("$(cat "$file")")
+    done
     if alive "$DIR/run/slurmctld.pid"; then
-        scancel --full --quiet --user=root 2>/dev/null || true
+        squeue -h -o %i 2>/dev/null | xargs -r scancel --full --quiet 2>/dev/null || true
+        # let the cancelled steps report to slurmctld, or they retry for ever once it is gone
+        for _ in $(seq 60); do
+            [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+            sleep 0.5
+        done
         scontrol shutdown >/dev/null 2>&1 || true  # slurmctld and every slurmd
     fi
     stop_pid "$DIR/run/slurmctld.pid" slurmctld
-    for file in "$DIR"/run/slurmd-*.pid; do
-        [ -e "$file" ] && stop_pid "$file" slurmd
+    for pid in "${slurmds[@]}"; do
+        end_pid "$pid" slurmd
     done
+    rm -f "$DIR"/run/slurmd-*.pid
     stop_pid "$DIR/run/slurmdbd.pid" slurmdbd
     if alive "$DIR/run/mariadbd.pid"; then
         mariadb-admin --no-defaults -S "$DB_SOCKET" -u root shutdown >/dev/null 2>&1 || true
@@ -242,5 +289,8 @@ stop) cmd_stop ;;
 status) cmd_status ;;
 env) echo "export SLURM_CONF=$SLURM_CONF" ;;
 clean) cmd_stop; rm -rf "$DIR" ;;
-*) echo "usage: $0 start|stop|status|env|clean" >&2; exit 2 ;;
+# several clusters at once share one munged: start it first (a cluster then leaves it alone), stop it last
+munge) need_packages; mkdir -p "$DIR/run"; start_munge ;;
+munge-stop) stop_pid "$DIR/run/munged.pid" munged ;;
+*) echo "usage: $0 start|stop|status|env|clean|munge|munge-stop" >&2; exit 2 ;;
 esac

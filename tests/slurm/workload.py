@@ -69,10 +69,10 @@ class Cluster:
         self.scratch = scratch
         self.env = {
             **os.environ,
-            **(settings or {}),
-            "TSCHED_SLURM_DIR": str(scratch),
             "TSCHED_SLURM_NODES": str(NODES),
             "TSCHED_SLURM_CPUS": str(CPUS),
+            **(settings or {}),
+            "TSCHED_SLURM_DIR": str(scratch),
             "SLURM_CONF": str(scratch / "etc" / "slurm.conf"),
             "TZ": "UTC",  # the daemons' local time (jobcomp's times); sacct's is chosen per call
         }
@@ -97,10 +97,11 @@ class Cluster:
 
     def add_users(self) -> None:
         """Local users with Slurm associations (accounts physics and chem; bob may charge both)."""
-        for user in USERS:
-            if subprocess.run(["id", user], check=False, capture_output=True).returncode:
-                subprocess.run(["useradd", "--no-create-home", user], check=True)
-                self.created_users.append(user)
+        self.created_users.extend(create_local_users())
+        self.add_associations()
+
+    def add_associations(self) -> None:
+        """The users' Slurm accounts and associations (the local users must exist)."""
         self.run("sacctmgr", "-i", "add", "account", "physics,chem")
         for user, account in USERS.items():
             self.run("sacctmgr", "-i", "add", "user", user, f"account={account}")
@@ -153,6 +154,16 @@ class Cluster:
         command += ["--allocations"] if allocations else []
         command += ["--starttime", "2000-01-01", "--endtime", "now", f"--format={','.join(fields)}", *extra]
         return self.run(*command, env={"TZ": timezone} if timezone else None)
+
+
+def create_local_users() -> list[str]:
+    """Create the workload's local users that do not exist yet; the ones created."""
+    created = []
+    for user in USERS:
+        if subprocess.run(["id", user], check=False, capture_output=True).returncode:
+            subprocess.run(["useradd", "--no-create-home", user], check=True)
+            created.append(user)
+    return created
 
 
 @contextmanager

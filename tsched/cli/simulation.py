@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernel.errors import UsageError
 from tsched.cli.options import (
+    STDIN,
     TRACE_HELP,
     credentials_from,
     format_options,
@@ -81,6 +83,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     mode = args.mode or default_mode(args.estimator)
     config = SimulationConfig(procs, args.policy, args.backfill, mode, args.correction, args.backfill_order)
     credentials = credentials_from(args) if args.address else None
+    cluster, requests = simulated_cluster(args, procs)
     summary, result = run_simulation(
         trace,
         config,
@@ -94,11 +97,31 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         max_fallback_share=args.max_fallback_share,
         replicate=args.replicate,
         jitter=args.jitter,
+        cluster=cluster,
+        requests=requests,
     )
     show(args.json, summary.to_dict(), summary.describe)
     if args.jobs_csv:
         result.jobs.to_csv(args.jobs_csv, index=False)
     return 0
+
+
+def simulated_cluster(args: argparse.Namespace, procs: int) -> tuple[Any, dict[int, Any]]:
+    """The cluster `--scheduler slurm` runs on (`--cluster`, else `procs` one-CPU nodes) and the jobs' requests
+    (a sacct trace's, by job id); (None, {}) for the queue schedulers, which run on a processor pool."""
+    if args.scheduler != "slurm":
+        if args.cluster:
+            raise UsageError("--cluster: only --scheduler slurm schedules on nodes; the queue schedulers use a pool")
+        return None, {}
+    from simulator.clusterconf import read_cluster
+    from simulator.clusterreplay import single_cpu_nodes
+    from simulator.workloads.formats import detect_format
+    from simulator.workloads.sacctrequests import read_sacct_requests
+
+    cluster = read_cluster(args.cluster) if args.cluster else single_cpu_nodes(procs)
+    if args.trace in (None, STDIN) or (args.format or detect_format(args.trace)) != "sacct":
+        return cluster, {}
+    return cluster, read_sacct_requests(args.trace, cluster)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -192,6 +215,7 @@ def simulate_table() -> Table:
         trace_group(),
         machine_procs_option("the trace header's MaxProcs"),
         simulated_scheduler(),
+        cluster_group(),
         Option("--estimator", "NAME or NAME:key=value,...", default=BASELINE_ESTIMATOR, metavar="SPEC"),
         replay_group(),
         json_option("the summary"),
@@ -234,6 +258,25 @@ def simulated_scheduler() -> Group:
         choices=CORRECTIONS,
     )
     return scheduler_group(policy, mode, correction)
+
+
+def cluster_group() -> Group:
+    """Slurm's scheduler on a cluster of nodes instead of a queue policy and backfilling on a processor pool."""
+    scheduler = Option(
+        "--scheduler",
+        "queue: --policy and --backfill on a pool of processors; slurm: Slurm 22.05's main and backfill scheduler "
+        "on the nodes of --cluster, as its SchedulerParameters say (--policy and --backfill do not apply; a sacct "
+        "trace's jobs keep their nodes, CPUs, memory, GPUs and partitions)",
+        default="queue",
+        choices=("queue", "slurm"),
+    )
+    cluster = Option(
+        "--cluster",
+        "the cluster: a site's slurm.conf (gres.conf beside it) or a TOML cluster file (default with --scheduler "
+        "slurm: --machine-procs nodes of one CPU)",
+        metavar="PATH",
+    )
+    return Group("the cluster", (scheduler, cluster))
 
 
 def replay_group() -> Group:

@@ -1,0 +1,141 @@
+"""A trace replayed on a cluster of nodes under the `slurm` scheduler (`simulator.slurmsched`).
+
+The driver's side of Slurm: what the scheduler must not see. A job ends when
+its trace says, unless that is at or past its limit (plus OverTimeLimit):
+then slurmctld's limit sweep kills it, which runs every 30 s
+(`PERIODIC_TIMEOUT`), so the job ends at the first sweep after its limit.
+The sweep's phase is the controller's clock: a replay of a Slurm log takes
+it from the ends of the jobs Slurm killed (the commonest end modulo 30 s);
+jobs that ran to their end tell nothing of it.
+
+Each job's request (`kernel.resources.ResourceRequest`, by job id; a job
+without one asks its processors anywhere) is resolved against its
+partitions once; a job that names a partition the cluster lacks, or that
+does not fit its partition even when the cluster is empty, is left out and
+counted, as the other replays leave out jobs larger than the machine.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from kernel.resources import ResourceRequest
+from predictor.session import PredictionSession
+from simulator.cluster import Cluster, Node, Partition, SelectSettings
+from simulator.engine import SimulationConfig, SimulationResult, TraceReplay
+from simulator.jobs import WaitingJob
+from simulator.machine import make_correction, planning_mode
+from simulator.nodes import NodeState, NodeTable, demand
+from simulator.policies import FCFS
+from simulator.scheduler import QueueScheduler
+from simulator.slurmsched import LIMIT_SWEEP, NodeMachine, QueuedJob, SlurmBackfill
+
+#: The backfill name a `slurm` scheduler's SimulationConfig carries.
+SLURM = "slurm"
+
+
+def single_cpu_nodes(procs: int, name: str = "pool") -> Cluster:
+    """`procs` nodes of one CPU in one partition: an SWF trace's machine for the `slurm` scheduler, which
+    reserves whole nodes (a pool of one node would reserve all of it)."""
+    width = len(str(procs))
+    nodes = tuple(Node(f"n{number:0{width}d}", cpus=1) for number in range(1, procs + 1))
+    partition = Partition(name, nodes=tuple(range(procs)), default=True)
+    return Cluster(name, nodes, (partition,), select=SelectSettings(unit="cpu", memory=False), source=f"{procs} CPUs")
+
+
+def sweep_phase(jobs: pd.DataFrame) -> int:
+    """Where in its 30 s period the limit sweep runs, in trace seconds: the commonest end of a killed job."""
+    killed = jobs["t_act"].to_numpy() >= jobs["t_req"].to_numpy()
+    ran = jobs["run"] if "run" in jobs else jobs["t_act"]  # t_act stops at the limit; a log's run does not
+    ends = ((jobs["submit"] + jobs["wait"] + ran).to_numpy()[killed] % LIMIT_SWEEP).tolist() if "wait" in jobs else []
+    if not ends:
+        return 0
+    counts = Counter(int(end) for end in ends)
+    return min(counts, key=lambda phase: (-counts[phase], phase))
+
+
+def queued_jobs(
+    jobs: pd.DataFrame, cluster: Cluster, requests: Mapping[int, ResourceRequest]
+) -> tuple[dict[int, QueuedJob], dict[str, int]]:
+    """Each job's request resolved in its partitions (by job id), and the jobs left out, counted by reason."""
+    empty = NodeState(NodeTable(cluster))
+    default = cluster.default_partition
+    queued: dict[int, QueuedJob] = {}
+    skipped: Counter[str] = Counter()
+    for job_id, user, procs in zip(*(jobs[c].tolist() for c in ("job_id", "user", "procs")), strict=True):
+        request = requests.get(job_id) or ResourceRequest.processors(procs)
+        names = request.partitions or ((default.name,) if default else ())
+        unknown = [name for name in names if name not in cluster.partition_names]
+        if unknown or not names:
+            skipped[f"partition {unknown[0]} not in the cluster" if unknown else "no partition and no default"] += 1
+            continue
+        try:
+            demands = tuple(demand(request, cluster, cluster.partition(name)) for name in names)
+        except ValueError:
+            skipped["request Slurm would refuse"] += 1
+            continue
+        fitting = tuple(d for d in demands if empty.pick(d, empty.table.partition_masks[d.partition]) is not None)
+        if not fitting:
+            skipped["does not fit its partition"] += 1
+            continue
+        queued[job_id] = QueuedJob(user, fitting)
+    return queued, dict(skipped)
+
+
+def slurm_scheduler(cluster: Cluster, queued: Mapping[int, QueuedJob], config: SimulationConfig) -> QueueScheduler:
+    """Slurm's scheduler over `cluster`'s nodes for the `queued` jobs, planning as `config`'s mode says."""
+    machine = NodeMachine(cluster, planning_mode(config.mode), make_correction(config.correction))
+    return QueueScheduler(FCFS(), SlurmBackfill(cluster, queued), machine)
+
+
+class ClusterReplay(TraceReplay):
+    """A trace replayed under the `slurm` scheduler (`slurm_scheduler`): jobs killed at their limit by the
+    30 s sweep."""
+
+    @cached_property
+    def _kills(self) -> tuple[list[int | None], list[int], int]:
+        """Per job: when it is killed after its start (None: never), how long it runs; and the sweep's phase."""
+        backfill = self.scheduler.backfill
+        if not isinstance(backfill, SlurmBackfill):
+            raise TypeError("a ClusterReplay runs the slurm scheduler")
+        over_time = [backfill.over_time(job_id) for job_id in self.jobs["job_id"].tolist()]
+        limits = self.jobs["t_req"].tolist()
+        killed = [None if over is None else limit + over * 60 for limit, over in zip(limits, over_time, strict=True)]
+        runs = self.jobs["run" if "run" in self.jobs else "t_act"].tolist()  # t_act stops at the limit
+        return killed, [int(run) for run in runs], sweep_phase(self.jobs)
+
+    def completion_time(self, job: WaitingJob) -> int:
+        """The job's end: as the trace says, or the first limit sweep at or after its limit."""
+        index, now = job.index, self.now
+        killed, runs, phase = self._kills
+        end = now + runs[index]
+        limit = killed[index]
+        if limit is not None and end >= now + limit:
+            due = now + limit
+            end = due + (phase - due) % LIMIT_SWEEP
+        self.start_at[index] = now
+        self.end_at[index] = end
+        return end
+
+
+def simulate_cluster(
+    jobs: pd.DataFrame,
+    config: SimulationConfig,
+    session: PredictionSession,
+    cluster: Cluster,
+    requests: Mapping[int, ResourceRequest],
+    history: pd.DataFrame | None = None,
+) -> SimulationResult:
+    """Replay `jobs` on `cluster` under the `slurm` scheduler; `config` says the planning mode."""
+    queued, skipped = queued_jobs(jobs, cluster, requests)
+    kept = jobs.loc[np.isin(jobs["job_id"].to_numpy(), list(queued))]
+    config = SimulationConfig(cluster.procs, "fcfs", SLURM, config.mode, config.correction)
+    result = ClusterReplay(kept, config, session, history, slurm_scheduler(cluster, queued, config)).replay()
+    for reason, count in skipped.items():
+        result.skipped[reason] = result.skipped.get(reason, 0) + count
+    return result

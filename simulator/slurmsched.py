@@ -1,0 +1,328 @@
+"""Slurm 22.05's scheduler on a cluster of nodes: the main scheduling pass and sched/backfill's cycle.
+
+The `slurm` scheduler is a `QueueScheduler` like the others, built from
+objects the event loop already knows: the FCFS queue (`priority/basic`
+gives each job a priority that falls with its submission, so the queue is
+the submission order; partitions' `PriorityTier` goes first), a
+`NodeMachine` (CPUs, memory and GPUs per node, `simulator.nodes`) and
+`SlurmBackfill`, which chooses what starts at a pass as slurmctld does:
+
+- the main pass (`schedule()` in slurmctld/job_scheduler.c) runs when a job
+  was submitted or a job started or ended: the queue in priority order, each
+  job placed by cons_tres's node selection; a job that does not fit stops
+  its partition, and its partition's nodes are taken out of the pass (a later
+  job of another partition sharing them cannot jump it);
+- the backfill cycle (`_attempt_backfill` in plugins/sched/backfill) runs
+  every `bf_interval` seconds when something changed since the last one: every
+  queued job (up to `bf_max_job_test`, `bf_max_job_user` per user) in
+  priority order either starts now on nodes no earlier job has reserved over
+  its window, or reserves the whole nodes of its grouped start estimate
+  (`simulator.nodeplan`) within `bf_window`, at `bf_resolution`.
+
+It sees estimates only: a job's limit (or t_sched, as the planning mode
+says) and the running jobs' expected ends; the driver decides when jobs end
+(`simulator.clusterreplay`, with slurmctld's limit sweep).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.backfill import Backfill
+from simulator.cluster import Cluster, Partition
+from simulator.jobs import RunningJob, WaitingJob
+from simulator.machine import PLANNINGS, Correction, Machine, Planning
+from simulator.nodeplan import Estimate, NodeSpace, RunningEnd, earliest_start, from_bits, to_bits
+from simulator.nodes import Allocation, Demand, NodeState, NodeTable
+
+#: Seconds between two of slurmctld's time-limit checks (PERIODIC_TIMEOUT, slurmctld/slurmctld.h).
+LIMIT_SWEEP = 30
+
+
+def over_time_minutes(cluster: Cluster, partition: Partition) -> int | None:
+    """OverTimeLimit in minutes for jobs of `partition` (its own, else the cluster's; None: UNLIMITED)."""
+    if partition.over_time_limit is None:
+        return cluster.scheduler.over_time_limit
+    return None if partition.over_time_limit < 0 else partition.over_time_limit
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """What the scheduler knows of a job beyond `WaitingJob`: its user and its request in each partition it
+    may run in, in the order it asked for them."""
+
+    user: int
+    demands: tuple[Demand, ...]
+
+
+class NodeMachine(Machine):
+    """The cluster's nodes as the Slurm scheduler holds them: what each node has free (`NodeState`).
+
+    A pass places a job on nodes when it chooses it (`place`), so that the
+    next job of the pass sees them taken; `start` confirms the placement.
+    `free` is the free CPUs over all nodes; `changes` counts starts and ends.
+    """
+
+    def __init__(self, cluster: Cluster, planning: Planning = PLANNINGS["none"], correction: Correction | None = None):
+        super().__init__(planning, correction)
+        self.cluster = cluster
+        self.table = NodeTable(cluster)
+        self.state = NodeState(self.table)
+        self.free = int(self.table.cpus[self.table.usable].sum())
+        self.changes = 0
+        self.ended = 0
+        self._placed: set[int] = set()
+        self._over_time: dict[int, int | None] = {}
+
+    def place(self, index: int, allocation: Allocation, over_time: int | None) -> None:
+        """Give `allocation` to the job at trace position `index`, which this pass starts."""
+        self.state.allocate(index, allocation)
+        self._placed.add(index)
+        self._over_time[index] = over_time
+
+    def _allocate(self, job: WaitingJob) -> None:
+        if job.index not in self._placed:
+            raise AssertionError(f"job {job.job_id} starts without a placement")
+        self._placed.remove(job.index)
+        self.free -= int(self.state.allocations[job.index].cpus.sum())
+        self.changes += 1
+
+    def _release(self, job: RunningJob) -> None:
+        self.free += int(self.state.release(job.index).cpus.sum())
+        del self._over_time[job.index]
+        self.changes += 1
+        self.ended += 1
+
+    def running_end(self, index: int, expected_end: int, t_req: int) -> RunningEnd:
+        return RunningEnd(expected_end, index, t_req, self._over_time[index])
+
+    def running_ends(self) -> list[RunningEnd]:
+        """The running jobs by expected end, earliest first, as Slurm's start estimates free them."""
+        return sorted(self.running_end(index, job.expected_end, job.t_req) for index, job in self.running.items())
+
+
+class SlurmBackfill(Backfill):
+    """What starts at a pass, as Slurm 22.05's main scheduler and backfill cycle decide it (module docstring).
+
+    `jobs` maps each job id to its `QueuedJob`. Unlike the other strategies
+    it places the jobs it chooses on the machine (`NodeMachine.place`): the
+    node a job gets decides what the next one can have.
+    """
+
+    name = "slurm"
+    idle_when_full = False  # a job may need no CPU that is not free, but a reservation still counts
+
+    def __init__(self, cluster: Cluster, jobs: Mapping[int, QueuedJob]) -> None:
+        super().__init__()
+        self.cluster = cluster
+        self.settings = cluster.scheduler
+        self.jobs = jobs
+        table = NodeTable(cluster)
+        self._size = table.size
+        self._partition_bits = {name: to_bits(mask) for name, mask in table.partition_masks.items()}
+        self._usable_bits = to_bits(table.usable)
+        self._over_time = {p.name: over_time_minutes(cluster, p) for p in cluster.partitions}
+        self._tiers = {p.name: p.priority_tier for p in cluster.partitions}
+        self._tiered = len(set(self._tiers.values())) > 1
+        self._waiting = 0
+        self._admitted = 0
+        self._submitted: set[int] = set()
+        self._ended_seen = 0
+        self._machine: NodeMachine | None = None
+        self._now = 0
+        self._main_seen: tuple[int, int] | None = None
+        self._cycle_seen: tuple[int, int] | None = None
+
+    def over_time(self, job_id: int) -> int | None:
+        """OverTimeLimit in minutes for the job (of its first partition; None: UNLIMITED)."""
+        return self._over_time[self.jobs[job_id].demands[0].partition]
+
+    def admit(self, job: WaitingJob) -> None:
+        self._waiting += 1
+        self._submitted.add(job.index)
+
+    def forget(self, job: WaitingJob) -> None:
+        self._waiting -= 1
+
+    def _changes(self) -> tuple[int, int]:
+        """What the passes compare to know whether anything changed: starts and ends, and submissions."""
+        return (0 if self._machine is None else self._machine.changes, self._admitted)
+
+    def wake_time(self) -> int | None:
+        """The next backfill cycle or periodic main pass, if a job waits and something changed since the last."""
+        if not self._waiting:
+            return None
+        changes, times = self._changes(), []
+        if self._cycle_seen != changes:
+            times.append(_next(self._now, self.settings.bf_interval))
+        if self._main_seen != changes:
+            times.append(_next(self._now, self.settings.sched_interval))
+        return min(times, default=None)
+
+    def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        if not isinstance(machine, NodeMachine):
+            raise TypeError("the slurm scheduler runs on a NodeMachine")
+        self._machine, self._now = machine, now
+        if self._tiered:
+            queue = sorted(queue, key=lambda job: -self._tiers[self.jobs[job.job_id].demands[0].partition])
+        ends = machine.running_ends()
+        submitted, self._submitted = self._submitted, set()
+        self._admitted += len(submitted)
+        changes = self._changes()
+        settings = self.settings
+        started: list[WaitingJob] = []
+        if machine.ended != self._ended_seen or (now % settings.sched_interval == 0 and self._main_seen != changes):
+            self._ended_seen, self._main_seen = machine.ended, changes
+            started = self._main_pass(queue, machine, ends)
+        elif submitted:
+            started = self._at_submission(queue, submitted, machine, ends)
+        if now % settings.bf_interval == 0 and self._cycle_seen != changes:
+            self._cycle_seen = changes
+            chosen = {job.index for job in started}
+            started += self._cycle(now, [job for job in queue if job.index not in chosen], machine, ends)
+        return started
+
+    def _at_submission(
+        self, queue: list[WaitingJob], submitted: set[int], machine: NodeMachine, ends: list[RunningEnd]
+    ) -> list[WaitingJob]:
+        """job_allocate() at submission: a new job starts at once if no job ahead of it waits for any of its
+        partitions' nodes (_top_priority) and it fits; the others wait for a pass."""
+        ahead = 0
+        started: list[WaitingJob] = []
+        for job in queue:
+            demands = self.jobs[job.job_id].demands
+            nodes = 0
+            for wanted in demands:
+                nodes |= self._partition_bits[wanted.partition]
+            if job.index in submitted and not nodes & ahead:
+                placed = self._first_fit(job, demands, machine, ends, 0)
+                if placed:
+                    started.append(job)
+                    continue
+            ahead |= nodes
+        return started
+
+    def _first_fit(
+        self, job: WaitingJob, demands: tuple[Demand, ...], machine: NodeMachine, ends: list[RunningEnd], blocked: int
+    ) -> bool:
+        """Start `job` now in the first of its partitions it fits in, off the `blocked` nodes; whether it did."""
+        for wanted in demands:
+            nodes = self._partition_bits[wanted.partition] & ~blocked
+            allocation = machine.state.pick(wanted, from_bits(nodes, self._size))
+            if allocation is not None:
+                insort(ends, self._start(job, wanted, allocation, machine))
+                return True
+        return False
+
+    def _start(self, job: WaitingJob, wanted: Demand, allocation: Allocation, machine: NodeMachine) -> RunningEnd:
+        """Place `job` now; how the rest of the pass sees it end."""
+        machine.place(job.index, allocation, self._over_time[wanted.partition])
+        return machine.running_end(job.index, self._now + machine.planned_runtime(job), job.t_req)
+
+    def _main_pass(self, queue: list[WaitingJob], machine: NodeMachine, ends: list[RunningEnd]) -> list[WaitingJob]:
+        """slurmctld's schedule(): priority order; a job that does not fit stops its partition and its nodes."""
+        settings = self.settings
+        blocked, failed = 0, set()
+        started: list[WaitingJob] = []
+        for job in queue[: settings.default_queue_depth]:
+            if settings.sched_max_job_start and len(started) >= settings.sched_max_job_start:
+                break
+            demands = tuple(d for d in self.jobs[job.job_id].demands if d.partition not in failed)
+            if not demands:
+                continue
+            if self._first_fit(job, demands, machine, ends, blocked):
+                started.append(job)
+                continue
+            for wanted in demands:
+                failed.add(wanted.partition)
+                blocked |= self._partition_bits[wanted.partition]
+        return started
+
+    def _cycle(
+        self, now: int, queue: list[WaitingJob], machine: NodeMachine, ends: list[RunningEnd]
+    ) -> list[WaitingJob]:
+        """One backfill cycle: each job in priority order starts now or reserves whole nodes for later."""
+        settings = self.settings
+        space = NodeSpace(now, settings.bf_window, settings.bf_resolution, self._usable_bits)
+        per_user: dict[int, int] = {}
+        started: list[WaitingJob] = []
+        for job in queue[: settings.bf_max_job_test]:
+            if settings.bf_max_job_start and len(started) >= settings.bf_max_job_start:
+                break
+            queued = self.jobs[job.job_id]
+            if settings.bf_max_job_user:
+                per_user[queued.user] = per_user.get(queued.user, 0) + 1
+                if per_user[queued.user] > settings.bf_max_job_user:
+                    continue
+            for wanted in queued.demands:
+                estimate = self._plan(now, wanted, job.t_est, space, ends, machine.state)
+                if estimate is None:
+                    continue
+                if estimate.start <= now:
+                    insort(ends, self._start(job, wanted, estimate.allocation, machine))
+                    started.append(job)
+                break
+        return started
+
+    def _plan(
+        self, now: int, wanted: Demand, limit: int, space: NodeSpace, ends: list[RunningEnd], state: NodeState
+    ) -> Estimate | None:
+        """_attempt_backfill for one job in one partition: a start now, or a reservation made (None: neither).
+
+        The job is tried from `now` on the nodes free of reservations over its
+        window; when its estimate lies past the next change of those nodes, or
+        its nodes overlap a reservation, it is tried again from that later time.
+        """
+        settings = self.settings
+        resolution = settings.bf_resolution
+        partition = self._partition_bits[wanted.partition]
+        start_from: int | None = now
+        while start_from is not None:
+            free, later = space.free_over(start_from, start_from + limit, partition)
+            retry = later if later > start_from else None
+            estimate = None
+            if free.bit_count() >= wanted.min_nodes:
+                available = from_bits(free, self._size)
+                estimate = earliest_start(
+                    wanted,
+                    state,
+                    ends,
+                    available,
+                    now,
+                    kill_wait=settings.kill_wait,
+                    window_scale=settings.bf_window_linear,
+                )
+            if estimate is None:
+                start_from = retry
+                continue
+            start = max(estimate.start, start_from)
+            if start <= now:
+                return estimate
+            if retry is not None and start > retry:
+                start_from = retry
+                continue
+            if start > now + settings.bf_window:
+                return None
+            begin, end = start // resolution * resolution, (start + limit) // resolution * resolution
+            chosen = to_bits(_mask(estimate.allocation.nodes, self._size))
+            if space.overlaps(chosen, begin, end):
+                start_from = start if start > start_from else None
+                continue
+            space.reserve(begin, end, chosen)
+            return Estimate(start, estimate.allocation)
+        return None
+
+
+def _next(now: int, interval: int) -> int:
+    """The first multiple of `interval` after `now`."""
+    return (now // interval + 1) * interval
+
+
+def _mask(nodes: np.ndarray, size: int) -> np.ndarray:
+    mask = np.zeros(size, dtype=bool)
+    mask[nodes] = True
+    return mask

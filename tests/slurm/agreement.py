@@ -1,0 +1,181 @@
+"""How closely `tsched simulate --scheduler slurm` replays a captured Slurm run (shared by the offline and live tests).
+
+A run folder (cluster_workloads.py writes one) holds the slurm.conf Slurm ran
+with and its sacct. The replay runs the command a site would
+(`tsched simulate --trace jobs.sacct --cluster slurm.conf --scheduler slurm
+--jobs-csv ...`) and is compared job by job with what Slurm did: waits
+(Start - Eligible), their mean, and the utilization (CPU-seconds over the
+cluster's CPUs from the first submission to the last end). The chaos floor
+is the simulator against itself: the mean absolute difference of starts
+between the replay and replays with every submission moved by at most 1 s.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from slurm.checks import Run
+from tsched.cli import main
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """A replay against Slurm: mean waits (s), utilizations, per-job wait error and the chaos floor (s)."""
+
+    workload: str
+    jobs: int
+    slurm_wait: float
+    replay_wait: float
+    slurm_utilization: float
+    replay_utilization: float
+    wait_mae: float
+    chaos_floor: float
+    replicate_waits: tuple[float, ...]  # the replicates' mean waits
+    replicate_utilizations: tuple[float, ...]
+
+    @property
+    def wait_error(self) -> float:
+        """The replay's mean wait relative to Slurm's (0.05: 5% longer)."""
+        return self.replay_wait / self.slurm_wait - 1
+
+    @property
+    def utilization_points(self) -> float:
+        """The replay's utilization minus Slurm's, in percentage points."""
+        return 100 * (self.replay_utilization - self.slurm_utilization)
+
+    @property
+    def replicate_spread(self) -> float:
+        """How far the replicates' mean waits lie from the replay's, at most (a share of it)."""
+        return max(abs(wait / self.replay_wait - 1) for wait in self.replicate_waits)
+
+    @property
+    def replicate_points(self) -> float:
+        """How far the replicates' utilizations lie from the replay's, at most, in percentage points."""
+        return max(100 * abs(value - self.replay_utilization) for value in self.replicate_utilizations)
+
+    def line(self) -> str:
+        return (
+            f"{self.workload}: {self.jobs} jobs, mean wait Slurm {self.slurm_wait:.1f} s, "
+            f"replay {self.replay_wait:.1f} s ({self.wait_error:+.1%}; replicates within {self.replicate_spread:.1%}), "
+            f"utilization {self.slurm_utilization:.3f} vs {self.replay_utilization:.3f} "
+            f"({self.utilization_points:+.1f} points; replicates within {self.replicate_points:.1f}), "
+            f"per-job wait MAE {self.wait_mae:.1f} s, chaos floor {self.chaos_floor:.1f} s"
+        )
+
+
+def replay(folder: Path, out: Path, replicate: int = 0) -> tuple[pd.DataFrame, dict[str, object]]:
+    """The command's per-job CSV and JSON summary for the run in `folder` (replicate N: submissions moved)."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv, summary = out / f"jobs-{replicate}.csv", out / f"summary-{replicate}.json"
+    arguments = ["simulate", "--trace", str(folder / "jobs.sacct"), "--cluster", str(folder / "slurm.conf")]
+    arguments += ["--scheduler", "slurm", "--json", str(summary), "--jobs-csv", str(csv)]
+    arguments += ["--replicate", str(replicate), "--jitter", "1"]
+    assert main(arguments) == 0
+    return pd.read_csv(csv).set_index("job_id").sort_index(), json.loads(summary.read_text())
+
+
+def pool_wait_mae(folder: Path, out: Path, backfill: str) -> float:
+    """The per-job wait error of today's processor-pool replay (FCFS with `backfill` on the cluster's CPUs)."""
+    run = Run(folder)
+    waits = pd.Series({job.id: job.wait for job in run.jobs})
+    out.mkdir(parents=True, exist_ok=True)
+    csv = out / f"pool-{backfill}.csv"
+    arguments = ["simulate", "--trace", str(folder / "jobs.sacct"), "--machine-procs", str(run.cluster.procs)]
+    assert main([*arguments, "--backfill", backfill, "--jobs-csv", str(csv)]) == 0
+    replayed = pd.read_csv(csv).set_index("job_id")["wait"]
+    return float((replayed - waits).abs().mean())
+
+
+def _utilization(size: np.ndarray, start: np.ndarray, end: np.ndarray, first: int, procs: int) -> float:
+    return float((size * (end - start)).sum() / (procs * (end.max() - first)))
+
+
+def agreement(folder: Path, out: Path, replicates: int = 3) -> Agreement:
+    """The replay of the run in `folder` against Slurm, with the chaos floor from `replicates` replicates."""
+    run = Run(folder)
+    jobs = sorted(run.jobs, key=lambda job: job.id)
+    waits = pd.Series([job.wait for job in jobs], index=[job.id for job in jobs])
+    eligible = np.array([job.start - job.wait for job in jobs])
+    starts, ends = np.array([job.start for job in jobs]), np.array([job.end for job in jobs])
+    cpus = np.array([int(job.given["cpu"]) for job in jobs])
+    procs = run.cluster.procs
+    replayed, summary = replay(folder, out)
+    assert list(replayed.index) == list(waits.index), "the replay left jobs out"
+    others = [replay(folder, out, replicate) for replicate in range(1, replicates + 1)]
+    utilizations = [float(str(summary["utilization"])) for _, summary in others]
+    return Agreement(
+        workload=folder.name,
+        jobs=len(jobs),
+        slurm_wait=float(waits.mean()),
+        replay_wait=float(replayed["wait"].mean()),
+        slurm_utilization=_utilization(cpus, starts, ends, int(eligible.min()), procs),
+        replay_utilization=float(str(summary["utilization"])),
+        wait_mae=float((replayed["wait"] - waits).abs().mean()),
+        chaos_floor=float(np.mean([(other["start"] - replayed["start"]).abs().mean() for other, _ in others])),
+        replicate_waits=tuple(float(other["wait"].mean()) for other, _ in others),
+        replicate_utilizations=tuple(utilizations),
+    )
+
+
+#: What one live run must show: per-job wait error within this many chaos floors, mean wait within this share.
+LIVE_FLOORS = 2.0
+LIVE_WAIT_SHARE = 0.15
+
+
+def check_live(result: Agreement) -> None:
+    """A single run is one draw of a chaotic schedule: issue 24's targets are checked on the committed captures
+    (`check_agreement`); a new run must come within twice the chaos floor, 15% of the mean wait, and the
+    utilization targets as `check_agreement` states them (docs/cluster.md gives every run's numbers)."""
+    print(result.line())
+    assert result.wait_mae <= LIVE_FLOORS * result.chaos_floor, result.line()
+    assert abs(result.wait_error) <= LIVE_WAIT_SHARE, result.line()
+    assert abs(result.utilization_points) <= max(2.0, result.replicate_points), result.line()
+
+
+def check_agreement(result: Agreement) -> None:
+    """Issue 24's targets: per-job wait error within the chaos floor; mean wait within 5% and utilization within 2
+    points of Slurm's, or, where missed, within what moving submissions by at most 1 s does to the replay itself."""
+    print(result.line())
+    assert result.wait_mae <= result.chaos_floor, result.line()
+    assert abs(result.wait_error) <= max(0.05, result.replicate_spread), result.line()
+    assert abs(result.utilization_points) <= max(2.0, result.replicate_points), result.line()
+
+
+def per_job(folder: Path, out: Path) -> pd.DataFrame:
+    """Slurm's and the replay's start and wait of every job of the run in `folder` (job id, seconds from the
+    first submission)."""
+    run = Run(folder)
+    jobs = sorted(run.jobs, key=lambda job: job.id)
+    first = min(job.start - job.wait for job in jobs)
+    replayed, _ = replay(folder, out)
+    table = pd.DataFrame(
+        {
+            "job_id": [job.id for job in jobs],
+            "submit": [job.start - job.wait - first for job in jobs],
+            "slurm_start": [job.start - first for job in jobs],
+            "slurm_wait": [job.wait for job in jobs],
+        }
+    ).set_index("job_id")
+    table["replay_start"] = replayed["start"] + table["submit"] - replayed["submit"]
+    table["replay_wait"] = replayed["wait"]
+    return table.reset_index()
+
+
+if __name__ == "__main__":  # python -m slurm.agreement FOLDER... OUT: the lines docs/cluster.md shows, per-job CSVs
+    import sys
+    import tempfile
+
+    *folders, target = (Path(argument) for argument in sys.argv[1:])
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        lines = [agreement(folder, Path(scratch) / folder.name).line() for folder in folders]
+        for folder in folders:
+            per_job(folder, Path(scratch) / folder.name).to_csv(
+                target / f"{folder.parent.name}-{folder.name}.csv", index=False
+            )
+    print("\n".join(lines))

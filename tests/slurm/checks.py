@@ -1,0 +1,290 @@
+"""Checks of a captured Slurm run against the cluster model, shared by the live test and the offline one.
+
+A run folder (cluster_workloads.py writes one per workload) holds the
+slurm.conf and gres.conf Slurm ran with, Slurm's own view of them
+(`scontrol --oneliner show nodes|partitions`), the `sacct --parsable2`
+output and the backfill log. The checks read the cluster from the
+slurm.conf, each job's request from its sacct line, and compare with what
+Slurm reported and did.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+from kernel.resources import ResourceRequest
+from simulator.cluster import Cluster
+from simulator.clusterconf import read_slurm_conf
+from simulator.clusterconf.hostlist import expand_hostlist
+from simulator.nodes import Demand, NodeState, NodeTable, demand
+from simulator.workloads.tres import parse_tres, sacct_request, submit_options
+
+_LOGGED = re.compile(r"^\[(\S+)\] .*?(Allocate|Started|_job_complete):? JobId=(\d+)")
+
+
+def _utc(text: str) -> int:
+    return int(datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp())
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job allocation of the sacct output, with what the checks need."""
+
+    row: dict[str, str]
+    cluster: Cluster
+
+    @property
+    def id(self) -> int:
+        return int(self.row["JobIDRaw"])
+
+    @property
+    def start(self) -> int:
+        return _utc(self.row["Start"])
+
+    @property
+    def end(self) -> int:
+        return _utc(self.row["End"])
+
+    @property
+    def wait(self) -> int:
+        return self.start - _utc(self.row["Eligible"])
+
+    @cached_property
+    def nodes(self) -> list[int]:
+        return sorted(self.cluster.node_index(name) for name in expand_hostlist(self.row["NodeList"]))
+
+    @cached_property
+    def asked(self) -> dict[str, int]:
+        return parse_tres(self.row["ReqTRES"])
+
+    @cached_property
+    def given(self) -> dict[str, int]:
+        return parse_tres(self.row["AllocTRES"])
+
+    @cached_property
+    def options(self) -> dict[str, str]:
+        return submit_options(self.row["SubmitLine"])
+
+    @cached_property
+    def request(self) -> ResourceRequest:
+        """What the job asked, from sacct with its submit line."""
+        return self._request(self.row["SubmitLine"])
+
+    @cached_property
+    def guessed(self) -> ResourceRequest:
+        """What the job asked, from sacct's TRES fields alone (what a site's dump without SubmitLine gives)."""
+        return self._request("")
+
+    def _request(self, submit_line: str) -> ResourceRequest:
+        node_cpus = sum(self.cluster.nodes[index].cpus for index in self.nodes)
+        return sacct_request(
+            self.row["ReqTRES"],
+            alloc_tres=self.row["AllocTRES"],
+            req_mem=self.row["ReqMem"],
+            partition=self.row["Partition"],
+            qos=self.row["QOS"],
+            node_cpus=node_cpus,
+            submit_line=submit_line,
+        )
+
+
+@dataclass
+class Run:
+    folder: Path
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        return read_slurm_conf(self.folder / "slurm.conf")
+
+    @cached_property
+    def jobs(self) -> list[Job]:
+        text = (self.folder / "jobs.sacct").read_text()
+        rows = csv.DictReader(io.StringIO(text), delimiter="|", quoting=csv.QUOTE_NONE)
+        return [Job(row, self.cluster) for row in rows if row["AllocTRES"] and row["Start"] != "Unknown"]
+
+    @cached_property
+    def logged(self) -> dict[tuple[str, int], float]:
+        """("start" or "end", job) -> when slurmctld logged it, in seconds with milliseconds (if it did)."""
+        times: dict[tuple[str, int], float] = {}
+        path = self.folder / "backfill.log.gz"
+        for line in gzip.decompress(path.read_bytes()).decode().splitlines() if path.exists() else []:
+            found = _LOGGED.search(line)
+            if found:
+                when = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
+                kind = "end" if found.group(2) == "_job_complete" else "start"
+                times.setdefault((kind, int(found.group(3))), when)
+        return times
+
+    def when(self, kind: str, job: Job) -> tuple[float, int]:
+        """When a job started or ended: the log's time if it has one, else sacct's second (ends before starts)."""
+        logged = self.logged.get((kind, job.id))
+        if logged is not None:
+            return logged, 0
+        return float(job.start if kind == "start" else job.end), 0 if kind == "end" else 1
+
+    def scontrol(self, what: str) -> list[dict[str, str]]:
+        """`scontrol --oneliner show nodes|partitions` as key/values (values without blanks)."""
+        lines = (self.folder / f"scontrol-{what}.txt").read_text().splitlines()
+        return [dict(re.findall(r"(?:^|\s)(\w+)=(\S*)", line)) for line in lines if line.strip()]
+
+
+def check_configuration(run: Run) -> None:
+    """The cluster read from slurm.conf is the one Slurm itself reported."""
+    cluster = run.cluster
+    reported = {node["NodeName"]: node for node in run.scontrol("nodes")}
+    assert sorted(reported) == sorted(node.name for node in cluster.nodes)
+    for node in cluster.nodes:
+        slurm = reported[node.name]
+        assert node.cpus == int(slurm["CPUTot"]), node.name
+        assert node.memory == int(slurm["RealMemory"]), node.name
+        assert node.sockets == int(slurm["Sockets"]) and node.cores_per_socket == int(slurm["CoresPerSocket"])
+        assert node.threads_per_core == int(slurm["ThreadsPerCore"]) and node.weight == int(slurm["Weight"])
+        gres = slurm["Gres"]
+        assert node.gpus == (int(gres.split(":")[-1].split("(")[0]) if gres.startswith("gpu") else 0), node.name
+    partitions = {partition["PartitionName"]: partition for partition in run.scontrol("partitions")}
+    assert sorted(partitions) == sorted(cluster.partition_names)
+    for partition in cluster.partitions:
+        slurm = partitions[partition.name]
+        assert [cluster.nodes[i].name for i in partition.nodes] == expand_hostlist(slurm["Nodes"])
+        assert partition.default == (slurm["Default"] == "YES")
+        limit = slurm["MaxTime"]
+        assert partition.max_time == (None if limit == "UNLIMITED" else _minutes(limit) * 60)
+        assert partition.state == slurm["State"]
+
+
+def _minutes(text: str) -> int:
+    """scontrol's [D-]HH:MM:SS."""
+    days, _, clock = text.rpartition("-")
+    hours, minutes, seconds = (int(part) for part in clock.split(":"))
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) + (seconds + 59) // 60
+
+
+def check_requests(run: Run) -> None:
+    """Each job's request, read from sacct, says what its submit line asked and what Slurm recorded."""
+    for job in run.jobs:
+        request, options = job.request, job.options
+        assert request.cpus == job.asked["cpu"], job.id
+        assert request.min_nodes == job.asked["node"], job.id
+        assert request.total_gpus == job.asked.get("gres/gpu", 0), job.id
+        assert request.partitions == (job.row["Partition"],) and request.qos == job.row["QOS"], job.id
+        assert request.exclusive == ("--exclusive" in options), job.id
+        # sacct alone tells an exclusive job by the CPUs it was given beyond those it asked
+        whole = sum(job.cluster.nodes[index].cpus for index in job.nodes)
+        assert job.guessed.exclusive == (request.exclusive and job.asked["cpu"] < whole), job.id
+        if "--mem" in options:
+            assert request.mem_per_node * len(job.nodes) == job.asked["mem"], job.id
+        guessed = job.guessed
+        assert (guessed.cpus, guessed.total_gpus >= request.total_gpus) == (request.cpus, True), job.id
+
+
+def check_allocations(run: Run) -> None:
+    """What Slurm gave each job fits the model: its partition's nodes, their CPUs, memory and GPUs."""
+    cluster = run.cluster
+    for job in run.jobs:
+        partition = cluster.partition(job.row["Partition"])
+        assert set(job.nodes) <= set(partition.nodes), job.id
+        assert job.given["node"] == len(job.nodes), job.id
+        nodes = [cluster.nodes[index] for index in job.nodes]
+        assert job.given["cpu"] <= sum(node.cpus for node in nodes), job.id
+        if job.request.exclusive:
+            assert job.given["cpu"] == sum(node.cpus for node in nodes), job.id
+        if cluster.select.memory:
+            assert job.given["mem"] <= sum(node.memory for node in nodes), job.id
+        assert job.given.get("gres/gpu", 0) <= sum(node.gpus for node in nodes), job.id
+    for index, node in enumerate(cluster.nodes):  # single-node jobs never overfill a node
+        alone = [job for job in run.jobs if job.nodes == [index]]
+        for job in alone:
+            at_once = [other for other in alone if other.start <= job.start < other.end]
+            assert sum(other.given["cpu"] for other in at_once) <= node.cpus, (node.name, job.id)
+
+
+#: How long after a job's end its nodes may still be completing it (seconds).
+COMPLETING = 3.0
+
+
+@dataclass
+class NodeReplay:
+    """Slurm's starts replayed on the model's nodes: where the model disagrees with what Slurm did."""
+
+    checked: int = 0  # starts by Slurm's main scheduler whose nodes the model chose afresh
+    differing: list[tuple[int, list[str], list[str]]] = field(default_factory=list)  # job, Slurm's, the model's
+    completing: list[tuple[int, list[str]]] = field(default_factory=list)  # job, nodes still completing then
+    unplaceable: list[int] = field(default_factory=list)  # jobs the model cannot fit where Slurm put them
+
+
+def _chosen(state: NodeState, wanted: Demand, partition: str, left_out: tuple[int, ...]) -> list[int]:
+    available = state.table.partition_masks[partition].copy()
+    available[list(left_out)] = False
+    fresh = state.pick(wanted, available)
+    return [] if fresh is None else fresh.nodes.tolist()
+
+
+def _compare(replay: NodeReplay, job: Job, state: NodeState, wanted: Demand, recent: list[int]) -> None:
+    """Whether the model chooses Slurm's nodes, with none, or some, of the `recent`ly freed nodes left out."""
+    partition = job.row["Partition"]
+    plain = _chosen(state, wanted, partition, ())
+    if plain == job.nodes:
+        return
+    names = [node.name for node in job.cluster.nodes]
+    for size in range(1, len(recent) + 1):
+        for left_out in combinations(recent, size):
+            if _chosen(state, wanted, partition, left_out) == job.nodes:
+                replay.completing.append((job.id, [names[i] for i in left_out]))
+                return
+    replay.differing.append((job.id, [names[i] for i in job.nodes], [names[i] for i in plain]))
+
+
+def replay_node_choices(run: Run) -> NodeReplay:
+    """Every start in time order on a model of the nodes, each job on the nodes Slurm gave it.
+
+    Placing a job on its own nodes (the model choosing among those only) checks
+    that they had room for it in the model too and gives the CPUs, memory and
+    GPUs it holds on each. A job Slurm's main scheduler started is also placed
+    afresh among all its partition's nodes: the main scheduler ignores the
+    backfill scheduler's reservations (which sacct does not record), so
+    select/cons_tres's choice, which `pick` reproduces, decides alone. Events
+    go in the order slurmctld logged them (to the millisecond); without a log,
+    ends at a second come before starts at it, and starts go in job order.
+
+    A node is not given to a job while it is still completing the last one
+    (its epilog, a second or so after the job's end; sacct does not say when it
+    was done): a choice that differs only that way, nodes freed in the last
+    `COMPLETING` seconds left out, is counted in `completing`, not `differing`.
+    """
+    cluster = run.cluster
+    table = NodeTable(cluster)
+    state = NodeState(table)
+    replay = NodeReplay()
+    running: list[Job] = []
+    freed: dict[int, float] = {}  # node -> when a job on it last ended
+    for job in sorted(run.jobs, key=lambda job: (run.when("start", job), job.id)):
+        started = run.when("start", job)
+        for ended in [other for other in running if run.when("end", other) <= started]:
+            state.release(ended.id)
+            running.remove(ended)
+            freed.update(dict.fromkeys(ended.nodes, run.when("end", ended)[0]))
+        partition = cluster.partition(job.row["Partition"])
+        wanted = demand(job.request, cluster, partition)
+        if "SchedMain" in job.row["Flags"]:
+            replay.checked += 1
+            recent = [node for node, when in freed.items() if started[0] - when < COMPLETING]
+            _compare(replay, job, state, wanted, recent)
+        own = np.zeros(table.size, dtype=bool)
+        own[job.nodes] = True
+        allocation = state.pick(wanted, own)
+        if allocation is None or allocation.nodes.tolist() != job.nodes:
+            replay.unplaceable.append(job.id)
+            continue
+        state.allocate(job.id, allocation)
+        running.append(job)
+    return replay

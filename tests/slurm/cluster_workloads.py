@@ -1,0 +1,359 @@
+"""Workloads for checking the node-level simulator against a real Slurm: (a) fcfs, (b) fcfs-tight, (c) mixed.
+
+Each is a plan of `sleep` jobs submitted at set offsets to a one-host cluster
+(one_host_cluster.sh) configured for it, run to the end, and captured in a
+folder: `jobs.sacct` (`sacct --parsable2`, the documented fields and what a
+node-level replay needs besides), the `slurm.conf` and `gres.conf` Slurm ran
+with and its own view of them (`scontrol-nodes.txt`, `scontrol-partitions.txt`),
+and `backfill.log.gz`, slurmctld's log (DebugFlags=Backfill) cut to every start
+and end to the millisecond and each change of a job's planned start. The
+three run at once, each on its own cluster, in about ten minutes of wall
+time; the live test and the capture of the committed fixtures
+(tests/data/slurm-22.05-cluster/) share this::
+
+    python tests/slurm/cluster_workloads.py --out tests/data/slurm-22.05-cluster
+
+- fcfs: 8 nodes x 8 CPUs, CR_CPU, priority/basic (first come, first served)
+  and sched/backfill with bf_interval=1,bf_resolution=1; jobs of 1 to 64
+  CPUs asking `-n`, some `-N`, with the limits users ask (1.5 to 6 times
+  the run, in the round numbers users pick), a few running into them;
+- fcfs-tight: the same jobs with the tightest whole-minute limits;
+- mixed: 6 nodes x 8 CPUs x 16000 MB, GPUs (2 each) on n4-n6 as generic
+  resources, memory consumable (CR_Core_Memory, DefMemPerCPU=1500), a `cpu`
+  partition n[1-4] and a `gpu` partition n[4-6] sharing n4, and jobs that
+  are memory-bound, exclusive, multi-node, GPU per node and per job, some in
+  a second QOS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if not __package__:  # run as a script: find the `slurm` package as the tests do
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simulator.workloads.sacct import SACCT_FIELDS
+from slurm.workload import USERS, Cluster, Submitted, create_local_users, running_cluster, unavailable
+
+#: The documented command's fields and what a node-level replay reads besides (before JobName, the free text).
+FIELDS = (*SACCT_FIELDS[:-1], "ReqMem", "NodeList", "SubmitLine", "JobName")
+SCHEDULER = "bf_interval=1,bf_resolution=1,bf_max_job_test=1000,default_queue_depth=1000,sched_min_interval=100000"
+#: Limits users pick, in minutes.
+ROUND_LIMITS = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60)
+#: Base ports: each workload's cluster runs beside the others.
+PORTS = {"fcfs": 23817, "fcfs-tight": 24817, "mixed": 25817}
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One submission: when (seconds after the first), by whom, with which sbatch options, for how long."""
+
+    offset: float
+    user: str
+    options: tuple[str, ...]
+    seconds: int  # how long it sleeps
+    limit: int  # minutes
+    kind: str
+
+    @property
+    def command(self) -> list[str]:
+        return [*self.options, f"--time={self.limit}", f"--job-name={self.kind}"]
+
+    def option(self, name: str, default: str) -> str:
+        return self.options[self.options.index(name) + 1] if name in self.options else default
+
+    @property
+    def tasks(self) -> int:
+        return int(self.option("-n", "1"))
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    nodes: int
+    cpus: int  # per node
+    settings: dict[str, str]
+    jobs: tuple[PlannedJob, ...]
+    qos: tuple[str, ...] = ()
+
+    def offered_load(self) -> float:
+        """CPU-seconds asked (runs cut at the limits) over what the machine gives while jobs arrive."""
+        work = sum(job.tasks * min(job.seconds, job.limit * 60) for job in self.jobs)
+        return work / (self.nodes * self.cpus * self.jobs[-1].offset)
+
+
+def _users_limit(rng: random.Random, seconds: int) -> int:
+    """What a user asks: 1.5 to 6 times the run, rounded up to a limit people pick."""
+    wanted = seconds * rng.uniform(1.5, 6) / 60
+    return next((limit for limit in ROUND_LIMITS if limit >= wanted), ROUND_LIMITS[-1])
+
+
+def _arrivals(rng: random.Random, count: int, mean_gap: float) -> list[float]:
+    """Poisson arrivals with a burst of four at once about every twenty jobs (a user's script)."""
+    offsets, now = [], 0.0
+    while len(offsets) < count:
+        now += rng.expovariate(1 / mean_gap)
+        burst = 4 if rng.random() < 0.05 else 1
+        offsets.extend([round(now, 1)] * burst)
+    return offsets[:count]
+
+
+def _taper(offset: float) -> float:
+    """The longest run a job submitted at `offset` may have: late jobs are short, so that a run ends soon after
+    its last submission (a long job queued late behind a whole-machine job would keep CI waiting)."""
+    return max(30.0, 180.0 - 1.5 * max(offset - TAPER_FROM, 0.0))
+
+
+#: From when on runs shorten, and when the last job asking for the whole machine comes (seconds after the first).
+TAPER_FROM, WHOLE_MACHINE_AT = 120.0, 100.0
+FCFS_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 64)
+FCFS_WEIGHTS = (20, 15, 20, 20, 5, 10, 4, 4, 2)
+
+
+def fcfs_jobs(seed: int = 24, count: int = 90, mean_gap: float = 3.4) -> tuple[list[PlannedJob], list[PlannedJob]]:
+    """The fcfs jobs with the limits users ask, and the same jobs with the tightest whole-minute limits."""
+    rng = random.Random(seed)
+    users = list(USERS)
+    loose, tight = [], []
+    whole_machine_at = None  # one job asks for all 64 CPUs, early on: every node reserved for it
+    for offset in _arrivals(rng, count, mean_gap):
+        size = rng.choices(FCFS_SIZES, FCFS_WEIGHTS)[0]
+        if whole_machine_at is None and offset >= WHOLE_MACHINE_AT:
+            size, whole_machine_at = FCFS_SIZES[-1], offset
+        elif size == FCFS_SIZES[-1] and offset > WHOLE_MACHINE_AT:
+            size = FCFS_SIZES[-2]
+        seconds = int(min(max(rng.lognormvariate(math.log(30), 0.8), 6), 180 if size < 32 else 60, _taper(offset)))
+        limit = _users_limit(rng, seconds)
+        kind = "fcfs"
+        if size <= 8 and rng.random() < 0.05:  # asked too little: killed at the limit (after Slurm's 30 s sweep)
+            limit, seconds, kind = 1, 150, "timeout"
+        spread = size > 8 and rng.random() < 0.4
+        options = ("-N", str(math.ceil(size / 8)), "-n", str(size)) if spread else ("-n", str(size))
+        user = rng.choice(users)
+        loose.append(PlannedJob(offset, user, options, seconds, limit, kind))
+        tight_limit = limit if kind == "timeout" else math.ceil((seconds + 5) / 60)
+        tight.append(PlannedJob(offset, user, options, seconds, tight_limit, kind))
+    return loose, tight
+
+
+#: The kinds of jobs of the mixed workload and how often each comes (sbatch options: _mixed_options).
+MIXED_KINDS = {
+    "cpu": 34,
+    "memory": 10,
+    "exclusive": 7,
+    "multinode": 13,
+    "gpu": 20,
+    "gpu2": 6,
+    "gpu-multinode": 5,
+    "gpus-per-job": 5,
+}
+
+
+def _mixed_options(rng: random.Random, kind: str) -> tuple[str, ...]:
+    if kind == "cpu":
+        return ("-p", "cpu", "-n", str(rng.choice((1, 2, 2, 3, 4, 4, 6, 8))))
+    if kind == "memory":  # few CPUs, most of a node's memory: the node's CPUs idle meanwhile
+        return ("-p", "cpu", "-n", str(rng.choice((1, 2))), f"--mem={rng.choice((6, 8, 10, 12, 14))}G", "--qos=long")
+    if kind == "exclusive":
+        return ("-p", "cpu", "--exclusive", "-n", str(rng.choice((1, 2, 4))))
+    if kind == "multinode":
+        tasks = rng.choice((4, 8, 12, 16))
+        return ("-p", "cpu", "-N", "2", "-n", str(tasks)) if rng.random() < 0.6 else ("-p", "cpu", "-n", str(tasks + 4))
+    if kind == "gpu":
+        return ("-p", "gpu", "--gres=gpu:1", "-n", str(rng.choice((1, 2, 4))))
+    if kind == "gpu2":
+        return ("-p", "gpu", "--gres=gpu:2", "-n", str(rng.choice((2, 4, 8))), "--mem=8G")
+    if kind == "gpu-multinode":
+        return ("-p", "gpu", "-N", "2", "--gres=gpu:2", "-n", "8")
+    return ("-p", "gpu", "--gpus=3", "-n", "3")  # gpus-per-job: three GPUs wherever they are
+
+
+def mixed_jobs(seed: int = 37, count: int = 90, mean_gap: float = 4.0) -> list[PlannedJob]:
+    rng = random.Random(seed)
+    users = list(USERS)
+    jobs = []
+    for offset in _arrivals(rng, count, mean_gap):
+        kind = rng.choices(list(MIXED_KINDS), list(MIXED_KINDS.values()))[0]
+        seconds = int(min(max(rng.lognormvariate(math.log(30), 0.7), 6), 180, _taper(offset)))
+        jobs.append(
+            PlannedJob(offset, rng.choice(users), _mixed_options(rng, kind), seconds, _users_limit(rng, seconds), kind)
+        )
+    return jobs
+
+
+def workloads() -> dict[str, Workload]:
+    loose, tight = fcfs_jobs()
+    fcfs = {
+        "TSCHED_SLURM_NODES": "8",
+        "TSCHED_SLURM_CPUS": "8",
+        "TSCHED_SLURM_SELECT": "CR_CPU",
+        "TSCHED_SLURM_SCHEDULER": SCHEDULER,
+        "TSCHED_SLURM_PARTITIONS": "PartitionName=batch Nodes=n[1-8] Default=YES MaxTime=INFINITE State=UP",
+        "TSCHED_SLURM_EXTRA": "PriorityType=priority/basic\nDebugFlags=Backfill",
+    }
+    mixed = {
+        "TSCHED_SLURM_NODES": "6",
+        "TSCHED_SLURM_CPUS": "8",
+        "TSCHED_SLURM_MEMORY": "16000",
+        "TSCHED_SLURM_GPUS": "2",
+        "TSCHED_SLURM_GPU_NODES": "4 5 6",
+        "TSCHED_SLURM_SELECT": "CR_Core_Memory",
+        "TSCHED_SLURM_SCHEDULER": SCHEDULER,
+        "TSCHED_SLURM_PARTITIONS": (
+            "PartitionName=cpu Nodes=n[1-4] Default=YES MaxTime=60 State=UP\n"
+            "PartitionName=gpu Nodes=n[4-6] MaxTime=60 State=UP"
+        ),
+        "TSCHED_SLURM_EXTRA": "PriorityType=priority/basic\nDefMemPerCPU=1500\nDebugFlags=Backfill",
+    }
+    return {
+        "fcfs": Workload("fcfs", 8, 8, fcfs, tuple(loose)),
+        "fcfs-tight": Workload("fcfs-tight", 8, 8, fcfs, tuple(tight)),
+        "mixed": Workload("mixed", 6, 8, mixed, tuple(mixed_jobs()), qos=("long",)),
+    }
+
+
+def submit_all(cluster: Cluster, workload: Workload) -> list[Submitted]:
+    """Submit the plan at its offsets (late submissions go at once); what was submitted, in order."""
+    began = time.monotonic()
+    submitted = []
+    for job in workload.jobs:
+        delay = job.offset - (time.monotonic() - began)
+        if delay > 0:
+            time.sleep(delay)
+        job_id = cluster.sbatch(job.user, *job.command, command=f"sleep {job.seconds}")
+        nodes, partition = int(job.option("-N", "1")), job.option("-p", "batch")
+        submitted.append(
+            Submitted([job_id], job.user, job.tasks, nodes, job.limit, partition, job.kind, tuple(job.command))
+        )
+    return submitted
+
+
+#: Log lines worth keeping: starts by either scheduler, ends (to the millisecond, which sacct's seconds cannot
+#: order), limits hit, and each change of a job's planned start.
+_STARTED = re.compile(r"sched: Allocate JobId=|_start_job: Started JobId=|_job_complete: JobId=\d+ done|Time limit")
+_PLANNED = re.compile(r"_dump_job_sched: JobId=(\d+) to start at (\S+), end at (\S+) on nodes (\S+)")
+
+
+def backfill_log(text: str) -> str:
+    """slurmctld's log cut to starts, ends and changes of planned starts (a backfill cycle a second repeats itself)."""
+    kept, last = [], {}
+    for line in text.splitlines():
+        if _STARTED.search(line):
+            kept.append(line)
+            continue
+        planned = _PLANNED.search(line)
+        if planned and last.get(planned.group(1)) != planned.groups()[1:]:
+            last[planned.group(1)] = planned.groups()[1:]
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+@dataclass
+class Capture:
+    """What one workload's run left: where its files are, and what was submitted."""
+
+    workload: Workload
+    folder: Path
+    submitted: list[Submitted] = field(default_factory=list)
+    error: BaseException | None = None
+    seconds: float = 0.0
+
+    @property
+    def sacct(self) -> Path:
+        return self.folder / "jobs.sacct"
+
+
+def run_workload(workload: Workload, scratch: Path, out: Path, timeout: float = 900) -> Capture:
+    """Start a cluster for `workload`, run it to the end, save its files in `out`, stop the cluster."""
+    capture = Capture(workload, out)
+    began = time.monotonic()
+    settings = {**workload.settings, "TSCHED_SLURM_PORT": str(PORTS[workload.name]), "TSCHED_SLURM_CLUSTER": "tsched"}
+    try:
+        with running_cluster(scratch, settings) as cluster:
+            cluster.add_associations()
+            for qos in workload.qos:
+                cluster.run("sacctmgr", "-i", "add", "qos", qos)
+                for user in USERS:
+                    cluster.run("sacctmgr", "-i", "modify", "user", "where", f"name={user}", "set", f"qos+={qos}")
+            out.mkdir(parents=True, exist_ok=True)
+            for what in ("nodes", "partitions"):  # Slurm's own view of the configuration, to check the reader
+                (out / f"scontrol-{what}.txt").write_text(cluster.run("scontrol", "--oneliner", "show", what))
+            capture.submitted = submit_all(cluster, workload)
+            cluster.wait_idle(timeout=timeout)
+            (out / "jobs.sacct").write_text(cluster.sacct(FIELDS, timezone="UTC"))
+            for name in ("slurm.conf", "gres.conf"):
+                shutil.copyfile(scratch / "etc" / name, out / name)
+            with gzip.open(out / "backfill.log.gz", "wt") as log:  # repetitive: a tenth of its size
+                log.write(backfill_log((scratch / "log" / "slurmctld.log").read_text()))
+    except BaseException as error:  # reported by the caller, after the other clusters have stopped
+        capture.error = error
+    capture.seconds = time.monotonic() - began
+    return capture
+
+
+def _munge(folder: Path, action: str) -> None:
+    script = Path(__file__).with_name("one_host_cluster.sh")
+    subprocess.run(["bash", str(script), action], env={**os.environ, "TSCHED_SLURM_DIR": str(folder)}, check=True)
+
+
+def run_all(out: Path, names: Sequence[str] | None = None) -> dict[str, Capture]:
+    """Run the workloads at once, each on its own cluster; their captures by name."""
+    chosen = {name: workload for name, workload in workloads().items() if names is None or name in names}
+    created = create_local_users()
+    scratches = {name: Path(tempfile.mkdtemp(prefix=f"tsched-{name}-")) for name in chosen}
+    munge = Path(tempfile.mkdtemp(prefix="tsched-munge-"))
+    captures: dict[str, Capture] = {}
+    try:
+        _munge(munge, "munge")  # shared: the first cluster to stop must not take it with it
+        threads = []
+        for name, workload in chosen.items():
+            scratches[name].chmod(0o755)  # MariaDB runs as mysql and keeps its data in here
+
+            def work(name: str = name, workload: Workload = workload) -> None:
+                captures[name] = run_workload(workload, scratches[name], out / name)
+
+            threads.append(threading.Thread(target=work, name=name))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        _munge(munge, "munge-stop")
+        for scratch in (*scratches.values(), munge):
+            shutil.rmtree(scratch, ignore_errors=True)
+        for user in created:
+            subprocess.run(["userdel", user], check=False, capture_output=True)
+    return captures
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for one sub-folder per workload")
+    parser.add_argument("--only", nargs="*", choices=list(workloads()), help="run only these workloads")
+    args = parser.parse_args(argv)
+    reason = unavailable()
+    if reason:
+        raise SystemExit(reason)
+    captures = run_all(Path(args.out), args.only)
+    for name, capture in captures.items():
+        if capture.error is not None:
+            raise SystemExit(f"{name}: {capture.error!r}")
+        print(f"{name}: {len(capture.submitted)} jobs in {capture.seconds:.0f} s -> {capture.folder}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The captured runs of a real Slurm (tests/data/slurm-22.05-cluster/) read and checked offline.
+
+Each folder is one of tests/slurm/cluster_workloads.py's workloads as the
+project's one-host Slurm 22.05 ran it: the slurm.conf it ran with and its own
+view of it, the sacct output, and the scheduler's log of starts, ends and
+planned starts. The checks (tests/slurm/checks.py) are the live test's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from slurm.checks import Run, check_allocations, check_configuration, check_requests, replay_node_choices
+
+from simulator.workloads.formats import read_trace
+
+DATA = Path(__file__).parent / "data" / "slurm-22.05-cluster"
+NAMES = ("fcfs", "fcfs-tight", "mixed")
+RUNS = [DATA / name for name in NAMES] + [DATA.with_name(DATA.name + "-run2") / name for name in NAMES]
+
+
+@pytest.fixture(params=RUNS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def run(request: pytest.FixtureRequest) -> Run:
+    return Run(request.param)
+
+
+def test_the_slurm_conf_reads_as_slurm_reported_it(run):
+    check_configuration(run)
+
+
+def test_requests_read_from_sacct_say_what_was_asked(run):
+    check_requests(run)
+
+
+def test_what_slurm_gave_fits_the_model(run):
+    check_allocations(run)
+
+
+def test_the_model_places_jobs_where_slurm_did(run):
+    replay = replay_node_choices(run)
+    assert replay.checked >= 5
+    assert replay.differing == []
+    assert replay.unplaceable == []
+
+
+def test_the_sacct_reader_reads_the_runs(run):
+    trace = read_trace(run.folder / "jobs.sacct")
+    assert len(trace.jobs) == len(run.jobs)
+    assert set(trace.jobs["job_id"]) == {job.id for job in run.jobs}

@@ -1,0 +1,85 @@
+"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed); what it did is checked against the model.
+
+tests/slurm/cluster_workloads.py runs the three at once, each on its own
+one-host cluster, in about ten minutes; the checks are those the offline
+test applies to the committed captures, plus what only a live run knows:
+what was submitted. Skipped without root or Debian's slurm packages.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from slurm.agreement import agreement, check_live
+from slurm.checks import Run, check_allocations, check_configuration, check_requests, replay_node_choices
+from slurm.cluster_workloads import Capture, run_all
+from slurm.workload import unavailable
+
+pytestmark = pytest.mark.slurm
+NAMES = ("fcfs", "fcfs-tight", "mixed")
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Capture]:
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    runs = run_all(tmp_path_factory.mktemp("clusters"))
+    failed = {name: repr(capture.error) for name, capture in runs.items() if capture.error is not None}
+    assert not failed, failed
+    return runs
+
+
+@pytest.fixture(params=NAMES)
+def capture(request: pytest.FixtureRequest, captures: dict[str, Capture]) -> Capture:
+    return captures[request.param]
+
+
+def test_every_job_ran_as_submitted(capture):
+    run = Run(capture.folder)
+    jobs = {job.id: job for job in run.jobs}
+    assert sorted(jobs) == sorted(job.job_ids[0] for job in capture.submitted)
+    for submitted in capture.submitted:
+        job = jobs[submitted.job_ids[0]]
+        limit = submitted.limit_minutes * 60
+        assert int(job.row["TimelimitRaw"]) * 60 == limit
+        assert job.row["State"] == ("TIMEOUT" if submitted.kind == "timeout" else "COMPLETED"), job.id
+        assert job.row["User"] == submitted.user and job.row["Partition"] == submitted.partition
+        elapsed = int(job.row["ElapsedRaw"])
+        assert elapsed >= limit if submitted.kind == "timeout" else elapsed < limit, job.id
+
+
+def test_the_slurm_conf_reads_as_slurm_reported_it(capture):
+    check_configuration(Run(capture.folder))
+
+
+def test_requests_read_from_sacct_say_what_was_asked(capture):
+    check_requests(Run(capture.folder))
+
+
+def test_what_slurm_gave_fits_the_model(capture):
+    check_allocations(Run(capture.folder))
+
+
+def test_the_model_places_jobs_where_slurm_did(capture):
+    """Every job fits where Slurm put it; the main scheduler's choices are the model's but for a rare race
+    with a node that sacct and the log cannot show still busy (a killed job's node completing after KillWait)."""
+    replay = replay_node_choices(Run(capture.folder))
+    assert replay.checked >= 5 and replay.unplaceable == []
+    assert len(replay.differing) <= max(1, replay.checked // 10), replay.differing
+
+
+def test_jobs_queued(capture):
+    """Waits long enough to compare schedulers on: a queue formed, and backfilling started jobs."""
+    run = Run(capture.folder)
+    waits = [job.wait for job in run.jobs]
+    assert statistics.mean(waits) >= 20
+    assert sum(wait > 10 for wait in waits) >= len(waits) / 4
+    assert any("SchedBackfill" in job.row["Flags"] for job in run.jobs)
+    assert len(run.logged) >= len(run.jobs)  # every start, most ends
+
+
+def test_the_slurm_scheduler_replays_the_run(capture, tmp_path):
+    """`tsched simulate --scheduler slurm` on the run's own sacct and slurm.conf agrees with what Slurm did."""
+    check_live(agreement(capture.folder, tmp_path))
