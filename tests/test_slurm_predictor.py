@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from slurm.workload import Cluster, running_cluster, unavailable
+from slurm.workload import Cluster, running_cluster, unavailable, wait_for_completions
 
 from predictor.service.server import PredictorServer, start_server
 
@@ -72,20 +72,12 @@ def _sbatch(
 
 
 def _wait_reported(server: PredictorServer, count: int, timeout: float) -> None:
-    """Until the namespace holds `count` completions (jobcomp/script reports them one by one)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = server.core.status(NAMESPACE)
-        if status is not None and status.completions >= count:
-            return
-        time.sleep(1)
-    held = server.core.status(NAMESPACE)
-    raise AssertionError(f"{held.completions if held else 0} of {count} completions reported after {timeout}s")
+    wait_for_completions(lambda: _held(server), count, timeout)
 
 
-def _admin_comments(cluster: Cluster) -> dict[int, str]:
-    out = cluster.sacct(["JobIDRaw", "AdminComment"])
-    return {int(job): comment for job, _, comment in (line.partition("|") for line in out.splitlines()[1:])}
+def _held(server: PredictorServer) -> int:
+    status = server.core.status(NAMESPACE)
+    return status.completions if status is not None else 0
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +137,7 @@ def live() -> Iterator[Live]:
 def test_every_job_got_a_prediction_and_alice_gets_her_ten_percent(live: Live) -> None:
     jobs = [*live.wave_one, *live.alice_wave_two, *live.others]
     _wait_reported(live.server, len(jobs), timeout=240)
-    comments = _admin_comments(live.cluster)
+    comments = live.cluster.admin_comments()
     estimates = {}
     for job in jobs:
         match = re.search(r"tsched:t_sched=(\d+)", comments[job])

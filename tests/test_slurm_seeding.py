@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from slurm.workload import Cluster, running_cluster, unavailable
+from slurm.workload import Cluster, running_cluster, unavailable, wait_for_completions
 
 from predictor.estimators.lgbm.store import ModelCatalog
 from predictor.service.server import PredictorServer, start_server
@@ -81,15 +81,9 @@ def _readme_sacct() -> str:
     return command.group(1).replace("\\\n", " ")
 
 
-def _wait_held(server: PredictorServer, count: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = server.core.status(NAMESPACE)
-        if status is not None and status.completions >= count:
-            return
-        time.sleep(1)
-    held = server.core.status(NAMESPACE)
-    raise AssertionError(f"{held.completions if held else 0} of {count} completions held after {timeout}s")
+def _held(server: PredictorServer) -> int:
+    status = server.core.status(NAMESPACE)
+    return status.completions if status is not None else 0
 
 
 def _start_seeded(scratch: Path, cluster: Cluster, port: int, held_out_from: int) -> tuple[PredictorServer, str]:
@@ -165,7 +159,7 @@ def seeded() -> Iterator[Seeded]:
                 capture_output=True, text=True, check=True, timeout=60,
             )  # fmt: skip
             cluster.wait_idle(timeout=240)
-            _wait_held(server, len(first_wave) + len(second_wave), timeout=120)
+            wait_for_completions(lambda: _held(server), len(first_wave) + len(second_wave), timeout=120)
             yield Seeded(cluster, server, scratch, first_wave, second_wave, observed, model.stdout)
     finally:
         if follower is not None:
@@ -176,11 +170,6 @@ def seeded() -> Iterator[Seeded]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _admin_comments(cluster: Cluster) -> dict[int, str]:
-    out = cluster.sacct(["JobIDRaw", "AdminComment"])
-    return {int(job): comment for job, _, comment in (line.partition("|") for line in out.splitlines()[1:])}
-
-
 def test_the_seed_says_what_it_stored(seeded: Seeded) -> None:
     jobs = len(seeded.first_wave)
     assert f"namespace {NAMESPACE}: {jobs} finished job(s) learned, 0 already held; now {jobs} held" in seeded.observed
@@ -188,7 +177,7 @@ def test_the_seed_says_what_it_stored(seeded: Seeded) -> None:
 
 
 def test_every_second_wave_job_is_predicted_from_its_users_history_from_the_first_on(seeded: Seeded) -> None:
-    comments = _admin_comments(seeded.cluster)
+    comments = seeded.cluster.admin_comments()
     answered = {job: comments[job] for job in seeded.second_wave if "tsched:t_sched=" in comments[job]}
     missed = [job for job in seeded.second_wave if job not in answered]
     log = (seeded.scratch / "log" / "slurmctld.log").read_text()
@@ -205,7 +194,7 @@ def test_the_second_wave_is_scored_live(seeded: Seeded) -> None:
     status = seeded.server.core.status(NAMESPACE)
     assert status is not None and status.completions == len(seeded.first_wave) + len(seeded.second_wave)
     (scores,) = [summary for summary in status.estimators if summary.estimator.startswith("percentile")]
-    comments = _admin_comments(seeded.cluster)
+    comments = seeded.cluster.admin_comments()
     answered = sum("tsched:t_sched=" in comments[job] for job in seeded.second_wave)
     assert scores.scored >= answered > 0 and scores.pending == 0
 

@@ -15,7 +15,7 @@ import random
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +146,11 @@ class Cluster:
             time.sleep(2)
         raise RuntimeError(f"the cluster was still busy after {timeout}s")
 
+    def admin_comments(self) -> dict[int, str]:
+        """Each job's admin comment (where job_submit.lua writes its prediction), by job id."""
+        out = self.sacct(["JobIDRaw", "AdminComment"])
+        return {int(job): comment for job, _, comment in (line.partition("|") for line in out.splitlines()[1:])}
+
     def sacct(
         self, fields: Sequence[str], allocations: bool = True, extra: Sequence[str] = (), timezone: str | None = None
     ) -> str:
@@ -164,6 +169,17 @@ def create_local_users() -> list[str]:
             subprocess.run(["useradd", "--no-create-home", user], check=True)
             created.append(user)
     return created
+
+
+def wait_for_completions(held: Callable[[], int], count: int, timeout: float) -> None:
+    """Until `held()`, the completions a predictor's namespace holds, reaches `count` (jobcomp/script reports
+    the jobs one by one, the follower in batches)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if held() >= count:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{held()} of {count} completions reported after {timeout}s")
 
 
 @contextmanager
