@@ -15,7 +15,7 @@ each pass that follows a submission or a completion, just before the pass.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,10 @@ class SimulationConfig:
     procs: int
     policy: str = "fcfs"  # fcfs | wfp | sjf | ljf | dynp[:key=value,...] (simulator.dynp)
     backfill: str = "easy"  # none | easy | conservative
-    mode: str = "none"  # none | regular | selective
+    #: none | regular | selective; None: chosen by the estimator (`simulator.experiment.run_simulation`: selective
+    #: for an estimator, none for the users' requests, as the CLI); `simulate`, which is not told the estimator,
+    #: plans with t_req.
+    mode: str | None = None
     correction: str = "request"  # request | tsafrir | cobalt | double (regular mode only)
     backfill_order: str = "queue"  # queue | sjf (shortest estimate first: EASY-SJBF)
 
@@ -68,6 +71,8 @@ def simulate(
     sent to the predictor first, as a warm-up. In mode `none` the predictions
     are still made and reported, but the scheduler plans with t_req.
     """
+    mode = config.mode or "none"
+    config = replace(config, mode=mode)
     missing = [c for c in JOB_COLUMNS if c not in jobs.columns]
     if missing:
         raise ValueError(f"jobs table lacks column(s) {', '.join(missing)}")
@@ -83,10 +88,10 @@ def simulate(
     end_at = [0] * count
     t_sched = [0] * count
 
-    machine = Machine(config.procs, config.mode, config.correction)
+    machine = Machine(config.procs, mode, config.correction)
     queue = make_queue_policy(config.policy)
     backfill = make_backfill(config.backfill, config.backfill_order)
-    use_prediction = config.mode != "none"
+    use_prediction = mode != "none"
     completions: list[tuple[int, int]] = []
     if history is not None:
         session.sync(finished_from_frame(history), [])

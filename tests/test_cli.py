@@ -122,7 +122,7 @@ def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
     address = f"127.0.0.1:{free_port()}"
     server = serve_in_subprocess(address, "--estimators", "last2")
     try:
-        arguments = ["predict", "--address", address, "--user", "3", "--group", "1", "--request", "3600"]
+        arguments = ["predict", "--address", address, "--user", "3", "--group", "1", "--request", "1:00:00"]
         assert main([*arguments, "--procs", "4", "--json", "-"]) == 0
         answer = json.loads(capsys.readouterr().out)
         assert answer["t_sched"] == 3600 and answer["fallback"] is True and answer["estimator"] == "last2"
@@ -164,7 +164,7 @@ def test_simulate_through_a_server_waits_for_trainings_and_equals_in_process(
         (["predict-eval", "--estimators", "percentile:q=5"], "q must be in [50, 100]; got 5.0"),
         (["evaluate", "--policies", "lifo"], "unknown policy 'lifo'; choose one of fcfs, wfp, sjf, ljf, dynp"),
         (
-            ["predict", "--address", "127.0.0.1:1", "--user", "1", "--group", "1", "--request", "60", "--procs", "1"],
+            ["predict", "--address", "127.0.0.1:1", "--user", "1", "--group", "1", "--request", "1", "--procs", "1"],
             "UNAVAILABLE",
         ),
     ],
@@ -281,7 +281,7 @@ def test_observe_feeds_finished_jobs_from_a_file_or_standard_input(
     """Before `observe`, no command could feed a service finished jobs: every prediction was a fallback."""
     first = read_swf(trace_file).jobs.iloc[0]
     ask = ["predict", "--address", service, "--namespace", "cluster", "--json", "-", "--user", str(first["user"])]
-    ask += ["--group", str(first["group"]), "--request", "3600", "--procs", "4"]
+    ask += ["--group", str(first["group"]), "--request", "1:00:00", "--procs", "4"]
     assert main(ask) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is True
     feed = ["observe", "--address", service, "--namespace", "cluster", "--trace"]
@@ -363,7 +363,7 @@ def test_every_option_of_every_command_has_a_description_and_shows_its_default()
 def test_predict_takes_users_groups_and_accounts_by_name(service: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`tsched predict --user alice` failed: users and groups had to be integers."""
     observe_by_name(service, "named", history(30))
-    ask = ["predict", "--address", service, "--namespace", "named", "--request", "3600", "--procs", "4", "--json", "-"]
+    ask = ["predict", "--address", service, "--namespace", "named", "--request", "60", "--procs", "4", "--json", "-"]
     assert main([*ask, "--user", "user-1", "--account", "proj1"]) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is False
     assert main([*ask, "--user", "alice", "--group", "physics"]) == 0

@@ -54,7 +54,7 @@ from simulator.evaluation.plan import (
     task_costs,
 )
 from simulator.evaluation.report import ReportInputs, claim_report_folder, write_report
-from simulator.experiment import run_simulation
+from simulator.experiment import refuse_oversized, run_simulation
 from simulator.summary import RunSummary
 from simulator.workloads.trace import Trace
 
@@ -113,6 +113,7 @@ def _simulate(
         load_factor=task.load_factor,
         replicate=task.replicate,
         jitter=task.jitter,
+        max_dropped_share=1.0,  # the whole trace's share was checked before the evaluation started
     )
     if address is not None:
         _forget_namespace(address, namespace, credentials)
@@ -418,6 +419,8 @@ def _refuse_before_running(
     plan.check()
     if backend.dask_scheduler and importlib.util.find_spec("distributed") is None:
         raise UsageError("--dask-scheduler needs Dask: pip install 'tsched[dask]'")
+    for entry in traces:  # the whole trace, once: every task of it then runs with what this admitted
+        refuse_oversized(entry.trace.jobs, entry.trace.machine_procs(plan.procs), plan.max_dropped_share, entry.label)
     claim_report_folder(out, force)
     labels = [entry.label for entry in traces]
     repeated = sorted({label for label in labels if labels.count(label) > 1})

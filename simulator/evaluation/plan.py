@@ -19,6 +19,7 @@ from predictor.digests import sha256_of
 from predictor.registry import make_estimator
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
 from simulator.dynp import canonical_policy
+from simulator.experiment import DEFAULT_MAX_DROPPED_SHARE
 from simulator.machine import CORRECTIONS, MODES
 from simulator.summary import RunSummary
 from simulator.workloads.formats import read_trace
@@ -129,6 +130,8 @@ class EvaluationPlan:
     #: Replicates 0..K-1 of every period (0: the trace itself; `simulator.workloads.replicates`).
     replicates: int = 1
     jitter: int = DEFAULT_JITTER_SECONDS
+    #: A trace whose jobs larger than the machine are more than this share is refused before any task runs.
+    max_dropped_share: float = DEFAULT_MAX_DROPPED_SHARE
 
     def check(self) -> None:
         """Refuse a bad SPEC, policy, backfilling, order, correction, mode or load before anything runs."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kernel.errors import UsageError
 from tsched.cli.options import (
     CLUSTER_NAMESPACE_HELP,
+    LIMIT_METAVAR,
     credentials_from,
     json_option,
     load_trace,
@@ -19,6 +20,7 @@ from tsched.cli.options import (
     scheduler_group,
     service_group,
     show,
+    time_limit,
     trace_group,
 )
 from tsched.cli.spec import Command, Option, Table
@@ -252,7 +254,14 @@ def predict_table() -> Table:
         Option("--user", "user: a number, or a name (alice)", id_or_name, required=True),
         Option("--group", "group (project): a number, or a name; -1: unknown", id_or_name, -1),
         Option("--account", "the account charged, instead of --group", metavar="NAME"),
-        Option("--request", "requested time t_req", int, metavar="SECONDS", required=True),
+        Option(
+            "--request",
+            "the job's time limit t_req, in Slurm's syntax: MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] (60 or 1:00:00 is "
+            "an hour)",
+            time_limit,
+            metavar=LIMIT_METAVAR,
+            required=True,
+        ),
         Option("--procs", "the job's size in processors", int, required=True),
         Option("--submit", "submit time (default: the namespace's clock)", int),
         json_option("the answer"),
