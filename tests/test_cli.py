@@ -360,6 +360,25 @@ def test_every_option_of_every_command_has_a_description_and_shows_its_default()
     assert "(default: selective with an estimator, none with request)" in simulate
 
 
+def test_namespaces_show_default_shows_the_namespace_predict_answered_from(
+    service: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`namespaces show default` said it did not exist right after `predict` answered from it."""
+    assert main(["predict", "--address", service, "--user", "1", "--request", "60", "--procs", "1"]) == 0
+    capsys.readouterr()
+    # The first ListEstimators of a server imports scikit-learn (SciPy): seconds on a loaded machine.
+    show = ["namespaces", "show", "--address", service, "--timeout", "60"]
+    assert main([*show, "default"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("default  completions 0  clock 0  estimators last2\n")
+    assert "the server's default namespace" in shown and "nothing observed into it yet" in shown
+    assert main([*show, "default", "--json", "-"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["default"] is True and info["estimators"] == ["last2"] and info["completions"] == 0
+    assert main([*show, "elsewhere"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
 def test_predict_takes_users_groups_and_accounts_by_name(service: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`tsched predict --user alice` failed: users and groups had to be integers."""
     observe_by_name(service, "named", history(30))
