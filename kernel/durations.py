@@ -78,3 +78,9 @@ def slurm_duration(text: str) -> int | None:
         return (values[0] * 60 + values[1]) * 60 + values[2]
     minutes, seconds = [*values, 0][:2]  # MM or MM:SS
     return minutes * 60 + seconds
+
+
+def slurm_clock(seconds: int) -> str:
+    """`seconds` as Slurm prints a limit, [D-]HH:MM:SS: what `slurm_duration` reads back to the same number."""
+    days, rest = divmod(seconds, SECONDS_PER_DAY)
+    return (f"{days}-" if days else "") + f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import csv
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pandas.testing as pdt
 import pytest
 
-from kernel.durations import slurm_duration
+from kernel.durations import slurm_clock, slurm_duration
 from kernel.errors import TraceError
 from simulator.engine import SimulationConfig
+from simulator.evaluation.plots import estimator_colors
 from simulator.experiment import run_simulation
 from simulator.workloads.formats import convert_trace, read_trace
 from simulator.workloads.swf import read_swf
@@ -123,12 +127,6 @@ def test_run_simulation_defaults_to_the_mode_the_cli_uses() -> None:
     assert cli == 0
 
 
-def _slurm_clock(seconds: int) -> str:
-    """[D-]HH:MM:SS, as sacct prints Elapsed and Timelimit."""
-    days, rest = divmod(seconds, 86_400)
-    return (f"{days}-" if days else "") + f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
-
-
 def _usual_dump(path: Path, separator: str = "|", header: bool = True) -> list[dict[str, str]]:
     """The captured log as a usual `sacct -P --format=JobID,...,Elapsed,Timelimit,...` prints it (no raw fields),
     array tasks left out (their JobID is not a number); returns the rows written."""
@@ -138,8 +136,8 @@ def _usual_dump(path: Path, separator: str = "|", header: bool = True) -> list[d
     lines = [separator.join(columns)] if header else []
     for row in rows:
         limit = row["TimelimitRaw"]
-        row["Timelimit"] = _slurm_clock(int(limit) * 60) if limit.isdigit() else limit
-        row["Elapsed"] = _slurm_clock(int(row["ElapsedRaw"]))
+        row["Timelimit"] = slurm_clock(int(limit) * 60) if limit.isdigit() else limit
+        row["Elapsed"] = slurm_clock(int(row["ElapsedRaw"]))
         lines.append(separator.join(row[name] for name in columns))
     path.write_text("\n".join(lines) + "\n")
     return rows
@@ -194,3 +192,36 @@ def test_sacct_output_in_another_form_is_named_with_the_command_to_run(
         assert f"{form}.sacct " in error and "sacct --allusers --parsable2" in error
         assert len(error.strip().splitlines()) == 1
         assert re.search(said, error), error
+
+
+def test_the_report_reproduces_itself_zone_included_and_leads_with_what_holds(tmp_path: Path) -> None:
+    """The reproduce line dropped --timezone (rerun as written, last2 gave other numbers) and the report recorded
+    no zone; the summary headlined the noisiest metric without its spread."""
+    out = tmp_path / "report"
+    options = ["--timezone", "Europe/Berlin", "--default-request", "1440", "--machine-procs", "16"]
+    run = ["evaluate", "--traces", str(SACCT), *options, "--estimators", "percentile:q=85,percentile:q=70"]
+    run += ["--policies", "fcfs", "--backfills", "easy", "--modes", "selective", "--replicates", "2"]
+    assert main([*run, "--in-process", "--workers", "1", "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    command = report.split("## Reproduce\n\n```\n", 1)[1].split("\n```", 1)[0]
+    assert "--timezone Europe/Berlin" in command and "--default-request 1-00:00:00" in command
+    assert "| Europe/Berlin |" in report  # the traces table records the zone
+    summary = report.split("## Summary\n\n", 1)[1].split("\n## ", 1)[0]
+    assert summary.startswith("The metrics in the order their improvements hold over the replicates")
+    assert "standard deviation" in summary
+    again = tmp_path / "again"
+    words = shlex.split(command)[1:]
+    words[words.index("--out") + 1] = str(again)
+    assert main(words) == 0
+    first, second = (pd.read_csv(folder / "results.csv") for folder in (out, again))
+    pdt.assert_frame_equal(first, second)
+
+
+def test_every_estimator_of_a_report_has_a_colour_of_its_own() -> None:
+    """percentile:q=85 and q=70 (both in the default plan) shared one colour in every plot."""
+    from simulator.evaluation.plan import DEFAULT_ESTIMATORS
+
+    assert len(set(estimator_colors(DEFAULT_ESTIMATORS).values())) == len(DEFAULT_ESTIMATORS)
+    many = [f"percentile:q={q}" for q in range(50, 66)]
+    colours = estimator_colors(many)
+    assert len(set(colours.values())) == len(many) and colours == estimator_colors(reversed(many))

@@ -54,7 +54,7 @@ from simulator.evaluation.plan import (
     task_costs,
 )
 from simulator.evaluation.report import ReportInputs, claim_report_folder, write_report
-from simulator.experiment import refuse_oversized, run_simulation
+from simulator.experiment import DEFAULT_MAX_DROPPED_SHARE, refuse_oversized, run_simulation
 from simulator.summary import RunSummary
 from simulator.workloads.trace import Trace
 
@@ -348,8 +348,11 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
     for entry in traces:
         if entry.path is not None:
             words += ["--traces", entry.path]
+    words += next((entry.reading for entry in traces if entry.reading), ())  # one set of options reads them all
     if plan.procs is not None:
         words += ["--machine-procs", str(plan.procs)]
+    if plan.max_dropped_share != DEFAULT_MAX_DROPPED_SHARE:
+        words += ["--max-dropped-share", f"{plan.max_dropped_share:g}"]
     axes = {
         "--estimators": plan.estimators,
         "--policies": plan.policies,
