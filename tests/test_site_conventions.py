@@ -225,3 +225,40 @@ def test_every_estimator_of_a_report_has_a_colour_of_its_own() -> None:
     many = [f"percentile:q={q}" for q in range(50, 66)]
     colours = estimator_colors(many)
     assert len(set(colours.values())) == len(many) and colours == estimator_colors(reversed(many))
+
+
+@pytest.mark.parametrize(
+    ("until", "said"),
+    [
+        (["--until", "2020-01-01"], "--until 2020-01-01T00:00:00+00:00 is before any job of the trace ended"),
+        (["--until", "2030-01-01"], "is after the last submission, no job is held out to score the model on"),
+        ([], "the default --until, 30 days before the last submission, leaves nothing to train on"),
+    ],
+)
+def test_train_refuses_an_until_that_leaves_nothing_to_train_or_score(
+    until: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--until outside the trace gave a traceback or a misleading count; after the last job it wrote a model
+    with `held out: {"jobs": 0}` without a word."""
+    out = tmp_path / "model"
+    assert (
+        main(["train", "--trace", str(SACCT), "--estimator", "lgbm-quantile:min_train=50", *until, "--out", str(out)])
+        == 2
+    )
+    error = capsys.readouterr().err
+    assert said in error and "the trace's jobs were submitted up to 2026-11-24T07:1" in error
+    assert not out.exists()
+
+
+def test_train_without_a_trace_says_it_trains_on_the_synthetic_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", "--until", "1990-01-01", "--out", str(tmp_path / "model")]) == 2
+    assert "no --trace, so training on the built-in synthetic workload" in capsys.readouterr().err
+
+
+def test_predict_eval_says_when_a_model_never_trained(capsys: pytest.CaptureFixture[str]) -> None:
+    """On a small log lgbm-quantile silently equalled `request`: it never trains."""
+    assert main(["predict-eval", "--trace", str(SACCT), "--estimators", "request,lgbm-quantile,last2"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith("note: lgbm-quantile answered all 258 jobs with their request")
