@@ -262,3 +262,11 @@ def test_predict_eval_says_when_a_model_never_trained(capsys: pytest.CaptureFixt
     assert main(["predict-eval", "--trace", str(SACCT), "--estimators", "request,lgbm-quantile,last2"]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and notes[0].startswith("note: lgbm-quantile answered all 258 jobs with their request")
+
+
+def test_simulate_says_when_the_estimator_never_predicted(capsys: pytest.CaptureFixture[str]) -> None:
+    run = ["simulate", "--trace", str(SACCT), "--machine-procs", "16", "--estimator"]
+    assert main([*run, "lgbm-quantile"]) == 0
+    assert "every estimate was the request: lgbm-quantile never predicted on this trace" in capsys.readouterr().out
+    assert main([*run, "last2"]) == 0
+    assert "never predicted" not in capsys.readouterr().out
