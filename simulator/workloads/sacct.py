@@ -1,7 +1,10 @@
 """Slurm accounting (`sacct --parsable2`) as a trace.
 
 The one command a site runs (`SACCT_COMMAND`; any order of `SACCT_FIELDS`,
-more fields are ignored, and only the `REQUIRED_FIELDS` must be there)::
+more fields are ignored, and only the `REQUIRED_ROLES` must be filled: a usual
+dump's JobID, Timelimit and Elapsed stand in for JobIDRaw, TimelimitRaw and
+ElapsedRaw; comma-separated, fixed-width and header-less output is named,
+`not_parsable`, with this command)::
 
     sacct --allusers --parsable2 --allocations --duplicates --noconvert \\
           --starttime 2024-01-01 --endtime now --format=JobIDRaw,JobID,User,UID,... > site.sacct
@@ -160,7 +163,7 @@ FREE_TEXT_FIELDS = frozenset({"JobName", "Comment", "AdminComment", "SystemComme
 CHUNK_ROWS = 100_000
 _NAME_FIELDS = ("User", "Group", "Account", "Partition", "QOS", "JobName")
 #: Field names sacct prints in a header, to recognise its output in any form.
-_KNOWN_FIELDS = frozenset({*SACCT_FIELDS, *REQUIRED_FIELDS, *ELAPSED_FIELDS, "NCPUS", "ExitCode", "JobName"})
+_KNOWN_FIELDS = frozenset({*SACCT_FIELDS, *REQUIRED_FIELDS, *ELAPSED_FIELDS, "NCPUS"})
 
 
 @dataclass(frozen=True)
