@@ -48,3 +48,39 @@ def required_duration(text: str, name: str, *, zero: bool = False) -> int:
     seconds = parse_duration(text, name, zero=zero)
     assert seconds is not None  # without `unbounded`, parse_duration returns a number or raises
     return seconds
+
+
+#: Slurm's words for "no time limit" (`sbatch --time`, `scontrol`, sacct's Timelimit).
+SLURM_UNLIMITED = frozenset({"UNLIMITED", "INFINITE"})
+SLURM_DURATION_HELP = "Slurm's syntax: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; a bare number is minutes"
+
+
+def slurm_duration(text: str) -> int | None:
+    """Seconds in a time limit written as Slurm reads `--time`; None for UNLIMITED (or INFINITE).
+
+    A bare number is minutes, as `sbatch --time=1440` is a day: `MM`, `MM:SS`,
+    `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`. Raises ValueError saying so
+    for anything else.
+    """
+    word = text.strip()
+    if word.upper() in SLURM_UNLIMITED:
+        return None
+    days, dash, clock = word.rpartition("-")
+    parts = clock.split(":")
+    numbers = [days] * bool(dash) + parts
+    if not all(part.isdigit() for part in numbers) or len(parts) > 3:
+        raise ValueError(f"{text!r} is not a time limit in {SLURM_DURATION_HELP}")
+    values = [int(part) for part in parts]
+    if dash:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = [*values, 0, 0][:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(values) == 3:  # HH:MM:SS
+        return (values[0] * 60 + values[1]) * 60 + values[2]
+    minutes, seconds = [*values, 0][:2]  # MM or MM:SS
+    return minutes * 60 + seconds
+
+
+def slurm_clock(seconds: int) -> str:
+    """`seconds` as Slurm prints a limit, [D-]HH:MM:SS: what `slurm_duration` reads back to the same number."""
+    days, rest = divmod(seconds, SECONDS_PER_DAY)
+    return (f"{days}-" if days else "") + f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"

@@ -123,10 +123,14 @@ def evaluate(df: pd.DataFrame, specs: list[str], trace_name: str) -> dict[str, A
 def scored_replay(
     spec: str, df: pd.DataFrame, estimator: Estimator | None = None
 ) -> tuple[dict[str, Any], pd.DataFrame]:
-    """Replay one estimator over a trace: its `predict-eval` result row, and the per-job frame behind it."""
+    """Replay one estimator over a trace: its `predict-eval` result row, and the per-job frame behind it.
+
+    The row's `fallback` is the share of jobs that got their request for want of history (1 for `request`
+    itself; 1 for a model that never trained on a log too small for it)."""
     frame, seconds = _replay_timed(estimator or make_estimator(spec), df)
     scores = prediction_scores(frame["t_sched"].to_numpy(), frame["t_act"].to_numpy(), frame["t_req"].to_numpy())
-    return {"estimator": spec, **scores, "us_per_prediction": seconds / max(len(frame), 1) * 1e6}, frame
+    row = {"estimator": spec, **scores, "us_per_prediction": seconds / max(len(frame), 1) * 1e6}
+    return row | {"fallback": float(frame["fallback"].mean()) if len(frame) else 0.0}, frame
 
 
 def _percentile_factors(

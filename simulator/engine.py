@@ -36,7 +36,10 @@ class SimulationConfig:
     procs: int
     policy: str = "fcfs"  # fcfs | wfp | sjf | ljf | dynp[:key=value,...] (simulator.dynp)
     backfill: str = "easy"  # none | easy | conservative | replan
-    mode: str = "none"  # none | regular | selective (simulator.machine.PLANNINGS)
+    #: none | regular | selective; None: chosen by the estimator (`simulator.experiment.run_simulation`: selective
+    #: for an estimator, none for the users' requests, as the CLI); `simulate`, which is not told the estimator,
+    #: plans with t_req.
+    mode: str | None = None
     correction: str = "request"  # request | tsafrir | cobalt | double (regular mode only)
     backfill_order: str = "queue"  # queue | sjf (shortest estimate first: EASY-SJBF)
 

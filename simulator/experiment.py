@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from kernel.errors import PredictorUnavailable
+from kernel.errors import PredictorUnavailable, UsageError
 from kernel.specs import parse_spec
-from predictor.estimators.baselines import OracleEstimator
+from predictor.estimators.baselines import OracleEstimator, RequestEstimator
 from predictor.registry import available, make_estimator
 from predictor.session import LocalSession, PredictionSession
 from simulator.cluster import Cluster
@@ -34,6 +35,32 @@ if TYPE_CHECKING:
 #: The share of a run's jobs that may get t_req because the service did not answer before the run is refused:
 #: past it, the summary would report mostly the request's schedule under the estimator's name.
 DEFAULT_MAX_FALLBACK_SHARE = 0.01
+#: The share of a period's jobs that may be larger than the machine (dropped, counted as "larger than machine")
+#: before a run is refused: past it the machine's size is more likely wrong than a few jobs odd, and the metrics
+#: would describe another workload.
+DEFAULT_MAX_DROPPED_SHARE = 0.01
+
+
+def refuse_oversized(jobs: pd.DataFrame, procs: int, max_dropped_share: float, where: str) -> int:
+    """How many of `jobs` are larger than a machine of `procs` processors (a simulation drops them); refused
+    (UsageError) when they are more than `max_dropped_share` of them."""
+    dropped = int((jobs["procs"].to_numpy() > procs).sum())
+    share = dropped / max(len(jobs), 1)
+    if share > max_dropped_share:
+        raise UsageError(
+            f"{where}: {dropped} of {len(jobs)} jobs ({share:.1%}) need more than the machine's {procs} processors "
+            f"and would be dropped, more than the {max_dropped_share:.1%} allowed (--max-dropped-share): is the "
+            "machine's size right (--machine-procs)? --max-dropped-share 1 runs anyway"
+        )
+    return dropped
+
+
+def mode_for(config: SimulationConfig, spec: str) -> SimulationConfig:
+    """`config`, its mode chosen when left unset (None) as the CLI chooses it: the users' requests need none, an
+    estimator is used where the product uses it, for waiting jobs (selective)."""
+    if config.mode is not None:
+        return config
+    return replace(config, mode="none" if parse_spec(spec)[0] == RequestEstimator.name else "selective")
 
 
 def open_session(
@@ -102,6 +129,7 @@ def run_simulation(
     jitter: int = DEFAULT_JITTER_SECONDS,
     cluster: Cluster | None = None,
     requests: Mapping[int, ResourceRequest] | None = None,
+    max_dropped_share: float = DEFAULT_MAX_DROPPED_SHARE,
 ) -> tuple[RunSummary, SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
@@ -115,8 +143,13 @@ def run_simulation(
     `max_fallback_share` of the jobs fell back is refused (PredictorUnavailable).
     With a `cluster`, the `slurm` scheduler replays the jobs on its nodes, each
     job with its request from `requests` (by job id; `simulator.clusterreplay`).
+    A `config` without a mode gets the CLI's default (`mode_for`: selective, or
+    none for `request`). A period whose jobs larger than the machine (dropped) are more than
+    `max_dropped_share` of it is refused before it runs (UsageError).
     """
+    config = mode_for(config, spec)
     period, history = _period(trace, month)
+    refuse_oversized(period.jobs, config.procs, max_dropped_share, trace.path + (f", {month}" if month else ""))
     if load_factor != 1.0:
         period = scale_load(period, load_factor)
     period = replicate_trace(period, replicate, jitter)

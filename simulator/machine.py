@@ -64,8 +64,9 @@ PLANNINGS = {
 MODES = tuple(PLANNINGS)
 
 
-def planning_mode(name: str) -> Planning:
-    """The planning mode called `name`."""
+def planning_mode(name: str | None) -> Planning:
+    """The planning mode called `name`; None (a configuration no estimator chose a mode for) plans with t_req."""
+    name = name or "none"
     if name not in PLANNINGS:
         raise ValueError(f"unknown mode {name!r}; choose one of {', '.join(MODES)}")
     return PLANNINGS[name]

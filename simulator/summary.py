@@ -171,11 +171,17 @@ class RunSummary:
 
     def _estimates(self) -> str:
         p = self.prediction
-        return (
+        line = (
             f"estimates  accuracy mean {p['accuracy_mean']:.3f} median {p['accuracy_median']:.3f}, "
             f"underestimated {p['underestimated']:.1%} (NA {p['NA']:.1%} OE {p['OE']:.1%} "
             f"UE {p['UE']:.1%} BE {p['BE']:.1%})"
         )
+        if p["NA"] == 1.0 and self.estimator.partition(":")[0] != "request":
+            line += (
+                f"\n           every estimate was the request: {self.estimator} never predicted on this trace (too "
+                "little history; lgbm-* trains once min_train jobs have finished), so this run is the request's"
+            )
+        return line
 
     def _fallback_lines(self) -> list[str]:
         if not self.predictor_fallbacks:

@@ -122,7 +122,7 @@ def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
     address = f"127.0.0.1:{free_port()}"
     server = serve_in_subprocess(address, "--estimators", "last2")
     try:
-        arguments = ["predict", "--address", address, "--user", "3", "--group", "1", "--request", "3600"]
+        arguments = ["predict", "--address", address, "--user", "3", "--group", "1", "--request", "1:00:00"]
         assert main([*arguments, "--procs", "4", "--json", "-"]) == 0
         answer = json.loads(capsys.readouterr().out)
         assert answer["t_sched"] == 3600 and answer["fallback"] is True and answer["estimator"] == "last2"
@@ -164,7 +164,7 @@ def test_simulate_through_a_server_waits_for_trainings_and_equals_in_process(
         (["predict-eval", "--estimators", "percentile:q=5"], "q must be in [50, 100]; got 5.0"),
         (["evaluate", "--policies", "lifo"], "unknown policy 'lifo'; choose one of fcfs, wfp, sjf, ljf, dynp"),
         (
-            ["predict", "--address", "127.0.0.1:1", "--user", "1", "--group", "1", "--request", "60", "--procs", "1"],
+            ["predict", "--address", "127.0.0.1:1", "--user", "1", "--group", "1", "--request", "1", "--procs", "1"],
             "UNAVAILABLE",
         ),
     ],
@@ -281,7 +281,7 @@ def test_observe_feeds_finished_jobs_from_a_file_or_standard_input(
     """Before `observe`, no command could feed a service finished jobs: every prediction was a fallback."""
     first = read_swf(trace_file).jobs.iloc[0]
     ask = ["predict", "--address", service, "--namespace", "cluster", "--json", "-", "--user", str(first["user"])]
-    ask += ["--group", str(first["group"]), "--request", "3600", "--procs", "4", "--submit", "clock"]
+    ask += ["--group", str(first["group"]), "--request", "1:00:00", "--procs", "4", "--submit", "clock"]
     assert main(ask) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is True
     feed = ["observe", "--address", service, "--namespace", "cluster", "--trace"]
@@ -362,10 +362,29 @@ def test_every_option_of_every_command_has_a_description_and_shows_its_default()
     assert "(default: selective with an estimator, none with request)" in simulate
 
 
+def test_namespaces_show_default_shows_the_namespace_predict_answered_from(
+    service: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`namespaces show default` said it did not exist right after `predict` answered from it."""
+    assert main(["predict", "--address", service, "--user", "1", "--request", "60", "--procs", "1"]) == 0
+    capsys.readouterr()
+    # The first ListEstimators of a server imports scikit-learn (SciPy): seconds on a loaded machine.
+    show = ["namespaces", "show", "--address", service, "--timeout", "60"]
+    assert main([*show, "default"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("default  completions 0  clock 0  estimators last2\n")
+    assert "the server's default namespace" in shown and "nothing observed into it yet" in shown
+    assert main([*show, "default", "--json", "-"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["default"] is True and info["estimators"] == ["last2"] and info["completions"] == 0
+    assert main([*show, "elsewhere"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
 def test_predict_takes_users_groups_and_accounts_by_name(service: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`tsched predict --user alice` failed: users and groups had to be integers."""
     observe_by_name(service, "named", history(30))
-    ask = ["predict", "--address", service, "--namespace", "named", "--request", "3600", "--procs", "4", "--json", "-"]
+    ask = ["predict", "--address", service, "--namespace", "named", "--request", "60", "--procs", "4", "--json", "-"]
     ask += ["--submit", "clock"]  # the history is on a trace's clock
     assert main([*ask, "--user", "user-1", "--account", "proj1"]) == 0
     assert json.loads(capsys.readouterr().out)["fallback"] is False

@@ -46,7 +46,7 @@ def test_predict_serves_the_interval_and_the_cli_shows_it(capsys) -> None:
             assert served.interval is not None and served.interval.quantiles[1] == (0.9, 3276)
             assert client.predict_job(ASKED, namespace="a", estimator="last2").interval is None
         options = ["--address", f"127.0.0.1:{port}", "--namespace", "a", "--user", "1", "--group", "1"]
-        assert main(["predict", *options, "--request", "3600", "--procs", "1", "--submit", "6000"]) == 0
+        assert main(["predict", *options, "--request", "1:00:00", "--procs", "1", "--submit", "6000"]) == 0
         shown = capsys.readouterr().out
         assert "runtime quantiles: p50 1980  p90 3276  p95 3438  P(runtime > t_sched) 0.20" in shown
     finally:

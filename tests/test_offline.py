@@ -60,6 +60,7 @@ def test_evaluate_reports_the_issue_json_with_hand_computed_values() -> None:
         "medae",
         "lambda",
         "us_per_prediction",
+        "fallback",
     ]
     assert list(request) == keys and list(last2) == keys
     assert request["us_per_prediction"] > 0
@@ -78,6 +79,7 @@ def test_evaluate_reports_the_issue_json_with_hand_computed_values() -> None:
             "mae": 448.0,
             "medae": 100.0,
             "lambda": 1.0,
+            "fallback": 1.0,  # the request is every job's fallback
         }
     )
     # last2: t_sched 200, 100, 75, 200, 155 -> accuracy 0.5, 0.5, 0.25, 0.05, 155/3000;
@@ -95,6 +97,7 @@ def test_evaluate_reports_the_issue_json_with_hand_computed_values() -> None:
             "mae": 682.0,
             "medae": 190.0,
             "lambda": 682.0 / 448.0,
+            "fallback": 0.4,  # jobs 1 and 2: no finished job of their user yet
         }
     )
 

@@ -15,13 +15,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SACCT = Path(__file__).parent / "data" / "slurm-22.05.sacct"
 
 
-def test_the_documented_snippet_runs_on_a_real_sacct_log(tmp_path, monkeypatch, capsys):
-    snippet = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "python-api.md").read_text(), re.DOTALL)
-    assert snippet is not None
+def test_the_documented_snippets_run_on_a_real_sacct_log(tmp_path, monkeypatch, capsys):
+    """Every python block of docs/python-api.md, in order, as cells of one notebook."""
+    snippets = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "python-api.md").read_text(), re.DOTALL)
+    assert len(snippets) >= 3
     shutil.copy(SACCT, tmp_path / "cluster.sacct")
     monkeypatch.chdir(tmp_path)
-    exec(compile(snippet.group(1), "docs/python-api.md", "exec"), {})
+    notebook: dict[str, object] = {}
+    for snippet in snippets:
+        exec(compile(snippet, "docs/python-api.md", "exec"), notebook)
     printed = capsys.readouterr().out
+    assert "16 the most in use at once in the log True" in printed
+    assert "\nselective\n" in printed and "mode selective" in printed and "'lgbm-quantile': 1.0" in printed
     assert "cancelled before start" in printed
     assert re.search(r"model\s+0\.\d+", printed) and re.search(r"percentile\s+0\.\d+", printed)
     assert (tmp_path / "frontier.png").stat().st_size > 0

@@ -148,12 +148,38 @@ def test_status_prints_the_same_as_a_table(served, certificates, tmp_path: Path,
     (estimator,) = status["estimators"]
     assert estimator["scored"] == 19 and estimator["accuracy"] > 0.7
     metrics = _scrape(served)
-    labels = (("estimator", estimator["estimator"]), ("namespace", "site-d"))
+    assert estimator["estimator"].startswith("percentile:key=user+group+request,")  # the full SPEC
+    labels = (("estimator", "percentile"), ("namespace", "site-d"))  # the label: the estimator's name
     assert estimator["accuracy"] == pytest.approx(metrics.get(("tsched_live_accuracy", labels), estimator["accuracy"]))
     assert main(["status", *options, str(certificates.ca), "--namespace", "site-d"]) == 0
     table = capsys.readouterr().out
-    assert "namespace site-d: 20 completions held" in table and estimator["estimator"] in table
+    assert "namespace site-d: 20 completions held" in table and "\npercentile " in table
     assert "Predict" in table and "PERMISSION_DENIED" in table
+
+
+def test_an_unscored_estimator_has_no_data_and_a_short_label(capsys: pytest.CaptureFixture[str]) -> None:
+    """A fresh estimator exported accuracy 0.0 (an alert on low accuracy fired on every new namespace), and its
+    label was the full SPEC (about 230 characters for a model)."""
+    specs = ["percentile:q=85", "percentile:q=70", "last2"]
+    running, port = start_server("127.0.0.1:0", default_estimators=specs, metrics_listen="127.0.0.1:0")
+    try:
+        with PredictorClient(f"127.0.0.1:{port}", timeout=30) as client:
+            client.observe([FinishedJob(JobRequest(1, 100, 5, 2, 3600, 8), 500, 400)], namespace="fresh")
+            for spec in specs:  # asked, not yet completed: nothing scored
+                client.predict_job(JobRequest(2, 600, 5, 2, 3600, 8), namespace="fresh", estimator=spec)
+        metrics = _scrape(running)
+        assert main(["status", "--address", f"127.0.0.1:{port}", "--namespace", "fresh", "--timeout", "30"]) == 0
+        table = capsys.readouterr().out
+    finally:
+        running.stop(0).wait()
+    scored = {dict(key[1])["estimator"]: value for key, value in metrics.items() if key[0] == "tsched_live_scored"}
+    assert set(scored.values()) == {0} and "last2" in scored
+    two = sorted(label for label in scored if label.startswith("percentile#"))
+    assert len(two) == 2 and all(len(label) == len("percentile#") + 8 for label in two)
+    per_estimator = [key for key in metrics if key[0].startswith("tsched_live_") and "estimator" in dict(key[1])]
+    assert {key[0] for key in per_estimator} == {"tsched_live_scored"}  # no accuracy, no shares: "no data"
+    row = next(line for line in table.splitlines() if line.startswith("last2 "))
+    assert row.split()[1:6] == ["0", "-", "-", "-", "-"] and "0.000" not in table
 
 
 def test_metrics_are_off_unless_asked_and_refuse_a_bad_address() -> None:

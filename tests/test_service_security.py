@@ -218,7 +218,7 @@ def test_commands_connect_with_a_token_file_and_tls(
     token = write_secret(tmp_path / "token", f"# the operator's\n{OPERATOR}\n")
     connection = ["--token-file", str(token), "--tls-ca", str(certificates.ca)]
     address = f"localhost:{secured.port}"
-    job = ["--user", "3", "--group", "1", "--request", "3600", "--procs", "4", "--namespace", "sim-cli"]
+    job = ["--user", "3", "--group", "1", "--request", "1:00:00", "--procs", "4", "--namespace", "sim-cli"]
     assert main(["predict", "--address", address, *job, *connection, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["t_sched"] == 3600
     assert main(["predict", "--address", address, *job, "--tls-ca", str(certificates.ca)]) == 2

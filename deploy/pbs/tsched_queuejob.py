@@ -71,7 +71,7 @@ def ask(settings, user, group, walltime, procs, submit):
         str(user),
         *(["--account", group] if group else ["--group", "-1"]),
         "--request",
-        str(walltime),
+        f"{walltime // 3600}:{walltime // 60 % 60:02d}:{walltime % 60:02d}",  # Slurm's HH:MM:SS, as tsched reads limits
         "--procs",
         str(procs),
         "--submit",

@@ -15,11 +15,13 @@ question, a user's `tsched predict`) are dropped oldest first beyond
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+import hashlib
+from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
+from kernel.specs import parse_spec
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: How far a completion's submit time may be from the submit time its prediction was asked for (seconds):
@@ -32,6 +34,18 @@ Key = tuple[int, int, int, int]
 
 def _key(job: JobRequest) -> Key:
     return (job.user, job.group, job.t_req, job.procs)
+
+
+def estimator_labels(specs: Sequence[str]) -> dict[str, str]:
+    """A short label per canonical SPEC, for metric labels and tables: the estimator's name, or a trained model's
+    (a canonical SPEC spells out every parameter: some 230 characters for a model). Two SPECs of one name in a
+    namespace (percentile:q=85 and q=70) are told apart by a digest of their SPEC; `Status` gives it in full."""
+    names = {spec: parse_spec(spec)[0] for spec in specs}
+    shared = Counter(names.values())
+    return {
+        spec: name if shared[name] == 1 else f"{name}#{hashlib.sha256(spec.encode()).hexdigest()[:8]}"
+        for spec, name in names.items()
+    }
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ Two kinds of series, in a registry of the server's own:
 - the state, read from the core when scraped: namespaces, history sizes,
   answers and fallbacks, training runs, and per namespace and estimator the
   live accuracy, underestimated share and BE share over the latest
-  completions (`predictor.service.live`).
+  completions (`predictor.service.live`). An estimator with nothing scored
+  yet has no sample of these (Prometheus' "no data", so an alert on low
+  accuracy does not fire on a new namespace); its `estimator` label is its
+  short name (`estimator_labels`), the full SPEC being in `Status`.
 
 Label cardinality is bounded: RPC names are the services' methods, codes are
 gRPC's 17, and per-namespace series cover at most `--metrics-namespaces`
@@ -30,6 +33,7 @@ from prometheus_client.registry import Collector
 
 from kernel.errors import UsageError
 from predictor.service.core import PredictorCore
+from predictor.service.live import estimator_labels
 from predictor.service.security import is_local
 
 log = logging.getLogger("tsched.service")
@@ -185,9 +189,11 @@ class StateCollector(Collector):
             answered.add_metric([status.name], status.predictions)
             fallbacks.add_metric([status.name], status.fallbacks)
             pending.add_metric([status.name], status.pending)
+            labels = estimator_labels([summary.estimator for summary in status.estimators])
             for summary in status.estimators:
                 for field, family in live.items():
-                    family.add_metric([status.name, summary.estimator], getattr(summary, field))
+                    if summary.scored or field == "scored":  # no score yet is no sample ("no data"), never 0
+                        family.add_metric([status.name, labels[summary.estimator]], getattr(summary, field))
         yield from (history, clock, answered, fallbacks, pending, *live.values())
 
 

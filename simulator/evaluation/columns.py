@@ -73,6 +73,7 @@ PARAMETER_COLUMNS: dict[str, tuple[str, str]] = {
     "little_queueing": ("true/false", f"the baseline's mean wait is under {LITTLE_QUEUEING_SECONDS:g} s"),
     "run": ("-", "how tables and plots name the run"),
     "us_per_prediction": ("microseconds", "prediction cost per job"),
+    "fallback": ("fraction", "jobs given their request for want of history (1: the estimator never predicted)"),
     "months": ("months", "months simulated"),
 }
 

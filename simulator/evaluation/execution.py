@@ -54,7 +54,7 @@ from simulator.evaluation.plan import (
     task_costs,
 )
 from simulator.evaluation.report import ReportInputs, claim_report_folder, write_report
-from simulator.experiment import run_simulation
+from simulator.experiment import DEFAULT_MAX_DROPPED_SHARE, refuse_oversized, run_simulation
 from simulator.summary import RunSummary
 from simulator.workloads.trace import Trace
 
@@ -113,6 +113,7 @@ def _simulate(
         load_factor=task.load_factor,
         replicate=task.replicate,
         jitter=task.jitter,
+        max_dropped_share=1.0,  # the whole trace's share was checked before the evaluation started
     )
     if address is not None:
         _forget_namespace(address, namespace, credentials)
@@ -347,8 +348,11 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
     for entry in traces:
         if entry.path is not None:
             words += ["--traces", entry.path]
+    words += next((entry.reading for entry in traces if entry.reading), ())  # one set of options reads them all
     if plan.procs is not None:
         words += ["--machine-procs", str(plan.procs)]
+    if plan.max_dropped_share != DEFAULT_MAX_DROPPED_SHARE:
+        words += ["--max-dropped-share", f"{plan.max_dropped_share:g}"]
     axes = {
         "--estimators": plan.estimators,
         "--policies": plan.policies,
@@ -418,6 +422,8 @@ def _refuse_before_running(
     plan.check()
     if backend.dask_scheduler and importlib.util.find_spec("distributed") is None:
         raise UsageError("--dask-scheduler needs Dask: pip install 'tsched[dask]'")
+    for entry in traces:  # the whole trace, once: every task of it then runs with what this admitted
+        refuse_oversized(entry.trace.jobs, entry.trace.machine_procs(plan.procs), plan.max_dropped_share, entry.label)
     claim_report_folder(out, force)
     labels = [entry.label for entry in traces]
     repeated = sorted({label for label in labels if labels.count(label) > 1})

@@ -14,14 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from kernel.durations import slurm_clock
 from kernel.errors import SpecError, UsageError
 from predictor.digests import sha256_of
 from predictor.registry import make_estimator
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
 from simulator.dynp import canonical_policy
+from simulator.experiment import DEFAULT_MAX_DROPPED_SHARE
 from simulator.machine import CORRECTIONS, MODES
 from simulator.summary import RunSummary
-from simulator.workloads.formats import read_trace
+from simulator.workloads.formats import detect_format, read_trace
 from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
 from simulator.workloads.sitelog import SizeUnit
 from simulator.workloads.synthetic import DEFAULT_JOBS, DEFAULT_LOAD, DEFAULT_PROCS, DEFAULT_SEED, default_workload
@@ -129,6 +131,8 @@ class EvaluationPlan:
     #: Replicates 0..K-1 of every period (0: the trace itself; `simulator.workloads.replicates`).
     replicates: int = 1
     jitter: int = DEFAULT_JITTER_SECONDS
+    #: A trace whose jobs larger than the machine are more than this share is refused before any task runs.
+    max_dropped_share: float = DEFAULT_MAX_DROPPED_SHARE
 
     def check(self) -> None:
         """Refuse a bad SPEC, policy, backfilling, order, correction, mode or load before anything runs."""
@@ -192,6 +196,8 @@ class TraceInput:
     trace: Trace
     provenance: str
     path: str | None = None  # the --trace argument; None for a workload made in memory
+    #: How it was read, as the command line says it (--format, --timezone, ...): the reproduce line repeats them.
+    reading: tuple[str, ...] = ()
 
 
 def load_trace_input(
@@ -207,7 +213,16 @@ def load_trace_input(
     trace = read_trace(path, format, lenient=lenient, timezone=timezone, size=size, default_request=default_request)
     trace.require_jobs()
     label = Path(path).name.removesuffix(".gz").removesuffix(".swf")
-    return TraceInput(label, trace, f"{path} (sha256 {sha256_of(path)})", path)
+    site_log = (format or detect_format(path)) != "swf"
+    options = {
+        "--format": format,
+        "--timezone": timezone or (trace.header.time_zone_string if site_log else None),  # the zone read in, always
+        "--size-unit": size,
+        "--default-request": None if default_request is None else slurm_clock(default_request),
+    }
+    reading = tuple(word for option, value in options.items() if value for word in (option, value))
+    reading += ("--lenient",) * lenient
+    return TraceInput(label, trace, f"{path} (sha256 {sha256_of(path)})", path, reading)
 
 
 def builtin_trace_input() -> TraceInput:

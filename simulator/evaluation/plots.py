@@ -44,17 +44,50 @@ ESTIMATOR_COLORS = {
     "oracle": "#9467bd",
 }
 #: Colours for other SPECs (parameters spelt out, trained models), chosen by a checksum of the SPEC: stable too.
-OTHER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a")
+OTHER_COLORS = (
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#dbdb8d",
+    "#9edae5",
+    "#393b79",
+    "#637939",
+)
+
+
+#: A SPEC's own colour is one of the palette's first eight, as before it grew: reports keep their colours.
+FIRST_CHOICES = 8
 
 
 def estimator_color(spec: str) -> str:
     """The colour of an estimator SPEC: its estimator's when written as the bare name, else one of its own."""
-    return ESTIMATOR_COLORS.get(spec) or OTHER_COLORS[zlib.crc32(spec.encode()) % len(OTHER_COLORS)]
+    return ESTIMATOR_COLORS.get(spec) or OTHER_COLORS[zlib.crc32(spec.encode()) % FIRST_CHOICES]
 
 
 def estimator_colors(specs: Iterable[str]) -> dict[str, str]:
-    """The colour of every estimator SPEC (`estimator_color`)."""
-    return {spec: estimator_color(spec) for spec in specs}
+    """A distinct colour for every estimator SPEC of one report, used by all its plots: a built-in named bare
+    keeps its own; any other takes its `estimator_color`, or when another SPEC holds that one already
+    (percentile:q=85 and q=70 shared one), the next free colour after it. Past the palette's size colours repeat."""
+    wanted = set(specs)
+    chosen = {spec: ESTIMATOR_COLORS[spec] for spec in wanted if spec in ESTIMATOR_COLORS}
+    for spec in sorted(wanted - set(chosen)):
+        start = OTHER_COLORS.index(estimator_color(spec))
+        free = [
+            color
+            for step in range(len(OTHER_COLORS))
+            if (color := OTHER_COLORS[(start + step) % len(OTHER_COLORS)]) not in chosen.values()
+        ]
+        chosen[spec] = free[0] if free else OTHER_COLORS[start]
+    return chosen
 
 
 def _figure(width: float, height: float) -> Figure:

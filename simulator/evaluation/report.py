@@ -49,6 +49,7 @@ from simulator.evaluation.tables import (
     results_table,
     timings_table,
 )
+from simulator.workloads.trace import Trace
 
 #: How the report names each metric.
 METRIC_TITLES = {
@@ -374,14 +375,15 @@ def _definitions_section() -> list[str]:
     ]
 
 
-def _summary(runs: pd.DataFrame, spread: Callable[[pd.Series, str], str]) -> list[str]:
+def _summary(runs: pd.DataFrame, spread: Callable[[pd.Series, str], str], order: SummaryOrder) -> list[str]:
     """A paragraph per trace saying which run wins each of Tang's metrics, by how much, and (`spread`: what
-    the protocol adds of the best run on a metric) how often across months: what the tables show, in words."""
-    lines = ["## Summary", ""]
+    the protocol adds of the best run on a metric) how often across months: what the tables show, in words.
+    The metrics come in `order`, the ones whose improvements hold across months or replicates first."""
+    lines = ["## Summary", "", order.said, ""]
     predicting = runs[~is_baseline(runs)]
     for trace, table in predicting.groupby("trace", sort=False):
         sentences = []
-        for metric in PAPER_METRICS:
+        for metric in order.metrics:
             column = f"improvement_{metric}"
             ranked = table.dropna(subset=[column])
             if ranked.empty:
@@ -398,6 +400,40 @@ def _summary(runs: pd.DataFrame, spread: Callable[[pd.Series, str], str]) -> lis
             sentences.append(sentence)
         lines += [f"**{trace}.** " + ". ".join(sentences) + ".", ""]
     return lines
+
+
+@dataclass(frozen=True)
+class SummaryOrder:
+    """The order the summary gives Tang's metrics in, and the sentence that says why."""
+
+    metrics: tuple[str, ...]
+    said: str
+
+    @classmethod
+    def by(cls, agreement: dict[str, float], over: str, measure: str) -> SummaryOrder:
+        """Most consistent first: `agreement` is, per metric, the share of runs (or months) whose improvement
+        keeps its sign `over` the months or replicates, as `measure` says (NaN: the metric was never measured)."""
+        known = {metric: 0.0 if pd.isna(share) else share for metric, share in agreement.items()}
+        metrics = tuple(sorted(known, key=lambda metric: (-known[metric], PAPER_METRICS.index(metric))))
+        shares = ", ".join(f"{METRIC_TITLES[metric]} {known[metric]:.0%}" for metric in metrics)
+        return cls(
+            metrics, f"The metrics in the order their improvements hold {over}, by the share of {measure}: {shares}."
+        )
+
+
+#: With one draw per run there is no spread to order by: weighted wait, which a handful of waits make, comes last.
+ONE_DRAW_ORDER = SummaryOrder(
+    ("avg_wait", "avg_slowdown", "weighted_wait"),
+    "One simulation per run: no spread shows which differences are noise, and weighted wait, which a handful of "
+    "long waits make (see the definitions), comes last. Run `--replicates 3` or more (or `--monthly`) to see "
+    "how much each improvement swings.",
+)
+
+
+def _replicate_spread(best: pd.Series, metric: str) -> str:
+    """The standard deviation of a mean improvement over its replicates, in words (nothing for one replicate)."""
+    deviation = best[f"sd_improvement_{metric}"]
+    return "" if pd.isna(deviation) else f" (standard deviation {_percent(float(deviation))} over the replicates)"
 
 
 def _monthly_spread(best: pd.Series, metric: str) -> str:
@@ -456,7 +492,19 @@ class WholeTraceView(PeriodView):
         self.files = []
 
     def summary(self) -> list[str]:
-        return _summary(replicate_means(self.results[self.results["month"] == ""]), lambda best, metric: "")
+        runs = self.results[self.results["month"] == ""]
+        means = replicate_means(runs)
+        if runs["replicate"].nunique() < 2:
+            return _summary(means, _replicate_spread, ONE_DRAW_ORDER)
+        predicting = means[~is_baseline(means)]
+        agreement = {  # runs whose mean improvement is larger than its spread over the replicates
+            metric: float((predicting[f"improvement_{metric}"].abs() > predicting[f"sd_improvement_{metric}"]).mean())
+            for metric in PAPER_METRICS
+        }
+        order = SummaryOrder.by(
+            agreement, "over the replicates", "runs whose mean improvement is larger than its standard deviation"
+        )
+        return _summary(means, _replicate_spread, order)
 
     def section(self, out: Path, modes: tuple[str, ...], colors: dict[str, str]) -> list[str]:
         return _scheduling_section(self.results, out, colors)
@@ -477,7 +525,13 @@ class MonthlyView(PeriodView):
         ]
 
     def summary(self) -> list[str]:
-        return _summary(self.averages, _monthly_spread)
+        agreement = {}  # months on the side of their run's mean improvement
+        for metric in PAPER_METRICS:
+            better = self.averages[f"months_better_{metric}"] / self.averages["months"]
+            positive = self.averages[f"improvement_{metric}"] > 0
+            agreement[metric] = float(better.where(positive, 1 - better).mean())
+        order = SummaryOrder.by(agreement, "over the months", "months on the side of their run's mean improvement")
+        return _summary(self.averages, _monthly_spread, order)
 
     def section(self, out: Path, modes: tuple[str, ...], colors: dict[str, str]) -> list[str]:
         return _monthly_section(self.monthly, self.averages, out, modes, colors)
@@ -587,6 +641,12 @@ def claim_report_folder(out: Path, force: bool) -> None:
         raise UsageError(f"--out {out}: the folder is not writable")
 
 
+def _processors(trace: Trace, procs: int | None) -> str:
+    """The machine's size a trace was simulated on, and where it came from when that was a guess."""
+    size = trace.machine_size(procs)
+    return f"{size.procs} (a guess: {size.source})" if size.guessed else str(size.procs)
+
+
 def _reproduce_section(inputs: ReportInputs, periods: str) -> list[str]:
     """The command that repeats the evaluation, the versions, and every trace and estimator in full."""
     plan = inputs.plan
@@ -598,7 +658,8 @@ def _reproduce_section(inputs: ReportInputs, periods: str) -> list[str]:
                 "source": entry.provenance,
                 "jobs": len(entry.trace.jobs),
                 "skipped": "; ".join(f"{reason}: {count}" for reason, count in entry.trace.skipped.items()) or "none",
-                "processors": entry.trace.machine_procs(plan.procs),
+                "zone": entry.trace.header.time_zone_string or "-",
+                "processors": _processors(entry.trace, plan.procs),
                 "months": len(months_with_jobs(entry.trace)),
             }
             for entry in inputs.traces

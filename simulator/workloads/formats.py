@@ -19,7 +19,7 @@ import pandas as pd
 from kernel.errors import TraceError, UsageError
 from simulator.workloads.sitelog import SiteLogOptions, SizeUnit
 from simulator.workloads.swf import read_swf, write_swf
-from simulator.workloads.trace import SWFHeader, Trace
+from simulator.workloads.trace import GUESSED_MARK, SWFHeader, Trace
 
 #: How much of a file format detection reads.
 _SNIFF_BYTES = 64 * 1024
@@ -47,8 +47,12 @@ def detect_format(path: TracePath) -> str:
         raise TraceError(f"{path}: no such file") from None
     except (OSError, EOFError) as error:
         raise TraceError(f"{path}: cannot be read ({error})") from None
-    first = next((line.strip() for line in head.decode("utf-8", "replace").splitlines() if line.strip()), "")
-    from simulator.workloads.sacct import REQUIRED_FIELDS
+    first, second, *_ = [
+        *(line.strip() for line in head.decode("utf-8", "replace").splitlines() if line.strip()),
+        "",
+        "",
+    ]
+    from simulator.workloads.sacct import REQUIRED_FIELDS, SACCT_COMMAND, not_parsable
 
     if _PBS_RECORD.match(first):
         return "pbs"
@@ -56,6 +60,9 @@ def detect_format(path: TracePath) -> str:
         return "sacct"
     if not first or first.startswith(";") or _SWF_RECORD.fullmatch(first):
         return "swf"
+    sacct_problem = not_parsable(first, second)
+    if sacct_problem:
+        raise TraceError(f"{path} line 1: {sacct_problem}; run: {SACCT_COMMAND}")
     raise TraceError(
         f"{path} line 1: {first[:80]!r} starts neither an SWF trace, sacct --parsable2 output nor a PBS "
         f"accounting log; name the format with --format ({', '.join(TRACE_FORMATS)})"
@@ -146,11 +153,12 @@ def convert_trace(trace: Trace, out: str | Path, procs: int | None = None) -> Pa
 
     Returns where the names went (None when the trace has none, as an SWF trace).
     """
-    machine = trace.machine_procs(procs)
+    machine = trace.machine_size(procs)
+    said = " (from --machine-procs)" if procs is not None else f" {GUESSED_MARK}: {machine.source})" * machine.guessed
     counts = ", ".join(f"{n} {why}" for why, n in sorted(trace.skipped.items())) or "none"
     lines = [line for line in trace.header.lines if not _MAX_PROCS.match(line)]
     lines += [
-        f"; MaxProcs: {machine}" + (" (from --machine-procs)" if procs is not None else ""),
+        f"; MaxProcs: {machine.procs}{said}",
         f"; Note: written by tsched trace convert on {datetime.now(tz=UTC).date().isoformat()}: "
         f"{len(trace.records)} records, {len(trace.jobs)} replayable; skipped: {counts}",
     ]

@@ -15,14 +15,16 @@ def trace_info(trace: Trace) -> dict[str, Any]:
     """What `tsched trace info` reports: size, span, users, skips, and how good the users' own requests are."""
     jobs = trace.jobs
     try:
-        procs: int | None = trace.machine_procs()
+        size = trace.machine_size()
+        procs, source = size.procs, size.source + (" (a guess: give --machine-procs)" if size.guessed else "")
     except TraceError:  # no header size and no jobs: nothing to size the machine by
-        procs = None
+        procs, source = None, "unknown"
     info: dict[str, Any] = {
         "path": trace.path,
         "records": len(trace.records),
         "jobs": len(jobs),
         "procs": procs,
+        "procs_source": source,
         "max_procs": trace.header.max_procs,
         "max_nodes": trace.header.max_nodes,
         "time_zone": trace.header.time_zone_string,
@@ -60,7 +62,8 @@ def format_trace_info(info: dict[str, Any]) -> str:
     out = [
         f"trace      {info['path']}",
         f"records    {info['records']:,} ({info['jobs']:,} replayable jobs)",
-        f"machine    {info['procs']} processors (MaxProcs {info['max_procs']}, MaxNodes {info['max_nodes']})",
+        f"machine    {info['procs']} processors, from {info['procs_source']} (MaxProcs {info['max_procs']}, "
+        f"MaxNodes {info['max_nodes']})",
     ]
     span = info["span"]
     if span is not None:

@@ -1,7 +1,10 @@
 """Slurm accounting (`sacct --parsable2`) as a trace.
 
 The one command a site runs (`SACCT_COMMAND`; any order of `SACCT_FIELDS`,
-more fields are ignored, and only the `REQUIRED_FIELDS` must be there)::
+more fields are ignored, and only the `REQUIRED_ROLES` must be filled: a usual
+dump's JobID, Timelimit and Elapsed stand in for JobIDRaw, TimelimitRaw and
+ElapsedRaw; comma-separated, fixed-width and header-less output is named,
+`not_parsable`, with this command)::
 
     sacct --allusers --parsable2 --allocations --duplicates --noconvert \\
           --starttime 2024-01-01 --endtime now --format=JobIDRaw,JobID,User,UID,... > site.sacct
@@ -42,12 +45,14 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from kernel.durations import slurm_duration
 from kernel.errors import TraceError
 from simulator.workloads.sitelog import (
     RowChecks,
@@ -96,8 +101,25 @@ SACCT_COMMAND = (
     "sacct --allusers --parsable2 --allocations --duplicates --noconvert "
     "--starttime YYYY-MM-DD --endtime now --format=" + ",".join(SACCT_FIELDS)
 )
-#: Without these a line cannot become a job (a size field is needed too: see `_size_fields`).
-REQUIRED_FIELDS = ("JobIDRaw", "Submit", "Start", "End", "State", "TimelimitRaw")
+#: What a line must give to become a job, and the fields that give it, preferred first: sacct's raw numbers, else
+#: the formatted fields of a usual dump (JobID; Timelimit as [D-]HH:MM:SS). A size field is needed too
+#: (`SIZE_FIELDS`).
+REQUIRED_ROLES = {
+    "id": ("JobIDRaw", "JobID"),
+    "Submit": ("Submit",),
+    "Start": ("Start",),
+    "End": ("End",),
+    "State": ("State",),
+    "limit": ("TimelimitRaw", "Timelimit"),
+}
+#: Every field that can fill a required part: a header naming one is sacct's.
+REQUIRED_FIELDS = tuple(name for names in REQUIRED_ROLES.values() for name in names)
+#: The runtime: sacct's seconds, else the formatted [D-]HH:MM:SS (else End - Start).
+ELAPSED_FIELDS = ("ElapsedRaw", "Elapsed")
+#: What a fixed-width sacct prints under its header: a rule of dashes per column.
+_COLUMN_RULE = re.compile(r"-+(\s+-+)*")
+#: The start of a sacct record: a job id (123, 123_4, 123.batch, 123+0) and a '|'.
+_RECORD_START = re.compile(r"\d+(?:[_.+][\w\[\]-]*)*\|")
 #: Slurm 22.05's job states (JOB_STATE_BASE and the flags sacct prints as a state).
 FINAL_STATES = frozenset(
     {
@@ -140,6 +162,8 @@ FREE_TEXT_FIELDS = frozenset({"JobName", "Comment", "AdminComment", "SystemComme
 #: Rows parsed at a time: bounds the memory of the text columns.
 CHUNK_ROWS = 100_000
 _NAME_FIELDS = ("User", "Group", "Account", "Partition", "QOS", "JobName")
+#: Field names sacct prints in a header, to recognise its output in any form.
+_KNOWN_FIELDS = frozenset({*SACCT_FIELDS, *REQUIRED_FIELDS, *ELAPSED_FIELDS, "NCPUS"})
 
 
 @dataclass(frozen=True)
@@ -177,7 +201,9 @@ def read_sacct(path: str | Path, *, lenient: bool = False, options: SiteLogOptio
         raise TraceError(f"{source}: empty file, not sacct output")
     header = int(filled[0])
     fields = data[starts[header] : ends[header]].decode("utf-8", errors="replace").split("|")
-    roles = _field_roles(source, header + 1, fields, options)
+    following = filled[filled > header][:1]
+    second = data[starts[following[0]] : ends[following[0]]].decode("utf-8", "replace") if len(following) else ""
+    roles = _field_roles(source, header + 1, fields, second, options)
 
     body = filled[filled > header]
     # bytes.count per line: no array the size of the file (a position per '|' would be 8 bytes each)
@@ -198,26 +224,47 @@ def read_sacct(path: str | Path, *, lenient: bool = False, options: SiteLogOptio
     return site_trace(source, "Slurm (sacct)", _site_jobs(table, roles, steps, options), options, malformed)
 
 
-def _field_roles(source: str, line: int, fields: list[str], options: SiteLogOptions) -> dict[str, str]:
-    """Which sacct field plays each part (e.g. the allocated size: AllocCPUS or NCPUS); refuse a header without one."""
+def _field_roles(source: str, line: int, fields: list[str], second: str, options: SiteLogOptions) -> dict[str, str]:
+    """Which sacct field plays each part (e.g. the allocated size: AllocCPUS or NCPUS); refuse a header without
+    one, or output in another form (`not_parsable`: `second` is the line after the header)."""
+    header = "|".join(fields)
+    command = f"; is this `sacct --parsable2` output? Run: {SACCT_COMMAND}"
+    problem = not_parsable(header, second)
+    if problem:
+        raise TraceError(f"{source} line {line}: {problem}{command}")
     present = set(fields)
     repeated = sorted({name for name in fields if fields.count(name) > 1})
     if repeated:
         raise TraceError(f"{source} line {line}: field(s) {', '.join(repeated)} appear twice in the header")
-    wanted = {name: name for name in REQUIRED_FIELDS}
-    alternatives = {"alloc": SIZE_FIELDS[options.size].allocated}
-    for role, choices in alternatives.items():
-        found = [name for name in choices if name in present]
-        wanted[role] = found[0] if found else " or ".join(choices)
-    missing = [name for name in wanted.values() if name not in present]
+    choices = {**REQUIRED_ROLES, "alloc": SIZE_FIELDS[options.size].allocated}
+    found = {role: [name for name in names if name in present] for role, names in choices.items()}
+    missing = [" or ".join(choices[role]) for role, names in found.items() if not names]
     if missing:
-        raise TraceError(
-            f"{source} line {line}: no {', '.join(missing)} field in the header ({'|'.join(fields)[:200]}): "
-            f"is this `sacct --parsable2` output? Run: {SACCT_COMMAND}"
-        )
-    optional = ("Eligible", "ElapsedRaw", "ReqCPUS", "ReqTRES", "AllocTRES", "UID", "GID", *_NAME_FIELDS)
+        raise TraceError(f"{source} line {line}: no {', '.join(missing)} field in the header ({header[:200]}){command}")
+    wanted = {role: names[0] for role, names in found.items()}
+    elapsed = [name for name in ELAPSED_FIELDS if name in present]
+    if elapsed:
+        wanted["elapsed"] = elapsed[0]
+    optional = ("Eligible", "ReqCPUS", "ReqTRES", "AllocTRES", "UID", "GID", *_NAME_FIELDS)
     wanted.update({name: name for name in optional if name in present})
     return wanted
+
+
+def not_parsable(first: str, second: str = "") -> str | None:
+    """What is wrong with sacct output whose first lines are `first` and `second`, when it is sacct output in a
+    form tsched cannot read (comma-separated, fixed-width, no header line); None otherwise."""
+    words = set(re.split(r"[\s,|]+", first.strip()))
+    if len(words & _KNOWN_FIELDS) >= 2 and "|" not in first:
+        if "," in first:
+            return (
+                "sacct output with ',' between its fields (--delimiter=,): fields may hold commas, tsched "
+                "reads sacct's own '|' (--parsable2 without --delimiter)"
+            )
+        if _COLUMN_RULE.fullmatch(second.strip()):
+            return "fixed-width sacct output (without --parsable2): its columns cut long values"
+    if _RECORD_START.match(first.strip()) and not words & _KNOWN_FIELDS:
+        return "a sacct record where the header line should be (sacct --noheader?): tsched reads the fields' names"
+    return None
 
 
 def _missing_field(fields: list[str], count: int) -> str:
@@ -315,7 +362,7 @@ def _parse(
     for chunk in reader:
         chunk_lines = lines[offset : offset + len(chunk)]
         offset += len(chunk)
-        is_step = chunk["JobIDRaw"].str.contains(".", regex=False).to_numpy(dtype=bool)
+        is_step = chunk[roles["id"]].str.contains(".", regex=False).to_numpy(dtype=bool)
         steps += int(is_step.sum())
         parts.append(_typed(chunk.loc[~is_step], chunk_lines[~is_step], source, malformed, options, roles))
     if offset != len(lines):  # the parser and the line count disagree: say so rather than misname lines
@@ -356,6 +403,43 @@ def _integers(values: pd.Series, allowed_text: frozenset[str] = frozenset()) -> 
 
     numbers, ok = per_value(values, convert)
     return numbers, ok
+
+
+#: How a bad job id is described, by the field it came from.
+_ID_PROBLEMS = {
+    "JobIDRaw": "is not a job id (digits)",
+    "JobID": "is not a job number (an array task's JobID, 123_4, is not one: add JobIDRaw to sacct's --format)",
+}
+#: How a bad duration is described, by the field it came from.
+_DURATION_PROBLEMS = {
+    "TimelimitRaw": "is not minutes, UNLIMITED or Partition_Limit",
+    "Timelimit": "is not a time limit ([D-]HH:MM:SS), UNLIMITED or Partition_Limit",
+    "ElapsedRaw": "is not a whole number of seconds",
+    "Elapsed": "is not an elapsed time ([D-]HH:MM:SS)",
+}
+
+
+def _seconds(values: pd.Series, field_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, -1 where there is no limit or no value; whether the value is valid) of a limit or an elapsed
+    time: sacct's raw numbers (TimelimitRaw in minutes, ElapsedRaw in seconds) or its formatted durations."""
+    if field_name in ("TimelimitRaw", "ElapsedRaw"):
+        numbers, ok = _integers(values, NO_LIMIT if field_name == "TimelimitRaw" else frozenset({""}))
+        return (np.where(numbers >= 0, numbers * 60, -1) if field_name == "TimelimitRaw" else numbers), ok
+
+    def convert(uniques: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        seconds = np.full(len(uniques), -1, dtype=np.int64)
+        ok = uniques.isin(NO_LIMIT).to_numpy().copy()
+        for index, text in enumerate(uniques.tolist()):
+            if not ok[index] and ":" in text:  # sacct prints every duration with its seconds: no bare minutes
+                try:
+                    value = slurm_duration(text)
+                except ValueError:
+                    continue
+                seconds[index], ok[index] = (-1 if value is None else value), True
+        return seconds, ok
+
+    seconds, ok = per_value(values, convert)
+    return seconds, ok
 
 
 def _tres(values: pd.Series, name: str) -> np.ndarray:
@@ -402,8 +486,9 @@ def _typed(
     """One chunk of allocation lines checked and converted; the bad ones raise (strict) or go (lenient)."""
     checks = RowChecks(source, lines, malformed)
     out: dict[str, np.ndarray] = {"line": lines}
-    out["job"], ok = _integers(chunk["JobIDRaw"])
-    checks.check(ok, "JobIDRaw", "bad job id", chunk["JobIDRaw"], "is not a job id (digits)")
+    identity = roles["id"]
+    out["job"], ok = _integers(chunk[identity])
+    checks.check(ok, identity, "bad job id", chunk[identity], _ID_PROBLEMS[identity])
     for name in ("Submit", "Eligible", "Start", "End"):
         if name not in roles:
             continue
@@ -421,12 +506,13 @@ def _typed(
     )
     out["state"], ok = _states(chunk["State"])
     checks.check(ok, "State", "unknown state", chunk["State"], "is not a Slurm job state")
-    out["limit"], ok = _integers(chunk["TimelimitRaw"], NO_LIMIT)
-    checks.check(
-        ok, "TimelimitRaw", "bad time limit", chunk["TimelimitRaw"], "is not minutes, UNLIMITED or Partition_Limit"
-    )
+    for role, reason in (("limit", "bad time limit"), ("elapsed", "bad elapsed time")):
+        if role in roles:
+            field_name = roles[role]
+            out[role], ok = _seconds(chunk[field_name], field_name)
+            checks.check(ok, field_name, reason, chunk[field_name], _DURATION_PROBLEMS[field_name])
     size = SIZE_FIELDS[options.size]
-    numbers = {"alloc": "alloc", "elapsed": "ElapsedRaw", "uid": "UID", "gid": "GID"}
+    numbers = {"alloc": "alloc", "uid": "UID", "gid": "GID"}
     if size.requested is not None:
         numbers["req"] = size.requested
     for role, field_name in ((role, roles[key]) for role, key in numbers.items() if key in roles):
@@ -459,7 +545,7 @@ def _site_jobs(table: pd.DataFrame, roles: dict[str, str], steps: int, options: 
     notes: list[str] = []
     limit = kept["limit"].to_numpy()
     why = "had no limit of their own (UNLIMITED or Partition_Limit)"
-    req_time = requests_with_default(limit * 60, limit < 0, why, options, notes)
+    req_time = requests_with_default(limit, limit < 0, why, options, notes)
     timeouts = int(np.count_nonzero(state == "TIMEOUT"))
     if timeouts:
         notes.append(f"{timeouts} TIMEOUT jobs kept: they ran to their limit (censored)")

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from kernel.errors import TraceError, UsageError
-from simulator.workloads.trace import FLOAT_COLUMNS, RECORD_COLUMNS, SWFHeader, Trace
+from simulator.workloads.trace import FLOAT_COLUMNS, GUESSED_MARK, RECORD_COLUMNS, SWFHeader, Trace
 
 SizeUnit = Literal["cores", "nodes"]
 SIZE_UNITS: tuple[SizeUnit, ...] = ("cores", "nodes")
@@ -313,9 +313,8 @@ def _header_lines(
         "; UnixStartTime: 0",
         f"; TimeZoneString: {options.timezone}",
     ]
-    if peak > 0:
-        lines.append(f"; MaxProcs: {peak}")
-        lines.append(f"; Note: MaxProcs is the most {options.size} in use at once in the log")
+    if peak > 0:  # a lower bound of the machine's size: marked as a guess, so that its users are warned
+        lines.append(f"; MaxProcs: {peak} {GUESSED_MARK}: the most {options.size} in use at once in the log)")
     return lines
 
 

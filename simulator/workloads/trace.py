@@ -72,6 +72,8 @@ _INTEGER_HEADER_KEYS = {"maxprocs": "max_procs", "maxnodes": "max_nodes", "unixs
 _TEXT_HEADER_KEYS = {"timezonestring": "time_zone_string"}
 _HEADER_LINE = re.compile(r"^\s*;\s*([A-Za-z]+)\s*:\s*(.*?)\s*$")
 _LEADING_INTEGER = re.compile(r"[+-]?\d+")
+#: What a reader writes after a MaxProcs it could only guess (a site log's peak use): `Trace.machine_size` warns.
+GUESSED_MARK = "(guessed"
 _MONTH = re.compile(r"(\d{4})-(\d{2})")
 
 
@@ -88,6 +90,8 @@ class SWFHeader:
     unix_start_time: int | None = None
     time_zone_string: str | None = None
     lines: list[str] = field(default_factory=list)
+    #: MaxProcs is a reader's guess (`GUESSED_MARK` after the number), not the machine's declared size.
+    max_procs_guessed: bool = False
 
     @classmethod
     def from_lines(
@@ -116,6 +120,8 @@ class SWFHeader:
                 leading = _LEADING_INTEGER.match(value)
                 if leading:
                     setattr(header, _INTEGER_HEADER_KEYS[key], int(leading.group()))
+                    if key == "maxprocs":
+                        header.max_procs_guessed = GUESSED_MARK in value
                 elif malformed is None:
                     raise TraceError(
                         f"{source} line {number}, header field {match.group(1)}: {value!r} is not a number"
@@ -123,6 +129,25 @@ class SWFHeader:
                 else:
                     count_reason(malformed, "bad header value")
         return header
+
+
+@dataclass(frozen=True)
+class MachineSize:
+    """A trace's machine size in processors, where it came from, and whether it is only a guess from the data
+    (a lower bound: a machine is rarely ever full, so a guess makes queues shorter than they were)."""
+
+    procs: int
+    source: str
+    guessed: bool = False
+
+    def warning(self, path: str) -> str | None:
+        """What to tell the user when the size is a guess; None when it was declared or given."""
+        if not self.guessed:
+            return None
+        return (
+            f"{path}: the machine's size is a guess, {self.procs} processors ({self.source}): a real machine is "
+            "rarely full, so queues come out shorter than they were; give the real size with --machine-procs"
+        )
 
 
 @dataclass
@@ -185,15 +210,23 @@ class Trace:
         return self
 
     def machine_procs(self, override: int | None = None) -> int:
-        """Machine size: `override` (--procs), else MaxProcs, else MaxNodes, else the largest job."""
+        """Machine size: `override` (--machine-procs), else MaxProcs, else MaxNodes, else the largest job."""
+        return self.machine_size(override).procs
+
+    def machine_size(self, override: int | None = None) -> MachineSize:
+        """The machine's size in processors (`machine_procs`) and where it came from, so that a guess is said."""
         if override is not None:
             if override <= 0:
-                raise UsageError(f"--procs: the machine needs a positive processor count, not {override}")
-            return int(override)
-        for declared in (self.header.max_procs, self.header.max_nodes):
-            if declared is not None and declared > 0:
-                return declared
-        return int(self.require_jobs().jobs["procs"].max())  # sized by the largest job
+                raise UsageError(f"--machine-procs: the machine needs a positive processor count, not {override}")
+            return MachineSize(int(override), "--machine-procs")
+        header = self.header
+        if header.max_procs is not None and header.max_procs > 0:
+            source = "the most in use at once in the log" if header.max_procs_guessed else "the header's MaxProcs"
+            return MachineSize(header.max_procs, source, guessed=header.max_procs_guessed)
+        if header.max_nodes is not None and header.max_nodes > 0:
+            return MachineSize(header.max_nodes, "the header's MaxNodes")
+        largest = int(self.require_jobs().jobs["procs"].max())
+        return MachineSize(largest, "the largest job (the header has no MaxProcs)", guessed=True)
 
     def _epoch(self) -> int:
         return self.header.unix_start_time or 0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kernel.errors import UsageError
 from tsched.cli.options import (
     CLUSTER_NAMESPACE_HELP,
+    LIMIT_METAVAR,
     credentials_from,
     json_option,
     load_trace,
@@ -21,6 +22,7 @@ from tsched.cli.options import (
     scheduler_group,
     service_group,
     show,
+    time_limit,
     trace_group,
 )
 from tsched.cli.spec import Command, Option, Table
@@ -98,17 +100,31 @@ def _format_status(status: dict[str, Any]) -> str:
         lines.append(
             f"{'estimator':<48} {'scored':>7} {'acc mean':>8} {'under':>7} {'BE':>7} {'fallback':>8} {'pending':>8}"
         )
-        lines += [
-            f"{row['estimator']:<48} {row['scored']:>7} {row['accuracy']:>8.3f} {row['underestimated']:>7.1%} "
-            f"{row['bad_estimates']:>7.1%} {row['fallbacks']:>8.1%} {row['pending']:>8}"
-            for row in status["estimators"]
-        ]
+        lines += _estimator_rows(status["estimators"])
     lines.append(f"{'calls: rpc':<24} {'code':<20} {'count':>9}")
     lines += [
         f"{row['rpc']:<24} {row['code']:<20} {row['count']:>9}"
         for row in sorted(status["calls"], key=lambda call: (call["rpc"], call["code"]))
     ]
     return "\n".join(lines)
+
+
+def _estimator_rows(rows: list[dict[str, Any]]) -> list[str]:
+    """`status`'s table: an estimator by its short label (`--json` gives its full SPEC), its scores "-" until a
+    completion is scored (0.000 would read as a useless estimator)."""
+    from predictor.service.live import estimator_labels
+
+    labels = estimator_labels([row["estimator"] for row in rows])
+
+    def score(row: dict[str, Any], key: str, form: str, width: int) -> str:
+        return f"{row[key]:>{width}{form}}" if row["scored"] else f"{'-':>{width}}"
+
+    return [
+        f"{labels[row['estimator']]:<48} {row['scored']:>7} {score(row, 'accuracy', '.3f', 8)} "
+        f"{score(row, 'underestimated', '.1%', 7)} {score(row, 'bad_estimates', '.1%', 7)} "
+        f"{score(row, 'fallbacks', '.1%', 8)} {row['pending']:>8}"
+        for row in rows
+    ]
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
@@ -178,13 +194,27 @@ def cmd_namespaces_list(args: argparse.Namespace) -> int:
 
 
 def cmd_namespaces_show(args: argparse.Namespace) -> int:
+    from predictor.service.namespaces import DEFAULT_NAMESPACE
+
     with connect(args) as client:
         held = client.list_estimators(args.name)
-    if not held.namespace_exists:
+    default = args.name == DEFAULT_NAMESPACE
+    if not held.namespace_exists and not default:
         raise UsageError(f"namespace {args.name!r} does not exist on {args.address}")
-    info = {**dataclasses.asdict(held), "name": args.name, "estimators": list(held.namespace_specs)}
-    show(args.json, info, lambda: _namespace_line(info))
+    # The default namespace answers requests that name none even before it holds anything: it is shown as it
+    # is then, empty, with the estimators it will build.
+    specs = held.namespace_specs if held.namespace_exists else held.default_specs
+    info = {**dataclasses.asdict(held), "name": args.name, "default": default, "estimators": list(specs)}
+    show(args.json, info, lambda: _namespace_line(info) + _default_note(held.namespace_exists) * default)
     return 0
+
+
+def _default_note(exists: bool) -> str:
+    """What `namespaces show default` adds: which namespace this is, and what it holds so far."""
+    said = "\nthe server's default namespace: it answers requests that name no namespace"
+    if exists:
+        return said
+    return said + "; nothing observed into it yet, so its estimators answer with their fallback (the request)"
 
 
 def cmd_namespaces_reset(args: argparse.Namespace) -> int:
@@ -291,7 +321,14 @@ def predict_table() -> Table:
         Option("--user", "user: a number, or a name (alice)", id_or_name, required=True),
         Option("--group", "group (project): a number, or a name; -1: unknown", id_or_name, -1),
         Option("--account", "the account charged, instead of --group", metavar="NAME"),
-        Option("--request", "requested time t_req", int, metavar="SECONDS", required=True),
+        Option(
+            "--request",
+            "the job's time limit t_req, in Slurm's syntax: MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] (60 or 1:00:00 is "
+            "an hour)",
+            time_limit,
+            metavar=LIMIT_METAVAR,
+            required=True,
+        ),
         Option("--procs", "the job's size in processors", int, required=True),
         Option(
             "--submit",

@@ -90,14 +90,27 @@ def json_target(text: str) -> str:
     return text if text == STDOUT else output_file(text)
 
 
-def request_seconds(text: str) -> int:
-    """An argparse type: a time limit as seconds or [D-]HH:MM:SS."""
-    from simulator.workloads.sitelog import parse_duration
+def time_limit(text: str) -> int:
+    """An argparse type: a job's time limit in Slurm's syntax (a bare number is minutes), as seconds.
 
-    seconds = parse_duration(text)
-    if seconds is None or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive time limit (seconds or [D-]HH:MM:SS)")
+    UNLIMITED is refused: a limit given here stands for one a job had, and a
+    prediction needs a bound to scale.
+    """
+    from kernel.durations import SLURM_DURATION_HELP, slurm_duration
+
+    try:
+        seconds = slurm_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"{text}: give a bounded limit (e.g. the partition's MaxTime)")
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive time limit ({SLURM_DURATION_HELP})")
     return seconds
+
+
+#: How a limit option says what it takes.
+LIMIT_METAVAR = "LIMIT"
 
 
 def json_option(what: str) -> Option:
@@ -125,6 +138,31 @@ def machine_procs_option(without: str = "", default: int | None = None) -> Optio
     )
 
 
+def max_dropped_share_option() -> Option:
+    """`--max-dropped-share`: how many jobs larger than the machine a run may drop (`--max-fallback-share`'s
+    twin)."""
+    from simulator.experiment import DEFAULT_MAX_DROPPED_SHARE
+
+    return Option(
+        "--max-dropped-share",
+        "fail if more than this share of the jobs are larger than the machine (a simulation drops them, counted "
+        'as "larger than machine"); 1 runs anyway',
+        fraction,
+        DEFAULT_MAX_DROPPED_SHARE,
+        "S",
+    )
+
+
+def machine_procs(trace: Trace, args: argparse.Namespace) -> int:
+    """The machine's size for `trace` (`--machine-procs`, else its header's), with a warning line on standard error
+    when it is only a guess from the log."""
+    size = trace.machine_size(args.machine_procs)
+    warning = size.warning(trace.path)
+    if warning:
+        print(f"tsched: warning: {warning}", file=sys.stderr)
+    return size.procs
+
+
 def format_options() -> tuple[Option, ...]:
     """How to read a trace file: its format, and what a site's own log (sacct, PBS) leaves open."""
     from simulator.workloads.formats import TRACE_FORMATS
@@ -144,9 +182,10 @@ def format_options() -> tuple[Option, ...]:
         ),
         Option(
             "--default-request",
-            "sacct, PBS: t_req of jobs without a time limit (UNLIMITED, the partition's); default: skip them",
-            request_seconds,
-            metavar="LIMIT",
+            "sacct, PBS: t_req of jobs without a time limit (UNLIMITED, the partition's), in Slurm's syntax "
+            "(MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]; 1440 is a day); default: skip them",
+            time_limit,
+            metavar=LIMIT_METAVAR,
         ),
     )
 

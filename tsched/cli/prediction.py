@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
+from kernel.specs import parse_spec
 from tsched.cli.options import json_option, load_trace, output_file, show, trace_group
 from tsched.cli.spec import Command, Option, Table
 
@@ -49,7 +51,18 @@ def _format_report(report: dict[str, Any]) -> str:
         f"{row['us_per_prediction']:>8.1f}"
         for row in report["results"]
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + _never_predicted(report))
+
+
+def _never_predicted(report: dict[str, Any]) -> list[str]:
+    """A note per estimator that answered every job with its request: on this trace it is `request` under
+    another name (a model needs `min_train` finished jobs before it trains at all)."""
+    return [
+        f"note: {row['estimator']} answered all {report['jobs']} jobs with their request (fallback): it never had "
+        "enough history here (lgbm-* trains once min_train jobs have finished); its scores are request's"
+        for row in report["results"]
+        if row["fallback"] == 1.0 and parse_spec(row["estimator"])[0] != "request"
+    ]
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -57,6 +70,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from predictor.estimators.lgbm.store import parse_until, train
 
     trace = load_trace(args)
+    if args.trace is None:
+        print(
+            f"tsched train: no --trace, so training on the built-in synthetic workload ({len(trace.jobs)} jobs), "
+            "not on a site's log: give --trace for that",
+            file=sys.stderr,
+        )
     epoch = trace.header.unix_start_time or 0
     until = None if args.until is None else parse_until(args.until, epoch)
     manifest = train(trace, args.out, args.estimator, until, epoch, sha256_of(args.trace) if args.trace else None)

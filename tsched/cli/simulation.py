@@ -22,7 +22,9 @@ from tsched.cli.options import (
     fraction,
     json_option,
     load_trace,
+    machine_procs,
     machine_procs_option,
+    max_dropped_share_option,
     non_negative_int,
     output_file,
     plain_policy_option,
@@ -66,22 +68,13 @@ def policy_spec(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def default_mode(estimator: str) -> str:
-    """An estimator without --mode is used where the product uses it (waiting jobs: selective); the users'
-    requests need no mode."""
-    from simulator.evaluation.plan import BASELINE_ESTIMATOR
-
-    return "none" if estimator == BASELINE_ESTIMATOR else "selective"
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.engine import SimulationConfig
     from simulator.experiment import run_simulation
 
     trace = load_trace(args)
-    procs = trace.machine_procs(args.machine_procs)
-    mode = args.mode or default_mode(args.estimator)
-    config = SimulationConfig(procs, args.policy, args.backfill, mode, args.correction, args.backfill_order)
+    procs = machine_procs(trace, args)
+    config = SimulationConfig(procs, args.policy, args.backfill, args.mode, args.correction, args.backfill_order)
     credentials = credentials_from(args) if args.address else None
     cluster, requests = simulated_cluster(args, procs)
     summary, result = run_simulation(
@@ -99,6 +92,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         cluster=cluster,
         requests=requests,
+        max_dropped_share=args.max_dropped_share,
     )
     show(args.json, summary.to_dict(), summary.describe)
     if args.jobs_csv:
@@ -132,6 +126,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     plan.check()  # a bad SPEC or choice fails before any trace is read
     options = site_log_options(args)
     traces = [ev.load_trace_input(path, args.format, **options) for path in args.traces or ()]
+    for entry in traces:
+        machine_procs(entry.trace, args)  # says when a trace's machine size is a guess
     backend = ev.Backend(args.workers, args.dask_scheduler, args.in_process)
     try:
         print(
@@ -166,6 +162,7 @@ def evaluation_plan(args: argparse.Namespace) -> Any:
         load_factors=ev.split_numbers(joined(args.load_factors), "--load-factors"),
         replicates=args.replicates,
         jitter=args.jitter,
+        max_dropped_share=args.max_dropped_share,
     )
 
 
@@ -181,7 +178,7 @@ def cmd_wait_eval(args: argparse.Namespace) -> int:
     truth = dict(zip(trace.jobs["job_id"].tolist(), trace.jobs["t_act"].tolist(), strict=True))  # the oracle's
     forecasters = [make_forecaster(spec, scheduler, truth) for spec in args.forecasters]
     report, questions = run_wait_evaluation(
-        trace.path, trace.jobs, trace.machine_procs(args.machine_procs), scheduler, forecasters, args.protocol
+        trace.path, trace.jobs, machine_procs(trace, args), scheduler, forecasters, args.protocol
     )
     show(args.json, report, lambda: format_report(report))
     if args.plot:
@@ -214,6 +211,7 @@ def simulate_table() -> Table:
     return (
         trace_group(),
         machine_procs_option("the trace header's MaxProcs"),
+        max_dropped_share_option(),
         simulated_scheduler(),
         cluster_group(),
         Option("--estimator", "NAME or NAME:key=value,...", default=BASELINE_ESTIMATOR, metavar="SPEC"),
@@ -320,6 +318,7 @@ def evaluate_table() -> Table:
     return (
         Group("the traces", (traces, *format_options())),
         machine_procs_option("each trace header's MaxProcs"),
+        max_dropped_share_option(),
         Group(
             "what to compare (every combination runs; the baseline, request in mode none, always does)",
             (

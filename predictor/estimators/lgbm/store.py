@@ -121,8 +121,7 @@ def train(
     jobs = trace.jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
     if jobs.empty:
         raise TraceError(f"{trace.path}: no jobs to train on")
-    if until is None:
-        until = int(jobs["submit"].iloc[-1]) - DEFAULT_HELD_OUT_DAYS * SECONDS_PER_DAY
+    until = _checked_until(trace.path, jobs, until, epoch)
     estimator = _trained_until(trace.path, requested, jobs, until)
     model = estimator.model
     assert model is not None  # `_trained_until` put it live
@@ -158,6 +157,33 @@ def train(
     }
     (folder / MANIFEST_FILE).write_text(json.dumps(_json_safe(manifest), indent=1) + "\n", encoding="utf-8")
     return manifest
+
+
+def _checked_until(path: str, jobs: pd.DataFrame, until: int | None, epoch: int) -> int:
+    """`until`, or the default (`DEFAULT_HELD_OUT_DAYS` before the last submission), refused with the trace's span
+    when no job would have finished by it (nothing to train on) or none would be submitted after it (nothing
+    held out to score the model on)."""
+    first_end, last_submit = int(jobs["end"].min()), int(jobs["submit"].max())
+    span = (
+        f"the trace's jobs were submitted up to {_utc(epoch, last_submit)} and the first ended {_utc(epoch, first_end)}"
+    )
+    if until is None:
+        until = last_submit - DEFAULT_HELD_OUT_DAYS * SECONDS_PER_DAY
+        if until < first_end:
+            raise UsageError(
+                f"{path}: the default --until, {DEFAULT_HELD_OUT_DAYS} days before the last submission, leaves "
+                f"nothing to train on ({span}): give --until, a date between the two"
+            )
+        return until
+    when = f"--until {_utc(epoch, until)}"
+    if until < first_end:
+        raise UsageError(f"{path}: {when} is before any job of the trace ended, nothing to train on ({span})")
+    if until >= last_submit:
+        raise UsageError(
+            f"{path}: {when} is after the last submission, no job is held out to score the model on ({span}): "
+            "choose an earlier date"
+        )
+    return until
 
 
 def _trained_until(
