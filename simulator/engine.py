@@ -24,7 +24,7 @@ import pandas as pd
 from kernel.jobs import FinishedJob
 from predictor.frames import REQUEST_COLUMNS, finished_from_frame, jobs_to_requests
 from predictor.session import PredictionSession
-from simulator.backfill import make_backfill
+from simulator.backfill import DEFAULT_MAX_RESERVATION_DELAY, make_backfill
 from simulator.dynp import DynamicPolicy, make_queue_policy
 from simulator.jobs import WaitingJob
 from simulator.machine import Machine
@@ -40,6 +40,7 @@ class SimulationConfig:
     mode: str = "none"  # none | regular | selective
     correction: str = "request"  # request | tsafrir | cobalt | double (regular mode only)
     backfill_order: str = "queue"  # queue | sjf (shortest estimate first: EASY-SJBF)
+    max_reservation_delay: int | None = DEFAULT_MAX_RESERVATION_DELAY  # EASY: seconds, None unbounded
 
 
 @dataclass
@@ -85,7 +86,7 @@ def simulate(
 
     machine = Machine(config.procs, config.mode, config.correction)
     queue = make_queue_policy(config.policy)
-    backfill = make_backfill(config.backfill, config.backfill_order)
+    backfill = make_backfill(config.backfill, config.backfill_order, config.max_reservation_delay)
     use_prediction = config.mode != "none"
     completions: list[tuple[int, int]] = []
     if history is not None:
