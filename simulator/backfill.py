@@ -38,7 +38,7 @@ ORDERLESS = ("none", "replan")
 #: EASY's default bound, in seconds, on how far past its first reservation a head job's start may be pushed
 #: by backfilled jobs that outlive their estimates before candidates are judged with their requests. None (no
 #: bound: EASY++ as Tsafrir et al. and Gaussier et al. published it) until the figures in the docs, all made
-#: without a bound, are made again: docs/scheduling-value.md#starvation measures the bound.
+#: without a bound, are made again (docs/scheduling-value.md measures the bound: "Starvation").
 DEFAULT_MAX_RESERVATION_DELAY: int | None = None
 
 
@@ -118,8 +118,9 @@ class EasyBackfill(Backfill):
     behind it are tried in the backfill order (under `sjf`, whatever the
     queue policy: EASY-SJBF).
 
-    With predictions (regular mode), a backfilled job that outlives its
-    estimate holds processors past the head's shadow, and the shadow moves
+    With predictions, a backfilled job that outlives its estimate (or, in
+    selective mode, is planned with its request once it runs) holds
+    processors past the head's shadow, and the shadow moves
     later; a head can be pushed back again and again, and wide jobs starve.
     `max_reservation_delay` bounds that: once the head's shadow lies more than
     that many seconds after its first reservation (the shadow when it first
