@@ -21,7 +21,7 @@ import pandas as pd
 from kernel.jobs import FinishedJob
 from predictor.frames import REQUEST_COLUMNS, finished_from_frame, jobs_to_requests
 from predictor.session import PredictionSession
-from simulator.backfill import make_backfill
+from simulator.backfill import DEFAULT_MAX_RESERVATION_DELAY, make_backfill
 from simulator.dynp import make_queue_policy
 from simulator.jobs import WaitingJob
 from simulator.loop import EventKind, Simulation
@@ -42,6 +42,7 @@ class SimulationConfig:
     mode: str | None = None
     correction: str = "request"  # request | tsafrir | cobalt | double (regular mode only)
     backfill_order: str = "queue"  # queue | sjf (shortest estimate first: EASY-SJBF)
+    max_reservation_delay: int | None = DEFAULT_MAX_RESERVATION_DELAY  # EASY: seconds, None unbounded
 
 
 @dataclass
@@ -62,7 +63,7 @@ JOB_COLUMNS = (*REQUEST_COLUMNS, "t_act")
 def make_scheduler(config: SimulationConfig) -> QueueScheduler:
     """The scheduler `config` names: its policy, backfilling, planning mode and correction, each chosen once."""
     policy = make_queue_policy(config.policy)
-    backfill = make_backfill(config.backfill, config.backfill_order)
+    backfill = make_backfill(config.backfill, config.backfill_order, config.max_reservation_delay)
     machine = ProcessorPool(config.procs, planning_mode(config.mode), make_correction(config.correction))
     return QueueScheduler(policy, backfill, machine)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -22,7 +23,13 @@ SCHEDULING_METRICS = (
     "makespan",
     "artww",
     "sldwa",
+    "awrt",
+    "max_wait",
+    "p95_wait_widest",
 )
+#: The share of the jobs, widest first, whose waits `p95_wait_widest` reads: the jobs a reservation protects
+#: and that reordering starves first.
+WIDEST_SHARE = 0.1
 
 
 def _waited(wait: np.ndarray, t_req: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -60,7 +67,8 @@ def scheduling_metrics(jobs: pd.DataFrame, procs: int, policy: str) -> dict[str,
     scores have different units (seconds waited, 1/t_req, t_req), so no one
     score weighs its jobs: its `weighted_wait` is NaN. `weighted_wait_wfp`
     weighs with the WFP score whatever the policy, so that runs of different
-    policies compare. ARTwW and SLDwA are Streit's (docs/definitions.md).
+    policies compare. ARTwW and SLDwA are Streit's; AWRT is Feitelson's area-weighted response time;
+    `max_wait` and `p95_wait_widest` are the tail that means hide (docs/definitions.md).
     """
     dynamic = is_dynamic(policy)
     if policy not in PRIORITY_AT_START and not dynamic:
@@ -86,7 +94,21 @@ def scheduling_metrics(jobs: pd.DataFrame, procs: int, policy: str) -> dict[str,
         "makespan": float(last_end - first_submit),
         "artww": _weighted_mean(response, size),
         "sldwa": _weighted_mean(response / np.maximum(run, 1), size * run),
+        "awrt": _weighted_mean(response, size * run),
+        "max_wait": float(wait.max()),
+        "p95_wait_widest": widest_wait_percentile(wait, size),
     }
+
+
+def widest_wait_percentile(wait: np.ndarray, size: np.ndarray, percentile: float = 95.0) -> float:
+    """The `percentile` of the waits of the widest tenth of the jobs (`WIDEST_SHARE`).
+
+    The tenth is every job at least as wide as the ceil(n / 10)-th widest one, so that jobs of one width are
+    all in or all out, whatever order they came in; the percentile is numpy's (linear interpolation).
+    """
+    rank = math.ceil(WIDEST_SHARE * len(size))
+    threshold = np.partition(size, len(size) - rank)[len(size) - rank]
+    return float(np.percentile(wait[size >= threshold], percentile))
 
 
 def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:

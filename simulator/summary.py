@@ -28,12 +28,13 @@ ROW_PARAMETERS = (
     "backfill_order",
     "mode",
     "correction",
+    "max_reservation_delay",
     "procs",
     "jobs",
     "skipped",
 )
 #: The scheduler's configuration (`SimulationConfig`) a summary gives, in its order.
-_CONFIG_FIELDS = ("procs", "policy", "backfill", "mode", "correction", "backfill_order")
+_CONFIG_FIELDS = ("procs", "policy", "backfill", "mode", "correction", "backfill_order", "max_reservation_delay")
 #: Fields results.csv spells out in columns of their own (`trace` becomes the trace's label there).
 _NESTED = ("trace", "skipped", "prediction", "dynp")
 
@@ -56,6 +57,7 @@ class RunSummary:
     mode: str
     correction: str
     backfill_order: str
+    max_reservation_delay: int | None
     load_factor: float
     replicate: int
     jitter: int
@@ -71,6 +73,9 @@ class RunSummary:
     makespan: float
     artww: float
     sldwa: float
+    awrt: float
+    max_wait: float
+    p95_wait_widest: float
     dynp: dict[str, Any] | None
     predictor_fallbacks: int
     predictor_fallback_share: float
@@ -133,8 +138,10 @@ class RunSummary:
                 f"trace      {self.trace}" + (f"  month {self.month}" if self.month else ""),
                 f"scheduler  {self._scheduler()}",
                 f"jobs       {self.jobs}" + (f"  (skipped: {self._skipped()})" if self.skipped else ""),
-                f"wait       {self.avg_wait:.0f} s average   weighted wait {self.weighted_wait:.0f} s",
-                f"response   {self.avg_response:.0f} s average   weighted by width (ARTwW) {self.artww:.0f} s",
+                f"wait       {self.avg_wait:.0f} s average   weighted wait {self.weighted_wait:.0f} s   "
+                f"longest {self.max_wait:.0f} s   widest tenth's 95th percentile {self.p95_wait_widest:.0f} s",
+                f"response   {self.avg_response:.0f} s average   weighted by width (ARTwW) {self.artww:.0f} s   "
+                f"by area (AWRT) {self.awrt:.0f} s",
                 f"slowdown   {self.avg_slowdown:.2f} average   bounded {self.avg_bounded_slowdown:.2f}   "
                 f"weighted by area (SLDwA) {self.sldwa:.2f}",
                 f"machine    utilization {self.utilization:.3f}   makespan {self.makespan / 86400:.1f} days",
@@ -153,9 +160,14 @@ class RunSummary:
         return (
             f"{scheduler}, "
             f"mode {self.mode} (correction {self.correction}), estimator {self.estimator}"
+            + (f", {self._delay_bound()}" if self.backfill == "easy" else "")
             + (f", load x{self.load_factor:g}" if self.load_factor != 1 else "")
             + (f", replicate {self.replicate} (±{self.jitter} s)" if self.replicate else "")
         )
+
+    def _delay_bound(self) -> str:
+        delay = self.max_reservation_delay
+        return "no reservation delay bound" if delay is None else f"reservation delay bound {delay} s"
 
     def _skipped(self) -> str:
         return ", ".join(f"{reason} {count}" for reason, count in self.skipped.items())

@@ -63,6 +63,22 @@ def test_simulate_prints_metrics_and_writes_json_and_jobs(
     assert len(jobs.read_text().splitlines()) == 3001
 
 
+@pytest.mark.parametrize(
+    ("spelled", "seconds", "printed"),
+    [("30m", 1800, "reservation delay bound 1800 s"), ("none", None, "no reservation delay bound")],
+)
+def test_simulate_takes_a_bound_on_the_reservation_delay(
+    trace_file: Path, spelled: str, seconds: int | None, printed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["simulate", "--trace", str(trace_file), "--backfill-order", "sjf", "--estimator", "last2"]
+    assert main([*arguments, "--mode", "regular", "--max-reservation-delay", spelled]) == 0
+    assert printed in capsys.readouterr().out
+    assert main([*arguments, "--mode", "regular", "--max-reservation-delay", spelled, "--json", "-"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["max_reservation_delay"] == seconds
+    assert summary["max_wait"] >= summary["p95_wait_widest"] >= 0 and summary["awrt"] > 0
+
+
 def test_predict_eval_scores_every_estimator(
     trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from predictor.scoring import accuracy, categories, summarize
-from simulator.metrics import SCHEDULING_METRICS, prediction_metrics, scheduling_metrics
+from simulator.metrics import SCHEDULING_METRICS, prediction_metrics, scheduling_metrics, widest_wait_percentile
 
 
 def three_jobs() -> pd.DataFrame:
@@ -67,6 +67,24 @@ def test_weighted_wait_uses_the_priority_score_of_the_policy_used(policy: str, w
     metrics = scheduling_metrics(three_jobs(), procs=4, policy=policy)
     assert metrics["weighted_wait"] == pytest.approx(weighted_wait)
     assert metrics["weighted_wait_wfp"] == pytest.approx(WFP_WEIGHTED_WAIT)
+
+
+def test_area_weighted_response_and_longest_wait_of_three_jobs() -> None:
+    metrics = scheduling_metrics(three_jobs(), procs=4, policy="fcfs")
+    # areas (size x run) 2 x 100, 4 x 5, 1 x 0 weigh the responses 100, 95, 55: the empty job weighs nothing
+    assert metrics["awrt"] == pytest.approx((200 * 100 + 20 * 95) / (200 + 20))
+    assert metrics["max_wait"] == 90
+    # the widest tenth of three jobs is the widest job (ceil(0.3) = 1): job 2, which waited 90 s
+    assert metrics["p95_wait_widest"] == 90
+
+
+def test_widest_tenth_takes_every_job_as_wide_as_the_cut() -> None:
+    """20 jobs: the tenth is 2 jobs, but the 2nd and 3rd widest tie (4 processors), so 3 jobs count."""
+    size = np.array([8, 4, 4] + [1] * 17)
+    wait = np.array([100.0, 0.0, 50.0] + [10_000.0] * 17)  # the narrow jobs' long waits must not count
+    # waits 0, 50, 100: the 95th percentile lies 0.95 x 2 = 1.9 ranks in, 50 + 0.9 x 50
+    assert widest_wait_percentile(wait, size) == pytest.approx(95.0)
+    assert widest_wait_percentile(wait, size, 50.0) == pytest.approx(50.0)
 
 
 def test_weighted_wait_needs_a_known_policy() -> None:

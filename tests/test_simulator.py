@@ -124,10 +124,11 @@ def run(
     backfill_order: str = "queue",
     predictions: dict[int, int] | None = None,
     job_ids: Sequence[int] | None = None,
+    max_reservation_delay: int | None = SimulationConfig.max_reservation_delay,
 ) -> pd.DataFrame:
     """Simulate `specs` and return the per-job table indexed by job id."""
     estimator = make_estimator("request") if predictions is None else FixedEstimator(predictions)
-    config = SimulationConfig(procs, policy, backfill, mode, correction, backfill_order)
+    config = SimulationConfig(procs, policy, backfill, mode, correction, backfill_order, max_reservation_delay)
     return simulate(job_table(specs, job_ids), config, LocalSession(estimator)).jobs.set_index("job_id")
 
 
@@ -359,6 +360,41 @@ def test_overrun_corrections(backfill: str, correction: str, prediction: int, th
         jobs, backfill=backfill, mode="regular", correction=correction, predictions={1: 100, 2: 100, 3: prediction}
     )
     assert started == [0, 5000, third]
+
+
+# EASY++ starving its head, and the bound on the reservation delay (regular mode, request correction).
+# J1 (5 of 10 procs, predicted and run 100 s) starts at 0. J2 (10 procs) arrives at 1: it is the head, its
+# first reservation (shadow) J1's end, 100. J3 (5 procs, predicted 50, runs 300, asks 1000) arrives at 2 and
+# ends by 100 on its prediction: backfilled at 2. At 100 J1 ends and J3, past its prediction, is expected
+# to run to its request, 1002: the head's shadow has moved 902 s. J4 (5 procs, predicted 500, runs 2000,
+# asks 3000) arrives at 101. Within a bound of 902 s or more (or none) it is judged on its prediction,
+# 101 + 500 <= 1002, and backfilled: J3 ends at 302, but J2 waits for J4's end, 2101. Under a smaller bound
+# J4 is judged on its request, 101 + 3000 > 1002, with no extra processor at the shadow: J2 starts when J3
+# ends, 302, and J4 after J2, at 402.
+STARVING_HEAD = [(0, 5, 1000, 100), (1, 10, 1000, 100), (2, 5, 1000, 300), (101, 5, 3000, 2000)]
+STARVING_HEAD_PREDICTIONS = {1: 100, 2: 100, 3: 50, 4: 500}
+
+
+@pytest.mark.parametrize(
+    ("bound", "expected"),
+    [
+        (None, [0, 2101, 2, 101]),
+        (902, [0, 2101, 2, 101]),
+        (901, [0, 302, 2, 402]),
+        (0, [0, 302, 2, 402]),
+    ],
+)
+@pytest.mark.parametrize("order", ["queue", "sjf"])
+def test_a_bound_on_the_reservation_delay_stops_backfilled_jobs_pushing_the_head_back(
+    bound: int | None, expected: list[int], order: str
+) -> None:
+    options = {"mode": "regular", "backfill_order": order, "predictions": STARVING_HEAD_PREDICTIONS}
+    assert starts(STARVING_HEAD, max_reservation_delay=bound, **options) == expected
+
+
+def test_the_reservation_delay_bound_is_not_negative() -> None:
+    with pytest.raises(ValueError, match="must be >= 0 seconds; got -1"):
+        make_backfill("easy", "sjf", -1)
 
 
 # A job started at 0, asking 10000 s, predicted 100 s, still running when the machine corrects
@@ -752,6 +788,54 @@ def test_easy_head_never_starts_after_its_shadow(
     easy = ShadowRecordingEasy(order)
     assert_schedule_invariants(table, simulate_with(easy, table, config, session), session, config)
     heads_started_by_their_shadow(easy.passes)
+
+
+class DelayRecordingEasy(EasyBackfill):
+    """EASY that records, for each head the bound catches, when it did and the latest request end then.
+
+    The latest request end counts the jobs running at that pass and those it starts ahead of the head:
+    each is killed by start + t_req at the latest.
+    """
+
+    def __init__(self, order: str, max_reservation_delay: int) -> None:
+        super().__init__(order, max_reservation_delay)
+        self.caught: dict[int, tuple[int, int]] = {}  # trace index -> (time caught, latest request end then)
+
+    def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
+        started = super().select(now, queue, machine)
+        for index in self._at_request - self.caught.keys():
+            ends = [job.start + job.t_req for job in machine.running.values()]
+            ends += [now + job.t_req for job in started if job.index != index]
+            self.caught[index] = (now, max(ends, default=now))
+        return started
+
+
+@pytest.mark.parametrize("order", ["queue", "sjf"])
+@settings(max_examples=40, deadline=None)
+@given(
+    workload=workloads(),
+    mode=st.sampled_from(["regular", "selective"]),
+    correction=st.sampled_from(CORRECTIONS),
+    bound=st.sampled_from([0, 30, 300]),
+)
+def test_a_head_caught_by_the_delay_bound_waits_only_for_the_jobs_already_running(
+    order: str, workload: tuple[int, list[Spec], list[int]], mode: str, correction: str, bound: int
+) -> None:
+    """Under FCFS no job passes the head at the front; once caught, no job backfilled later can delay it.
+
+    The guesses are cut to a tenth (EASY++ with a predictor that underestimates), so that backfilled jobs
+    outlive their estimates and heads are caught.
+    """
+    procs, specs, guesses = workload
+    table = job_table(specs)
+    session = session_for("guess", table, [max(1, guess // 10) for guess in guesses])
+    config = SimulationConfig(procs, "fcfs", "easy", mode, correction, order, bound)
+    easy = DelayRecordingEasy(order, bound)
+    result = simulate_with(easy, table, config, session)
+    assert_schedule_invariants(table, result, session, config)
+    start = result.jobs["start"].tolist()  # trace index = row
+    late = {index: (start[index], by) for index, (_, by) in easy.caught.items() if start[index] > by}
+    assert not late, f"heads started after every job running when the bound caught them had ended: {late}"
 
 
 @pytest.mark.parametrize(("estimator", "mode"), EXACT_OR_OVER)

@@ -25,6 +25,7 @@ JSON_KEYS = [
     "mode",
     "correction",
     "backfill_order",
+    "max_reservation_delay",
     "load_factor",
     "replicate",
     "jitter",

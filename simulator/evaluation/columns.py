@@ -37,6 +37,18 @@ METRIC_DEFINITIONS: dict[str, tuple[str, str, str]] = {
         "lower",
         "Streit's SLDwA: slowdown weighted by the job's area, sum(size x run x slowdown) / sum(size x run)",
     ),
+    "awrt": (
+        "seconds",
+        "lower",
+        "area-weighted response time (Goponenko et al., SBAC-PAD 2022): sum(size x run x response) / sum(size x run)",
+    ),
+    "max_wait": ("seconds", "lower", "the longest wait of any job"),
+    "p95_wait_widest": (
+        "seconds",
+        "lower",
+        "95th percentile of the waits of the widest tenth of the jobs (every job at least as wide as the "
+        "ceil(n / 10)-th widest)",
+    ),
     "accuracy_mean": ("fraction", "higher", "Tang et al.'s Eq. 3 accuracy of t_sched, mean over the jobs"),
     "accuracy_median": ("fraction", "higher", "Tang et al.'s Eq. 3 accuracy of t_sched, median over the jobs"),
     "underestimated": ("fraction", "lower", "jobs whose t_sched was below their runtime"),
@@ -65,6 +77,11 @@ PARAMETER_COLUMNS: dict[str, tuple[str, str]] = {
     "backfill_order": ("-", "the order backfill candidates are tried in"),
     "mode": ("-", "where the scheduler used t_sched: none, regular or selective"),
     "correction": ("-", "regular mode: what a running job past its prediction is expected to run"),
+    "max_reservation_delay": (
+        "seconds",
+        "EASY: how far backfilled jobs may push the head job past its first reservation before candidates are "
+        "judged with their requests (empty: no bound)",
+    ),
     "procs": ("processors", "machine size"),
     "jobs": ("jobs", "jobs simulated or replayed"),
     "skipped": ("jobs by reason", "trace jobs not replayed"),

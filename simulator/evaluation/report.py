@@ -61,6 +61,7 @@ METRIC_TITLES = {
     "weighted_wait_wfp": "weighted wait (WFP score)",
     "artww": "ARTwW",
     "sldwa": "SLDwA",
+    "awrt": "AWRT",
 }
 #: Why one estimator's whole-trace and monthly numbers can disagree (even in sign), said where both are shown.
 WHOLE_VS_MONTHLY = (
@@ -216,7 +217,7 @@ def _scheduling_section(results: pd.DataFrame, out: Path, colors: dict[str, str]
 
 
 #: The improvements the whole-trace tables show, and how each column of theirs is printed.
-SCHEDULING_IMPROVEMENTS = ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait", "artww")
+SCHEDULING_IMPROVEMENTS = ("avg_wait", "avg_slowdown", "avg_bounded_slowdown", "weighted_wait", "artww", "awrt")
 SCHEDULING_FORMATS = {
     "wait": ".1f",
     "slowdown": ".2f",
@@ -224,6 +225,9 @@ SCHEDULING_FORMATS = {
     "weighted wait": ".1f",
     "ARTwW": ".1f",
     "SLDwA": ".2f",
+    "AWRT": ".1f",
+    "longest wait": ".0f",
+    "p95 wait, widest tenth": ".0f",
     "utilization": ".3f",
     "accuracy": ".3f",
 }
@@ -243,6 +247,9 @@ def _scheduling_table(table: pd.DataFrame, title: str, stem: str, out: Path, col
             "weighted wait": table["weighted_wait"] / 60,
             "ARTwW": table["artww"] / 60,
             "SLDwA": table["sldwa"],
+            "AWRT": table["awrt"] / 60,
+            "longest wait": table["max_wait"] / 60,
+            "p95 wait, widest tenth": table["p95_wait_widest"] / 60,
             "utilization": table["utilization"],
             "accuracy": table["prediction_accuracy_mean"],
             **{

@@ -68,13 +68,25 @@ def policy_spec(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def reservation_delay(text: str) -> int | None:
+    """An argparse type: a duration (`30m`, `2h`, `0s`) or `none` (no bound), in seconds."""
+    from kernel.durations import parse_duration
+
+    try:
+        return parse_duration(text, "--max-reservation-delay", unbounded="none", zero=True)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.engine import SimulationConfig
     from simulator.experiment import run_simulation
 
     trace = load_trace(args)
     procs = machine_procs(trace, args)
-    config = SimulationConfig(procs, args.policy, args.backfill, args.mode, args.correction, args.backfill_order)
+    config = SimulationConfig(
+        procs, args.policy, args.backfill, args.mode, args.correction, args.backfill_order, args.max_reservation_delay
+    )
     credentials = credentials_from(args) if args.address else None
     cluster, requests = simulated_cluster(args, procs)
     summary, result = run_simulation(
@@ -255,7 +267,17 @@ def simulated_scheduler() -> Group:
         default=SimulationConfig.correction,
         choices=CORRECTIONS,
     )
-    return scheduler_group(policy, mode, correction)
+    bound = SimulationConfig.max_reservation_delay
+    delay = Option(
+        "--max-reservation-delay",
+        "easy: once backfilled jobs that outlive their estimates have pushed the head job's start this far past "
+        "its first reservation, later candidates are judged with their requests, so none can push it further "
+        "(a duration such as 30m or 2h; none: no bound, EASY++ as published)",
+        reservation_delay,
+        "none" if bound is None else f"{bound}s",
+        "DURATION|none",
+    )
+    return scheduler_group(policy, mode, correction, delay)
 
 
 def cluster_group() -> Group:
