@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Sequence
 
 from kernel.jobs import FinishedJob
+from predictor.digests import files_of
 from predictor.frames import finished_from_frame
 from predictor.service.client import PredictorClient
 from simulator.workloads.pbs import read_pbs
@@ -43,8 +44,13 @@ def site_completions(trace: Trace) -> list[FinishedJob]:
 
 
 def report_accounting(paths: Sequence[str], client: PredictorClient, namespace: str) -> tuple[int, int]:
-    """Send the jobs of PBS accounting logs to `namespace` in batches: (completions sent, new to the service)."""
-    finished = site_completions(read_pbs(paths, lenient=True).require_jobs())
+    """Send the jobs of PBS accounting logs to `namespace` in batches: (completions sent, new to the service).
+
+    Each path is a log file or a folder of them (PBS's `server_priv/accounting`, one file a day), read in
+    name order: the documented cron line names the folder.
+    """
+    files = [file for path in paths for file in files_of(path)]
+    finished = site_completions(read_pbs(files, lenient=True).require_jobs())
     new = 0
     for start in range(0, len(finished), REPORT_BATCH):
         new += client.observe(finished[start : start + REPORT_BATCH], namespace=namespace)
