@@ -60,6 +60,27 @@ def test_a_second_server_on_the_same_file_refuses_naming_the_first(tmp_path: Pat
         assert second.stop() == 0
 
 
+def test_the_lock_follows_the_file_not_its_spelling(tmp_path: Path) -> None:
+    """A symlink or a hard link to the live file is the same file: a second server through it is refused."""
+    state = tmp_path / "state.sqlite"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    symlink, hard_link = elsewhere / "link.sqlite", elsewhere / "hard.sqlite"
+    first = ServerProcess(state=str(state))
+    try:
+        symlink.symlink_to(state)
+        hard_link.hardlink_to(state)
+        for spelling in (symlink, hard_link, tmp_path / "." / "state.sqlite"):
+            with pytest.raises(StateError, match="in use by another tsched server"):
+                CompletionStore(spelling)
+        with pytest.raises(StateError, match=rf"pid {first.pid}\)"):
+            CompletionStore(symlink)  # the holder's pid is found beside the real file
+    finally:
+        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+    store = CompletionStore(symlink)  # once the holder is gone, any spelling opens it
+    store.close()
+
+
 # --- restarts answer alike ----------------------------------------------------------------------------
 
 
@@ -165,6 +186,59 @@ def test_a_damaged_write_ahead_log_is_refused(crashed: Path) -> None:
     store = CompletionStore(crashed)
     assert len(store.load()["cluster"].events) == 1
     store.close()
+
+
+#: Acknowledged calls (one transaction each) before the kill, in the torn-log test.
+ACKNOWLEDGED = 200
+
+
+def test_a_write_ahead_log_cut_after_kill_9_is_refused_or_loses_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kill -9 a real server after ACKNOWLEDGED acknowledged calls, cut its log at several offsets: every start
+    is refused naming the log, or has every acknowledged completion (frames left intact: no checksum can
+    tell that a log lost its tail, the count of commits acknowledged beside the file does)."""
+    state = tmp_path / "state.sqlite"
+    finished = history(ACKNOWLEDGED)
+    server = ServerProcess(state=str(state))
+    try:
+        with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
+            for job in finished:
+                assert client.observe([job], namespace="cluster") == 1
+    finally:
+        assert server.stop(signal.SIGKILL) == -signal.SIGKILL
+    files = {path: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
+    wal = Path(f"{state}-wal")
+    intact = files[wal]
+    frame = 24 + 4096
+    assert len(intact) > 32 + 20 * frame  # the calls are in the log, not yet in the database
+    refused = []
+    cuts = [0, 16, 32, 32 + frame + 100, len(intact) // 3, len(intact) // 2, len(intact) - frame - 7]
+    for cut in [*cuts, len(intact) - 1, len(intact)]:
+        for path, data in files.items():  # the same files (same inodes), as the kill left them
+            path.write_bytes(data)
+        wal.write_bytes(intact[:cut])
+        try:
+            store = CompletionStore(state)
+        except StateError as error:
+            message = str(error)
+        else:
+            held = store.load()["cluster"]
+            store.close()
+            # Started: every acknowledged completion is there (a cut in frames of an earlier, checkpointed
+            # generation of the log, which SQLite had started overwriting from its head, loses nothing).
+            assert sum(len(event.completions) for event in held.events) == ACKNOWLEDGED, f"cut at byte {cut}"
+            continue
+        assert str(wal) in message and "damaged write-ahead log" in message
+        assert wal.read_bytes() == intact[:cut]  # a refused file is left as it was found
+        refused.append(cut)
+    assert refused[:4] == cuts[:4] and len(intact) not in refused
+    for path, data in files.items():
+        path.write_bytes(data)
+    wal.write_bytes(intact[: cuts[3]])
+    assert main(["serve", "--state", str(state)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "state.sqlite-wal: damaged write-ahead log" in error and "Traceback" not in error
 
 
 def test_a_damaged_database_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
