@@ -25,6 +25,8 @@ from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
 from predictor.service.state import APPLICATION_ID, SCHEMA_VERSION, CompletionStore, StateError, check_wal
 from predictor.session import LocalSession
+from simulator.engine import SimulationConfig
+from simulator.workloads.formats import read_trace
 from tsched.cli import main
 
 PERCENTILE = "percentile"
@@ -421,3 +423,46 @@ def test_a_version_2_file_gains_the_table_of_names(tmp_path: Path) -> None:
     store.close()
     with sqlite3.connect(state) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+# --- durability where it is owed ------------------------------------------------------------------
+
+
+def test_a_replay_namespace_is_never_stored_and_is_removed_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tsched simulate --address` replays in an ephemeral `sim-*` namespace: nothing of it reaches the state
+    file (no fsync per instant), and it is gone when the run ends, or fails."""
+    import simulator.experiment
+
+    trace = tmp_path / "small.swf"
+    assert (
+        main(["trace", "generate", "--jobs", "300", "--machine-procs", "64", "--seed", "5", "--out", str(trace)]) == 0
+    )
+    state = tmp_path / "state.sqlite"
+    server = ServerProcess(state=str(state), default_estimators=["last2"])
+    try:
+        with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
+            client.observe(history(10), namespace="live")  # a live namespace beside the replays: kept
+            arguments = ["simulate", "--trace", str(trace), "--estimator", "last2", "--address", server.address]
+            assert main([*arguments, "--mode", "regular"]) == 0
+            assert "got t_req" not in capsys.readouterr().out
+            assert [view.name for view in client.list_namespaces()] == ["live"]
+            replayed = simulator.experiment.simulate
+
+            def failing(jobs, config, session, history=None):  # type: ignore[no-untyped-def]
+                replayed(jobs.iloc[:50], config, session, history)  # the namespace exists, then the run fails
+                assert any(view.name.startswith("sim-") for view in client.list_namespaces())
+                raise RuntimeError("the run failed")
+
+            monkeypatch.setattr(simulator.experiment, "simulate", failing)
+            with pytest.raises(RuntimeError, match="the run failed"):
+                simulator.experiment.run_simulation(
+                    read_trace(trace), SimulationConfig(procs=64), "last2", address=server.address
+                )
+            assert [view.name for view in client.list_namespaces()] == ["live"]
+            with sqlite3.connect(f"{state.as_uri()}?mode=ro", uri=True) as db:
+                assert db.execute("SELECT name FROM namespaces").fetchall() == [("live",)]
+                assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 1
+    finally:
+        assert server.stop() == 0

@@ -583,6 +583,8 @@ class CompletionStore:
 
     def forget(self, namespace: str) -> None:
         """Drop a namespace, its events and its snapshot."""
+        if namespace not in self._namespace_ids:
+            return  # never stored (an ephemeral namespace, or nothing recorded yet): no transaction to pay
         with self._writing() as db:
             ns_id = self._namespace_ids.pop(namespace, None)
             if ns_id is not None:
