@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
 import sqlite3
+import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -18,7 +21,7 @@ from service_support import PATIENT_SECONDS, history, instants, observe_by_name,
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
-from predictor.service import records
+from predictor.service import records, snapshots
 from predictor.service.client import PredictorClient
 from predictor.service.core import PredictorCore
 from predictor.service.launcher import ServerProcess
@@ -313,7 +316,40 @@ def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_a_snapshot_that_would_run_code_is_refused(tmp_path: Path) -> None:
+def _pickle_call(function: bytes, *arguments: bytes) -> bytes:
+    """Pickle opcodes that call `function` with `arguments` (each itself opcodes) when unpickled."""
+    return function + b"(" + b"".join(arguments) + b"tR"
+
+
+def _pickle_global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def _pickle_text(text: str) -> bytes:
+    return b"X" + struct.pack("<I", len(text.encode())) + text.encode()
+
+
+def _attrgetter_payload(command: str) -> bytes:
+    """A pickle that runs `command` through names the old allow-list admitted: attrgetter("__globals__") of an
+    admitted function gives its module's globals, whose `get("pickle").loads` unpickles anything."""
+    getter = _pickle_global("operator", "attrgetter")
+    module_globals = _pickle_call(
+        _pickle_call(getter, _pickle_text("__globals__")), _pickle_global("predictor.service.snapshots", "_finished")
+    )
+    pickle_module = _pickle_call(
+        _pickle_call(_pickle_call(getter, _pickle_text("get")), module_globals), _pickle_text("pickle")
+    )
+    loads = _pickle_call(_pickle_call(getter, _pickle_text("loads")), pickle_module)
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (command,))
+
+    inner = pickle.dumps(Payload(), protocol=2)
+    return _pickle_call(loads, b"B" + struct.pack("<I", len(inner)) + inner) + b"."
+
+
+def test_a_snapshot_that_would_run_code_is_refused_naming_the_file(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite"
     core = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=Limits(snapshot_every=10))
     core.observe("cluster", history(20), lambda: None)
@@ -324,11 +360,73 @@ def test_a_snapshot_that_would_run_code_is_refused(tmp_path: Path) -> None:
         def __reduce__(self) -> tuple[object, tuple[str]]:
             return (os.system, (f"touch {marker}",))
 
-    with sqlite3.connect(state) as db:
-        db.execute("UPDATE snapshots SET image = ?", (pickle.dumps(Payload()),))
-    with pytest.raises(StateError, match="may not load"):
-        PredictorCore([PERCENTILE], store=CompletionStore(state))
-    assert not marker.exists()
+    for crafted in (_attrgetter_payload(f"touch {marker}"), pickle.dumps(Payload())):
+        with sqlite3.connect(state) as db:
+            db.execute("UPDATE snapshots SET image = ?", (crafted,))
+        store = CompletionStore(state)
+        try:
+            with pytest.raises(StateError) as refused:
+                PredictorCore([PERCENTILE], store=store)
+        finally:
+            store.close()
+        assert not marker.exists()  # nothing ran
+        assert f"{state}: the snapshot of namespace 'cluster' is refused" in str(refused.value)
+
+
+def _rewritten(blob: bytes, change: Callable[[dict[str, Any]], None]) -> bytes:
+    """A snapshot whose JSON document `change` altered (its arrays unchanged)."""
+    start = len(b"tsched-snapshot\n") + 8
+    (length,) = struct.unpack_from("<Q", blob, start - 8)
+    document = json.loads(blob[start : start + length])
+    change(document)
+    text = json.dumps(document).encode()
+    return blob[: start - 8] + struct.pack("<Q", len(text)) + text + blob[start + length :]
+
+
+def test_snapshots_hold_data_only_and_are_checked_before_use() -> None:
+    estimator = make_estimator("mean-std")
+    for job in history(50):
+        estimator.observe(job)
+    image = snapshots.NamespaceImage(records.pack(records.completion_rows(history(5))), 7, {"mean-std": estimator})
+    blob = snapshots.dump(image)
+    assert b"\x80" not in blob[:16] and blob.startswith(b"tsched-snapshot")  # not a pickle
+    restored = snapshots.load(blob, None)
+    query = submissions(history(50)[-1].end)
+    assert restored.estimators["mean-std"].predict_many(query) == estimator.predict_many(query)
+
+    def node_of_class(document: dict[str, Any]) -> dict[str, Any]:
+        return document["estimators"]["mean-std"]
+
+    def foreign_class(document: dict[str, Any]) -> None:
+        node_of_class(document)["class"] = "os:system"
+
+    def getter_of(document: dict[str, Any]) -> dict[str, Any]:
+        history_node = node_of_class(document)["state"]["_history"]
+        return history_node["state"]["_key"]
+
+    def dunder_getter(document: dict[str, Any]) -> None:
+        getter_of(document)["fields"] = ["__class__"]
+
+    def out_of_range(document: dict[str, Any]) -> None:
+        node_of_class(document)["state"]["k"] = 1e9
+
+    def dunder_attribute(document: dict[str, Any]) -> None:
+        node_of_class(document)["state"]["__class__"] = None
+
+    def object_array(document: dict[str, Any]) -> None:
+        document["history"]["dtype"] = "|O"
+
+    for change, refusal in (
+        (foreign_class, "may not hold a os:system"),
+        (dunder_getter, "not fields of a job"),
+        (out_of_range, "k must be in"),
+        (dunder_attribute, "sets the attribute '__class__'"),
+        (object_array, "dtype '|O'"),
+    ):
+        with pytest.raises(snapshots.SnapshotRefusedError, match=refusal):
+            snapshots.load(_rewritten(blob, change), None)
+    with pytest.raises(snapshots.SnapshotRefusedError, match="outside the snapshot's bytes"):
+        snapshots.load(blob[:-8], None)
 
 
 def test_records_round_trip() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 from kernel.errors import InvalidRequest, ResourceExhausted
@@ -143,7 +144,8 @@ class Recorder:
             try:
                 image = snapshots.load(stored.snapshot, self.trainer)
             except snapshots.SnapshotRefusedError as error:
-                raise StateError(f"namespace {quote(held.name)} in the state file: {error}") from None
+                assert self.store is not None  # a stored namespace comes from the state file
+                raise _refused_snapshot(self.store.path, held.name, error) from None
             held.history = records.History(records.unpack(image.history, records.COMPLETION_WIDTH))
             held.estimators = image.estimators
         skipped: set[str] = set()
@@ -160,6 +162,17 @@ class Recorder:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+def _refused_snapshot(path: Path, name: str, error: snapshots.SnapshotRefusedError) -> StateError:
+    """The refusal of a namespace's snapshot: the file and namespace named, and the way out."""
+    literal = "'" + name.replace("'", "''") + "'"
+    dropped = f"SELECT id FROM namespaces WHERE name = {literal}"
+    return StateError(
+        f"{path}: the snapshot of namespace {quote(name)} is refused: {error}. Restore the file from a backup, "
+        "or drop the snapshot (the namespace then restarts from the events recorded after it only): "
+        f'sqlite3 {path} "DELETE FROM snapshots WHERE namespace_id = ({dropped})"'
+    )
 
 
 def _replay_submissions(
