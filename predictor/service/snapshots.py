@@ -27,6 +27,7 @@ is deferred (`SnapshotDeferredError`) and tried again later.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import operator
 import struct
@@ -76,6 +77,11 @@ _CLASSES = frozenset(
 #: numpy dtype kinds an array or scalar may have: booleans, integers, floats.
 _NUMERIC_KINDS = frozenset("biuf")
 _SORTED_LIST = "sortedcontainers.sortedlist:SortedList"
+#: Containers of this many numbers or more (all floats, or all integers) are written as one array's bytes.
+_PACKED_AT = 256
+#: The values JSON carries as they are; a container of these only is written flat (`"flat": [...]`), and
+#: read back with one check of the types it holds instead of a node per value.
+_PRIMITIVES = frozenset({type(None), bool, int, float, str})
 
 
 class SnapshotDeferredError(TschedError):
@@ -122,8 +128,8 @@ class _Writer:
     def node(self, value: Any) -> Any:
         if value is None or type(value) in (bool, int, float, str):
             return value
-        if isinstance(value, tuple) and type(value) is tuple:
-            return {"t": "tuple", "items": [self.node(item) for item in value]}
+        if type(value) is tuple:
+            return {"t": "tuple", **self.items(value)}
         if isinstance(value, np.generic):
             return self._scalar(value)
         if isinstance(value, operator.attrgetter):
@@ -145,6 +151,20 @@ class _Writer:
         self._keep.append(value)
         return {"id": number, **self._shared(value)}
 
+    def items(self, values: Any) -> dict[str, Any]:
+        """A container's items: flat when they are all primitives (the common case: runtimes, ends)."""
+        kinds = set(map(type, values))
+        if len(kinds) == 1 and kinds <= {int, float} and len(values) >= _PACKED_AT:
+            try:  # as float64 or int64 bytes: exact both ways, and far quicker to read than JSON numbers
+                return {"numbers": self._array(np.array(values, dtype=np.float64 if float in kinds else np.int64))}
+            except OverflowError:
+                pass  # an integer beyond int64: JSON carries it
+        if kinds <= _PRIMITIVES:
+            return {"flat": list(values)}
+        if kinds == {tuple} and set(map(type, itertools.chain.from_iterable(values))) <= _PRIMITIVES:
+            return {"rows": list(values)}  # JSON writes a tuple as an array
+        return {"items": [self.node(item) for item in values]}
+
     def _scalar(self, value: np.generic) -> dict[str, Any]:
         if value.dtype.kind not in _NUMERIC_KINDS:
             raise TypeError(f"a snapshot cannot hold a numpy {value.dtype}")
@@ -154,18 +174,18 @@ class _Writer:
         """A node for a value that may be referred to more than once."""
         kind = type(value)
         if kind is list:
-            return {"t": "list", "items": [self.node(item) for item in value]}
+            return {"t": "list", **self.items(value)}
         if kind is dict:
             return {"t": "dict", "items": [[self.node(key), self.node(item)] for key, item in value.items()]}
         if kind in (set, frozenset):
-            return {"t": kind.__name__, "items": [self.node(item) for item in value]}
+            return {"t": kind.__name__, **self.items(value)}
         if kind is deque:
-            return {"t": "deque", "items": [self.node(item) for item in value], "maxlen": value.maxlen}
+            return {"t": "deque", **self.items(value), "maxlen": value.maxlen}
         if kind is np.ndarray:
             return self._array(value)
         name = _class_name(kind)
         if name == _SORTED_LIST:
-            return {"t": "sortedlist", "items": [self.node(item) for item in value]}
+            return {"t": "sortedlist", **self.items(value)}
         if kind.__module__ == "lightgbm.basic" and kind.__name__ == "Booster":
             return {"t": "booster", "model": value.model_to_string()}
         if name not in _CLASSES:
@@ -262,6 +282,25 @@ class _Reader:
         return build(self, node, number)
 
     def items(self, node: dict[str, Any]) -> list[Any]:
+        numbers = node.get("numbers")
+        if numbers is not None:
+            packed = self._read_array(numbers)
+            if packed.ndim != 1 or packed.dtype not in (np.float64, np.int64):
+                raise SnapshotRefusedError("a snapshot container of numbers that is not a list of them")
+            values: list[Any] = packed.tolist()
+            return values
+        flat = node.get("flat")
+        if flat is not None:
+            if type(flat) is not list or not set(map(type, flat)) <= _PRIMITIVES:
+                raise SnapshotRefusedError("a snapshot container whose flat items are not plain values")
+            return flat
+        rows = node.get("rows")
+        if rows is not None:
+            if type(rows) is not list or not set(map(type, rows)) <= {list}:
+                raise SnapshotRefusedError("a snapshot container whose rows are not lists")
+            if not set(map(type, itertools.chain.from_iterable(rows))) <= _PRIMITIVES:
+                raise SnapshotRefusedError("a snapshot container whose rows hold more than plain values")
+            return list(map(tuple, rows))
         items = node["items"]
         if type(items) is not list:
             raise SnapshotRefusedError("a snapshot container without its items")
@@ -272,6 +311,14 @@ class _Reader:
         return value
 
     def array(self, node: dict[str, Any], number: int) -> np.ndarray:
+        array = self._read_array(node)
+        self.keep(number, array)
+        return array
+
+    def _read_array(self, node: Any) -> np.ndarray:
+        """The next array's bytes, checked against the shape and dtype its node gives."""
+        if type(node) is not dict:
+            raise SnapshotRefusedError("a snapshot array without its description")
         dtype = np.dtype(_checked_dtype(node["dtype"]))
         shape = tuple(node["shape"])
         end = node["end"]
@@ -281,7 +328,6 @@ class _Reader:
             raise SnapshotRefusedError("a snapshot array outside the snapshot's bytes")
         array: np.ndarray = np.frombuffer(self._arrays[self._start : end], dtype).reshape(shape).copy()
         self._start = end
-        self.keep(number, array)
         return array
 
     def obj(self, node: dict[str, Any], number: int) -> Any:
