@@ -292,12 +292,13 @@ def bench_replay(traces: Path, spec: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         server = ServerProcess(state=str(Path(folder) / "state.sqlite"), default_estimators=[spec])
         try:
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.process_time()
             _, local = run_simulation(trace, config, spec)
-            in_process = time.perf_counter() - began
-            began = time.perf_counter()
+            in_process, local_cpu = time.perf_counter() - began, time.process_time() - cpu
+            began, cpu, served_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(server.pid)
             _, remote = run_simulation(trace, config, spec, address=server.address, timeout=30.0)
             via_service = time.perf_counter() - began
+            remote_cpu = time.process_time() - cpu + _cpu_seconds(server.pid) - served_cpu
             with PredictorClient(server.address) as client:
                 left = [view.name for view in client.list_namespaces()]
         finally:
@@ -308,7 +309,8 @@ def bench_replay(traces: Path, spec: str) -> None:
         f"replay of {REPLAY_TRACE} ({jobs:,} jobs, wfp/easy/selective, {spec}), server with a state file: "
         f"in-process {in_process:.2f} s, via the service {via_service:.2f} s, "
         f"+{(via_service - in_process) / jobs * 1e3:.3f} ms/job (target <= 0.5), identical results: {same}, "
-        f"namespaces left on the server: {left or 'none'}"
+        f"namespaces left on the server: {left or 'none'}; CPU (client + server) {local_cpu:.2f} s in-process, "
+        f"{remote_cpu:.2f} s via the service: +{(remote_cpu - local_cpu) / jobs * 1e3:.3f} ms/job"
     )
 
 
