@@ -20,8 +20,16 @@ nghttp2-client`), which sends the same Predict request as raw gRPC frames from
 C++. Every response is checked to be the full answer (a refused call carries
 no message). Every number printed is measured here, now.
 
+`--replay-only` measures what issue 25 asks of a replay through the service: `tsched simulate` of
+KTH-SP2 (WFP + EASY, selective, the adjuster) in-process and through a server with a state file (as
+deployed; the replay's `sim-*` namespace is ephemeral, never written to it), in one run: at most
+0.5 ms per job more. `--group-commit-only` measures durable writes to live namespaces with 1, 4 and 16
+concurrent writers (one completion per call, each acknowledged once on disk): with group commit the
+time per call falls as the writers grow.
+
     python benchmarks/bench_service.py [--traces DIR] [--estimator SPEC] [--skip-simulation]
                                        [--baseline DIR] [--latency-only] [--metrics-only]
+                                       [--replay-only] [--group-commit-only]
 """
 
 from __future__ import annotations
@@ -266,6 +274,98 @@ def bench_simulation(address: str, jobs: pd.DataFrame, procs: int, spec: str) ->
     )
 
 
+REPLAY_TRACE = "KTH-SP2-1996-2.1-cln.swf.gz"
+REPLAY_CONFIG = {"policy": "wfp", "backfill": "easy", "mode": "selective"}
+#: Durable calls each writer makes in the group-commit measurement, and the writer counts compared.
+GROUP_CALLS_PER_WRITER = 300
+GROUP_WRITERS = (1, 4, 16)
+
+
+def bench_replay(traces: Path, spec: str) -> None:
+    """A replay of KTH-SP2 in-process, then through a server with a state file, as `tsched simulate` runs them."""
+    from simulator.engine import SimulationConfig
+    from simulator.experiment import run_simulation
+    from simulator.workloads.formats import read_trace
+
+    trace = read_trace(traces / REPLAY_TRACE)
+    config = SimulationConfig(procs=trace.machine_procs(), **REPLAY_CONFIG)
+    with tempfile.TemporaryDirectory() as folder:
+        server = ServerProcess(state=str(Path(folder) / "state.sqlite"), default_estimators=[spec])
+        try:
+            began, cpu = time.perf_counter(), time.process_time()
+            _, local = run_simulation(trace, config, spec)
+            in_process, local_cpu = time.perf_counter() - began, time.process_time() - cpu
+            began, cpu, served_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(server.pid)
+            _, remote = run_simulation(trace, config, spec, address=server.address, timeout=30.0)
+            via_service = time.perf_counter() - began
+            remote_cpu = time.process_time() - cpu + _cpu_seconds(server.pid) - served_cpu
+            with PredictorClient(server.address) as client:
+                left = [view.name for view in client.list_namespaces()]
+        finally:
+            server.stop()
+    jobs = len(local.jobs)
+    same = remote.jobs.equals(local.jobs) and remote.predictor_fallbacks == 0
+    print(
+        f"replay of {REPLAY_TRACE} ({jobs:,} jobs, wfp/easy/selective, {spec}), server with a state file: "
+        f"in-process {in_process:.2f} s, via the service {via_service:.2f} s, "
+        f"+{(via_service - in_process) / jobs * 1e3:.3f} ms/job (target <= 0.5), identical results: {same}, "
+        f"namespaces left on the server: {left or 'none'}; CPU (client + server) {local_cpu:.2f} s in-process, "
+        f"{remote_cpu:.2f} s via the service: +{(remote_cpu - local_cpu) / jobs * 1e3:.3f} ms/job"
+    )
+
+
+def _durable_writes(address: str, namespace: str, jobs: list[FinishedJob]) -> None:
+    with PredictorClient(address, timeout=60) as client:
+        for job in jobs:
+            client.observe([job], namespace=namespace)
+
+
+def _commits(state: Path) -> int | None:
+    """Transactions the state file has committed (None: a tsched that does not count them)."""
+    import sqlite3
+
+    with sqlite3.connect(f"{state.as_uri()}?mode=ro", uri=True) as db:
+        row = db.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()
+    return None if row is None else int(row[0])
+
+
+def bench_group_commit() -> None:
+    """Durable single-completion calls to live namespaces, 1, 4 and 16 writers at once: time per call, and
+    calls per transaction (each call is acknowledged once its transaction is on disk)."""
+    with tempfile.TemporaryDirectory() as folder:
+        state = Path(folder) / "state.sqlite"
+        server = ServerProcess(state=str(state))
+        try:
+            warm_up = [FinishedJob(JobRequest(n + 1, n * 60, 0, 1, 3600, 1), n * 60 + 100, 100) for n in range(20)]
+            _durable_writes(server.address, "warm-up", warm_up)
+            for writers in GROUP_WRITERS:
+                before = _commits(state)
+                threads = []
+                for writer in range(writers):
+                    jobs = [
+                        FinishedJob(JobRequest(n + 1, n * 60, writer, 1, 3600, 1), n * 60 + 100, 100)
+                        for n in range(GROUP_CALLS_PER_WRITER)
+                    ]
+                    arguments = (server.address, f"live-{writers}-{writer}", jobs)
+                    threads.append(threading.Thread(target=_durable_writes, args=arguments))
+                began = time.perf_counter()
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                elapsed = time.perf_counter() - began
+                calls = writers * GROUP_CALLS_PER_WRITER
+                after = _commits(state)
+                grouped = "n/a" if before is None or after is None else f"{calls / (after - before):.1f}"
+                print(
+                    f"durable ObserveCompletions, {writers:>2} writer(s) x {GROUP_CALLS_PER_WRITER} calls of one "
+                    f"completion: {calls / elapsed:,.0f} calls/s, {elapsed / calls * 1e3:.2f} ms per call, "
+                    f"{grouped} calls per transaction"
+                )
+        finally:
+            server.stop()
+
+
 def _baseline_server(source: Path, spec: str) -> tuple[subprocess.Popen[bytes], str]:
     """The server of another checkout, started as that code starts it.
 
@@ -412,19 +512,41 @@ def _fill(address: str, learned: list[FinishedJob], credentials: Credentials | N
             client.observe(learned[start : start + 20_000], namespace=NAMESPACE)
 
 
+#: The options that run one part of the benchmark only.
+ONLY_FLAGS = (
+    ("--latency-only", "Predict latency with and without security"),
+    ("--metrics-only", "Predict latency with the metrics endpoint off and on"),
+    ("--replay-only", "the KTH-SP2 replay, in-process and through a server with a state file"),
+    ("--group-commit-only", "durable writes to live namespaces, 1 to 16 writers"),
+)
+
+
+def durability(args: argparse.Namespace) -> bool:
+    """What a replay through the service costs, and what durable writes cost as writers grow (if asked)."""
+    if not (args.replay_only or args.group_commit_only):
+        return False
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.replay_only:
+        bench_replay(args.traces, args.estimator)
+    if args.group_commit_only:
+        bench_group_commit()
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--estimator", default="percentile", help="SPEC served (default: %(default)s)")
     parser.add_argument("--skip-simulation", action="store_true", help="only the RPC measurements")
-    parser.add_argument("--latency-only", action="store_true", help="only Predict latency with and without security")
-    parser.add_argument(
-        "--metrics-only", action="store_true", help="only Predict latency with the metrics endpoint off and on"
-    )
     parser.add_argument(
         "--baseline", type=Path, metavar="DIR", help="a checkout of earlier code (any version with `tsched serve`)"
     )
+    for flag, what in ONLY_FLAGS:
+        parser.add_argument(flag, action="store_true", help=f"only {what}")
     args = parser.parse_args()
+    if durability(args):
+        return
     path = args.traces / TRACE
     if not path.exists():
         raise SystemExit(f"{path} is missing: the benchmark replays the real SDSC-SP2 trace")

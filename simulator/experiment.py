@@ -78,15 +78,17 @@ def open_session(
     served, so it runs in-process even when the run goes through the service.
     """
     if address is not None:
+        from predictor.service.records import EPHEMERAL_PREFIX
         from predictor.service.remote import RemoteSession  # grpc is only imported for the service path
 
         session = RemoteSession(
             address,
-            namespace or f"sim-{uuid.uuid4().hex[:12]}",
+            namespace or f"{EPHEMERAL_PREFIX}{uuid.uuid4().hex[:12]}",
             spec,
             reset=True,
             timeout=timeout,
             credentials=credentials,
+            ephemeral=namespace is None,
         )
         try:
             if not _evaluation_only(spec, session):

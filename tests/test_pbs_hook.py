@@ -147,3 +147,33 @@ def test_pbs_report_sends_the_completions_the_hook_asked_about(tmp_path: Path, c
         assert served.prediction.t_sched == 360
     finally:
         running.stop(0).wait()
+
+
+def test_pbs_report_reads_a_folder_of_daily_accounting_files(tmp_path: Path, capsys) -> None:
+    """The documented cron line names PBS's accounting folder (one file a day), not a file."""
+    start = int(time.time()) - 7 * 86400
+    folder = tmp_path / "accounting"
+    folder.mkdir()
+    for day in range(3):
+        lines = [
+            exit_record(
+                f"{day * 10 + i}.pbs",
+                start + day * 86400 + i * 60,
+                start + day * 86400 + i * 60 + 5,
+                start + day * 86400 + i * 60 + 125,
+                account="physics",
+                Resource_List__ncpus=1,
+            )
+            for i in range(4)
+        ]
+        (folder / f"2024030{day + 1}").write_text("\n".join(lines) + "\n")
+    (folder / ".20240301.swp").write_text("not a log\n")  # an editor's file: skipped like any hidden file
+    running, port = start_server("127.0.0.1:0", default_estimators=["percentile:floor=0,min_jobs=3"])
+    try:
+        arguments = ["pbs-report", str(folder), "--address", f"127.0.0.1:{port}", "--namespace", "pbs"]
+        assert main(arguments) == 0
+        assert "12 finished job(s) learned, 0 already held" in capsys.readouterr().out
+        assert main(arguments) == 0
+        assert "0 finished job(s) learned, 12 already held" in capsys.readouterr().out
+    finally:
+        running.stop(0).wait()

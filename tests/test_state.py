@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
 import sqlite3
+import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -18,13 +21,15 @@ from service_support import PATIENT_SECONDS, history, instants, observe_by_name,
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
-from predictor.service import records
+from predictor.service import records, snapshots
 from predictor.service.client import PredictorClient
 from predictor.service.core import PredictorCore
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
 from predictor.service.state import APPLICATION_ID, SCHEMA_VERSION, CompletionStore, StateError, check_wal
 from predictor.session import LocalSession
+from simulator.engine import SimulationConfig
+from simulator.workloads.formats import read_trace
 from tsched.cli import main
 
 PERCENTILE = "percentile"
@@ -58,6 +63,27 @@ def test_a_second_server_on_the_same_file_refuses_naming_the_first(tmp_path: Pat
             assert client.list_estimators("kept").completions == 10
     finally:
         assert second.stop() == 0
+
+
+def test_the_lock_follows_the_file_not_its_spelling(tmp_path: Path) -> None:
+    """A symlink or a hard link to the live file is the same file: a second server through it is refused."""
+    state = tmp_path / "state.sqlite"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    symlink, hard_link = elsewhere / "link.sqlite", elsewhere / "hard.sqlite"
+    first = ServerProcess(state=str(state))
+    try:
+        symlink.symlink_to(state)
+        hard_link.hardlink_to(state)
+        for spelling in (symlink, hard_link, tmp_path / "." / "state.sqlite"):
+            with pytest.raises(StateError, match="in use by another tsched server"):
+                CompletionStore(spelling)
+        with pytest.raises(StateError, match=rf"pid {first.pid}\)"):
+            CompletionStore(symlink)  # the holder's pid is found beside the real file
+    finally:
+        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+    store = CompletionStore(symlink)  # once the holder is gone, any spelling opens it
+    store.close()
 
 
 # --- restarts answer alike ----------------------------------------------------------------------------
@@ -167,6 +193,59 @@ def test_a_damaged_write_ahead_log_is_refused(crashed: Path) -> None:
     store.close()
 
 
+#: Acknowledged calls (one transaction each) before the kill, in the torn-log test.
+ACKNOWLEDGED = 200
+
+
+def test_a_write_ahead_log_cut_after_kill_9_is_refused_or_loses_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kill -9 a real server after ACKNOWLEDGED acknowledged calls, cut its log at several offsets: every start
+    is refused naming the log, or has every acknowledged completion (frames left intact: no checksum can
+    tell that a log lost its tail, the count of commits acknowledged beside the file does)."""
+    state = tmp_path / "state.sqlite"
+    finished = history(ACKNOWLEDGED)
+    server = ServerProcess(state=str(state))
+    try:
+        with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
+            for job in finished:
+                assert client.observe([job], namespace="cluster") == 1
+    finally:
+        assert server.stop(signal.SIGKILL) == -signal.SIGKILL
+    files = {path: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
+    wal = Path(f"{state}-wal")
+    intact = files[wal]
+    frame = 24 + 4096
+    assert len(intact) > 32 + 20 * frame  # the calls are in the log, not yet in the database
+    refused = []
+    cuts = [0, 16, 32, 32 + frame + 100, len(intact) // 3, len(intact) // 2, len(intact) - frame - 7]
+    for cut in [*cuts, len(intact) - 1, len(intact)]:
+        for path, data in files.items():  # the same files (same inodes), as the kill left them
+            path.write_bytes(data)
+        wal.write_bytes(intact[:cut])
+        try:
+            store = CompletionStore(state)
+        except StateError as error:
+            message = str(error)
+        else:
+            held = store.load()["cluster"]
+            store.close()
+            # Started: every acknowledged completion is there (a cut in frames of an earlier, checkpointed
+            # generation of the log, which SQLite had started overwriting from its head, loses nothing).
+            assert sum(len(event.completions) for event in held.events) == ACKNOWLEDGED, f"cut at byte {cut}"
+            continue
+        assert str(wal) in message and "damaged write-ahead log" in message
+        assert wal.read_bytes() == intact[:cut]  # a refused file is left as it was found
+        refused.append(cut)
+    assert refused[:4] == cuts[:4] and len(intact) not in refused
+    for path, data in files.items():
+        path.write_bytes(data)
+    wal.write_bytes(intact[: cuts[3]])
+    assert main(["serve", "--state", str(state)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "state.sqlite-wal: damaged write-ahead log" in error and "Traceback" not in error
+
+
 def test_a_damaged_database_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "state.sqlite"
     store = CompletionStore(state)
@@ -237,7 +316,40 @@ def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_a_snapshot_that_would_run_code_is_refused(tmp_path: Path) -> None:
+def _pickle_call(function: bytes, *arguments: bytes) -> bytes:
+    """Pickle opcodes that call `function` with `arguments` (each itself opcodes) when unpickled."""
+    return function + b"(" + b"".join(arguments) + b"tR"
+
+
+def _pickle_global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def _pickle_text(text: str) -> bytes:
+    return b"X" + struct.pack("<I", len(text.encode())) + text.encode()
+
+
+def _attrgetter_payload(command: str) -> bytes:
+    """A pickle that runs `command` through names the old allow-list admitted: attrgetter("__globals__") of an
+    admitted function gives its module's globals, whose `get("pickle").loads` unpickles anything."""
+    getter = _pickle_global("operator", "attrgetter")
+    module_globals = _pickle_call(
+        _pickle_call(getter, _pickle_text("__globals__")), _pickle_global("predictor.service.snapshots", "_finished")
+    )
+    pickle_module = _pickle_call(
+        _pickle_call(_pickle_call(getter, _pickle_text("get")), module_globals), _pickle_text("pickle")
+    )
+    loads = _pickle_call(_pickle_call(getter, _pickle_text("loads")), pickle_module)
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (command,))
+
+    inner = pickle.dumps(Payload(), protocol=2)
+    return _pickle_call(loads, b"B" + struct.pack("<I", len(inner)) + inner) + b"."
+
+
+def test_a_snapshot_that_would_run_code_is_refused_naming_the_file(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite"
     core = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=Limits(snapshot_every=10))
     core.observe("cluster", history(20), lambda: None)
@@ -248,11 +360,73 @@ def test_a_snapshot_that_would_run_code_is_refused(tmp_path: Path) -> None:
         def __reduce__(self) -> tuple[object, tuple[str]]:
             return (os.system, (f"touch {marker}",))
 
-    with sqlite3.connect(state) as db:
-        db.execute("UPDATE snapshots SET image = ?", (pickle.dumps(Payload()),))
-    with pytest.raises(StateError, match="may not load"):
-        PredictorCore([PERCENTILE], store=CompletionStore(state))
-    assert not marker.exists()
+    for crafted in (_attrgetter_payload(f"touch {marker}"), pickle.dumps(Payload())):
+        with sqlite3.connect(state) as db:
+            db.execute("UPDATE snapshots SET image = ?", (crafted,))
+        store = CompletionStore(state)
+        try:
+            with pytest.raises(StateError) as refused:
+                PredictorCore([PERCENTILE], store=store)
+        finally:
+            store.close()
+        assert not marker.exists()  # nothing ran
+        assert f"{state}: the snapshot of namespace 'cluster' is refused" in str(refused.value)
+
+
+def _rewritten(blob: bytes, change: Callable[[dict[str, Any]], None]) -> bytes:
+    """A snapshot whose JSON document `change` altered (its arrays unchanged)."""
+    start = len(b"tsched-snapshot\n") + 8
+    (length,) = struct.unpack_from("<Q", blob, start - 8)
+    document = json.loads(blob[start : start + length])
+    change(document)
+    text = json.dumps(document).encode()
+    return blob[: start - 8] + struct.pack("<Q", len(text)) + text + blob[start + length :]
+
+
+def test_snapshots_hold_data_only_and_are_checked_before_use() -> None:
+    estimator = make_estimator("mean-std")
+    for job in history(50):
+        estimator.observe(job)
+    image = snapshots.NamespaceImage(records.pack(records.completion_rows(history(5))), 7, {"mean-std": estimator})
+    blob = snapshots.dump(image)
+    assert b"\x80" not in blob[:16] and blob.startswith(b"tsched-snapshot")  # not a pickle
+    restored = snapshots.load(blob, None)
+    query = submissions(history(50)[-1].end)
+    assert restored.estimators["mean-std"].predict_many(query) == estimator.predict_many(query)
+
+    def node_of_class(document: dict[str, Any]) -> dict[str, Any]:
+        return document["estimators"]["mean-std"]
+
+    def foreign_class(document: dict[str, Any]) -> None:
+        node_of_class(document)["class"] = "os:system"
+
+    def getter_of(document: dict[str, Any]) -> dict[str, Any]:
+        history_node = node_of_class(document)["state"]["_history"]
+        return history_node["state"]["_key"]
+
+    def dunder_getter(document: dict[str, Any]) -> None:
+        getter_of(document)["fields"] = ["__class__"]
+
+    def out_of_range(document: dict[str, Any]) -> None:
+        node_of_class(document)["state"]["k"] = 1e9
+
+    def dunder_attribute(document: dict[str, Any]) -> None:
+        node_of_class(document)["state"]["__class__"] = None
+
+    def object_array(document: dict[str, Any]) -> None:
+        document["history"]["dtype"] = "|O"
+
+    for change, refusal in (
+        (foreign_class, "may not hold a os:system"),
+        (dunder_getter, "not fields of a job"),
+        (out_of_range, "k must be in"),
+        (dunder_attribute, "sets the attribute '__class__'"),
+        (object_array, "dtype '|O'"),
+    ):
+        with pytest.raises(snapshots.SnapshotRefusedError, match=refusal):
+            snapshots.load(_rewritten(blob, change), None)
+    with pytest.raises(snapshots.SnapshotRefusedError, match="outside the snapshot's bytes"):
+        snapshots.load(blob[:-8], None)
 
 
 def test_records_round_trip() -> None:
@@ -347,3 +521,46 @@ def test_a_version_2_file_gains_the_table_of_names(tmp_path: Path) -> None:
     store.close()
     with sqlite3.connect(state) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+# --- durability where it is owed ------------------------------------------------------------------
+
+
+def test_a_replay_namespace_is_never_stored_and_is_removed_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tsched simulate --address` replays in an ephemeral `sim-*` namespace: nothing of it reaches the state
+    file (no fsync per instant), and it is gone when the run ends, or fails."""
+    import simulator.experiment
+
+    trace = tmp_path / "small.swf"
+    assert (
+        main(["trace", "generate", "--jobs", "300", "--machine-procs", "64", "--seed", "5", "--out", str(trace)]) == 0
+    )
+    state = tmp_path / "state.sqlite"
+    server = ServerProcess(state=str(state), default_estimators=["last2"])
+    try:
+        with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
+            client.observe(history(10), namespace="live")  # a live namespace beside the replays: kept
+            arguments = ["simulate", "--trace", str(trace), "--estimator", "last2", "--address", server.address]
+            assert main([*arguments, "--mode", "regular"]) == 0
+            assert "got t_req" not in capsys.readouterr().out
+            assert [view.name for view in client.list_namespaces()] == ["live"]
+            replayed = simulator.experiment.simulate
+
+            def failing(jobs, config, session, history=None):  # type: ignore[no-untyped-def]
+                replayed(jobs.iloc[:50], config, session, history)  # the namespace exists, then the run fails
+                assert any(view.name.startswith("sim-") for view in client.list_namespaces())
+                raise RuntimeError("the run failed")
+
+            monkeypatch.setattr(simulator.experiment, "simulate", failing)
+            with pytest.raises(RuntimeError, match="the run failed"):
+                simulator.experiment.run_simulation(
+                    read_trace(trace), SimulationConfig(procs=64), "last2", address=server.address
+                )
+            assert [view.name for view in client.list_namespaces()] == ["live"]
+            with sqlite3.connect(f"{state.as_uri()}?mode=ro", uri=True) as db:
+                assert db.execute("SELECT name FROM namespaces").fetchall() == [("live",)]
+                assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 1
+    finally:
+        assert server.stop() == 0

@@ -2,7 +2,8 @@
 
 With a state file (`state.CompletionStore`) every event a call brings is
 stored before the call is answered (write-ahead), and each namespace is
-saved whole as a snapshot every `--snapshot-every` events. On start, a
+saved whole as a snapshot every `--snapshot-every` events; a replay's
+namespace (`records.EPHEMERAL_PREFIX`) is never stored. On start, a
 namespace is rebuilt from its latest snapshot and the events after it,
 replayed in order, so a restart answers exactly as before it. Without a
 state file the same checks run and nothing is stored.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 from kernel.errors import InvalidRequest, ResourceExhausted
@@ -84,7 +86,7 @@ class Recorder:
             return Recorded(0, len(batch), submitted, clock)
         assert not held.transient  # only calls that record create (or find) a lasting namespace
         self.memory.check_growth(f"namespace {quote(held.name)}")
-        if self.store is not None:
+        if self.store is not None and not held.name.startswith(records.EPHEMERAL_PREFIX):
             recorded_spec = None if spec is None or not submitted else spec.canonical
             held.last_seq = self.store.record(held.name, clock, fresh, submitted, recorded_spec, new_names)
         held.names.update(((kind, name), number) for kind, name, number in new_names)
@@ -111,6 +113,9 @@ class Recorder:
     def maybe_snapshot(self, held: Namespace) -> None:
         """Save the namespace (under its lock) once it has recorded `snapshot_every` events since the last save."""
         if self.store is None or held.since_snapshot < self.limits.snapshot_every:
+            return
+        if held.name.startswith(records.EPHEMERAL_PREFIX):
+            held.since_snapshot = 0
             return
         image = snapshots.NamespaceImage(records.pack(held.history.rows), held.clock, dict(held.estimators))
         try:
@@ -139,7 +144,8 @@ class Recorder:
             try:
                 image = snapshots.load(stored.snapshot, self.trainer)
             except snapshots.SnapshotRefusedError as error:
-                raise StateError(f"namespace {quote(held.name)} in the state file: {error}") from None
+                assert self.store is not None  # a stored namespace comes from the state file
+                raise _refused_snapshot(self.store.path, held.name, error) from None
             held.history = records.History(records.unpack(image.history, records.COMPLETION_WIDTH))
             held.estimators = image.estimators
         skipped: set[str] = set()
@@ -156,6 +162,17 @@ class Recorder:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+def _refused_snapshot(path: Path, name: str, error: snapshots.SnapshotRefusedError) -> StateError:
+    """The refusal of a namespace's snapshot: the file and namespace named, and the way out."""
+    literal = "'" + name.replace("'", "''") + "'"
+    dropped = f"SELECT id FROM namespaces WHERE name = {literal}"
+    return StateError(
+        f"{path}: the snapshot of namespace {quote(name)} is refused: {error}. Restore the file from a backup, "
+        "or drop the snapshot (the namespace then restarts from the events recorded after it only): "
+        f'sqlite3 {path} "DELETE FROM snapshots WHERE namespace_id = ({dropped})"'
+    )
 
 
 def _replay_submissions(

@@ -18,6 +18,10 @@ from kernel.jobs import JOB_FIELDS, FinishedJob, JobRequest
 SUBMISSION_WIDTH = len(JOB_FIELDS)
 COMPLETION_WIDTH = SUBMISSION_WIDTH + 2
 END = SUBMISSION_WIDTH
+#: Namespaces whose name starts so are a replay's (`tsched simulate --address` names them `sim-...`): they are
+#: never written to the state file (a replay can be run again; it needs no durability, and must not pay an
+#: fsync per instant), and the replay removes them when it ends.
+EPHEMERAL_PREFIX = "sim-"
 #: Rows turned into tuples at a time when iterating (bounded memory, few numpy calls).
 _CHUNK = 4096
 _DTYPE = np.dtype("<i8")

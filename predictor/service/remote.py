@@ -38,6 +38,9 @@ class RemoteSession:
     `fallbacks`; unsent completions are kept and sent on the next attempt (the
     service drops ones it already acknowledged). Attempts wait `retry_after`
     seconds, doubling up to `max_retry_after` while failures go on.
+
+    An `ephemeral` session (a replay's, in a `records.EPHEMERAL_PREFIX` namespace, which the server never
+    writes to its state file) removes its namespace when it is closed, whether the run ended or failed.
     """
 
     def __init__(
@@ -51,9 +54,11 @@ class RemoteSession:
         retry_after: float = 0.5,
         max_retry_after: float = 30.0,
         credentials: Credentials | None = None,
+        ephemeral: bool = False,
     ) -> None:
         self.client = PredictorClient(address, timeout, credentials)
         self.namespace = namespace
+        self.ephemeral = ephemeral
         self.spec = spec
         self.fallbacks = 0
         self._pending: list[FinishedJob] = []
@@ -87,7 +92,16 @@ class RemoteSession:
             )
         if self._stream is not None:
             self._stream.close()
+        if self.ephemeral:
+            self._remove_namespace()
         self.client.close()
+
+    def _remove_namespace(self) -> None:
+        """Remove the replay's namespace from the server (a server that went away has dropped it already)."""
+        try:
+            self.client.reset_namespace(self.namespace, missing_ok=True)
+        except PredictorError as error:
+            log.warning("the replay's namespace %r was not removed: %s", self.namespace, error)
 
     def _timeout_for(self, completions: int) -> float:
         return self.client.timeout + completions * SECONDS_PER_COMPLETION

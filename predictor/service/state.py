@@ -1,14 +1,20 @@
 """The state file: what every namespace recorded (completions, submissions), in SQLite, with snapshots.
 
-A call's events are written in one transaction before it is answered
-(WAL, synchronous=FULL), so an acknowledged completion or submission
-survives `kill -9` and a power cut. A namespace is rebuilt on start from its
+A call's events are committed before it is answered (WAL,
+synchronous=FULL), so an acknowledged completion or submission survives
+`kill -9` and a power cut. Calls that arrive while a commit is under way are
+committed together in the next transaction (group commit): one fsync for
+all, so durability costs less per call as the load rises. A namespace is rebuilt on start from its
 latest snapshot and the events recorded after it; writing a snapshot drops
 the events it holds, so the file and the restart stay bounded.
 
 The file cannot be lost quietly:
-- one server per file: an exclusive lock (`FILE.lock`, which names the
-  holder's pid) is taken before the database is opened;
+- one server per file: an exclusive lock on the database file itself (its
+  identity, not its spelling: a symlink or hard link is the same file) is
+  taken before it is opened; `FILE.lock` beside the real file names the
+  holder's pid;
+- a log cut short after a crash: `FILE.lock` counts the transactions
+  acknowledged, and a start that finds fewer in the file refuses it;
 - the write-ahead log is checked before SQLite reads it (a damaged header,
   or committed transactions beyond a damaged frame, are refused: SQLite would
   silently skip them), and a log missing after a server that did not close
@@ -25,6 +31,7 @@ The file cannot be lost quietly:
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import sqlite3
@@ -112,6 +119,18 @@ class Event:
         return records.submissions_from(self.rows)
 
 
+class _Write:
+    """One call's rows waiting for a group commit, and what became of them."""
+
+    __slots__ = ("done", "error", "insert", "seq")
+
+    def __init__(self, insert: Callable[[sqlite3.Connection], int]) -> None:
+        self.insert = insert
+        self.done = False
+        self.seq = 0
+        self.error: BaseException | None = None
+
+
 @dataclass
 class StoredNamespace:
     """A namespace as the file holds it: its clock, its latest snapshot (if any) and the events after it."""
@@ -124,29 +143,72 @@ class StoredNamespace:
 
 
 class StateLock:
-    """An exclusive lock on `FILE.lock` that names its holder: one server per state file.
+    """One server per state file, keyed by the file's identity; and what the server acknowledged in it.
 
-    The kernel drops the lock when the holder dies, even by `kill -9`.
+    The lock is an exclusive `flock` on the database file itself, so it holds
+    whatever the file is called (a symlink, a hard link, another spelling of
+    its folder); the kernel drops it when the holder dies, even by `kill -9`.
+    Beside the file (its real path, `FILE.lock`) the holder writes its pid and,
+    after each commit, the file's device and inode and the number of commits
+    acknowledged so far: a later start that finds fewer commits in the file
+    (a write-ahead log cut or replaced after a crash) refuses it. That count
+    is written after SQLite's `fsync` of the commit, so the file on disk never
+    holds fewer commits than it says, power cut included.
     """
 
     def __init__(self, database: Path) -> None:
-        self.path = database.with_name(database.name + ".lock")
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._file = os.open(database, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as error:
+            raise StateError(f"{database}: cannot open the state file: {error.strerror}") from None
+        status = os.fstat(self._file)
+        self.identity = f"{status.st_dev}:{status.st_ino}"
+        real = Path(os.path.realpath(database))
+        self.path = real.with_name(real.name + ".lock")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(self._fd)
+            os.close(self._file)
+            holder = self._read().get("pid", "unknown")
             raise StateError(
                 f"{database} is in use by another tsched server (pid {holder}): one server per state file"
             ) from None
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as error:
+            os.close(self._file)
+            raise StateError(f"{self.path}: cannot write the state file's lock: {error.strerror}") from None
+        found = self._read()
+        #: Commits the last server on this very file acknowledged (0: none known).
+        self.acknowledged = int(found.get("acknowledged", 0)) if found.get("file") == self.identity else 0
+        self.previous_holder = found.get("pid", "unknown")
+
+    def _read(self) -> dict[str, str]:
+        """The lock file's `key value` lines (an older tsched wrote only its pid)."""
+        try:
+            text = self.path.read_text("ascii", "replace")
+        except OSError:
+            return {}
+        lines = [line.split(None, 1) for line in text.splitlines()]
+        if len(lines) == 1 and len(lines[0]) == 1:
+            return {"pid": lines[0][0]}
+        return {line[0]: line[1].strip() for line in lines if len(line) == 2}
+
+    def hold(self, commits: int) -> None:
+        """Name this server as the holder of a file with `commits` commits (once the file is checked)."""
         os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self.acknowledge(commits)
+
+    def acknowledge(self, commits: int) -> None:
+        """Note that `commits` writes are committed (fixed width: one `pwrite`, never a torn line)."""
+        line = f"pid {os.getpid():>10}\nfile {self.identity:>40}\nacknowledged {commits:>20}\n"
+        os.pwrite(self._fd, line.encode("ascii"), 0)
 
     def release(self) -> None:
         if self._fd >= 0:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            os.close(self._file)
             self._fd = -1
 
 
@@ -258,22 +320,31 @@ class CompletionStore:
         self._listeners: list[Callable[[bool], None]] = []
         self._probing = threading.Event()
         self._closed = False
+        #: Writes waiting for the next group commit (see `_commit_group`), and the lock that guards the list.
+        self._queue: list[_Write] = []
+        self._queue_lock = threading.Lock()
         self._state_lock = StateLock(self.path)
         try:
             self._db = self._open()
         except BaseException:
             self._state_lock.release()
             raise
+        #: Transactions committed in the file's life (`meta.commits`), as the lock file acknowledges them.
+        self._commits = int(self._db.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()[0])
+        self._state_lock.hold(self._commits)
 
     # --- opening ---
 
     def _open(self) -> sqlite3.Connection:
-        wal = self.path.with_name(self.path.name + "-wal")
+        real = Path(os.path.realpath(self.path))  # SQLite follows a symlink: its log is beside the real file
+        wal = real.with_name(real.name + "-wal")
         existed = self.path.exists() and self.path.stat().st_size > 0
         if not existed and wal.exists() and wal.stat().st_size:
             raise StateError(f"{wal} holds writes but {self.path} is missing or empty: restore {self.path.name}")
         commits = check_wal(wal) if existed else 0
         wal_present = wal.exists()  # before SQLite opens the database, which creates an empty log
+        if existed and wal_present:
+            self._check_acknowledged(wal)
         try:
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as error:
@@ -291,6 +362,7 @@ class CompletionStore:
             # Written, then checkpointed into the database itself: a later start that finds this pid
             # knows this server did not close the file, and that its log holds writes.
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('running_pid', ?)", (os.getpid(),))
+            db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('commits', 0)")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._namespace_ids = dict(db.execute("SELECT name, id FROM namespaces"))
         except sqlite3.Error as error:
@@ -305,6 +377,30 @@ class CompletionStore:
         if commits:
             log.info("%s: replaying %d transaction(s) from %s", self.path, commits, wal.name)
         return db
+
+    def _check_acknowledged(self, wal: Path) -> None:
+        """Refuse a file that holds fewer commits than its last server acknowledged: its log was cut or
+        replaced after a crash (no checksum can tell: the frames left are intact). Read-only, so that a
+        refused file is left exactly as it was found."""
+        owed = self._state_lock.acknowledged
+        if not owed:
+            return
+        try:
+            reader = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                row = reader.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()
+            finally:
+                reader.close()
+        except sqlite3.Error:
+            return  # damaged or of an older schema: the checks of the open that follows name what is wrong
+        held = 0 if row is None else int(row[0])
+        if held < owed:
+            raise StateError(
+                f"{wal}: damaged write-ahead log: {owed - held} of the {owed} transactions the last server "
+                f"(pid {self._state_lock.previous_holder}) acknowledged are not in it (cut or replaced after a "
+                f"crash); starting would lose acknowledged data. Restore {self.path.name} and {wal.name} "
+                f"from a backup; to start without those writes instead, remove {self._state_lock.path}"
+            )
 
     def _check(self, db: sqlite3.Connection, wal: Path, existed: bool, wal_present: bool) -> None:
         """Integrity, program, schema version, and a log lost since an unclean stop; migrate version 1."""
@@ -407,28 +503,65 @@ class CompletionStore:
         spec: str | None = None,
         names: Sequence[tuple[str, str, int]] = (),
     ) -> int:
-        """Durably add a call's events, and the ids of names it used first, to `namespace` and set its clock,
-        in one transaction; return the last seq."""
-        with self._writing() as db:
-            ns_id = self._namespace_ids.get(namespace)
-            if ns_id is None:
-                cursor = db.execute("INSERT INTO namespaces (name, clock) VALUES (?, ?)", (namespace, clock))
-                assert cursor.lastrowid is not None  # an INSERT into a rowid table
-                ns_id = self._namespace_ids[namespace] = cursor.lastrowid
-            else:
-                db.execute("UPDATE namespaces SET clock = ? WHERE id = ?", (clock, ns_id))
-            db.executemany(
-                "INSERT INTO names (namespace_id, field, name, id) VALUES (?, ?, ?, ?)",
-                [(ns_id, kind, name, number) for kind, name, number in names],
-            )
-            seq = 0
-            insert = "INSERT INTO events (namespace_id, kind, spec, rows) VALUES (?, ?, ?, ?)"
-            if completions:
-                blob = records.pack(records.completion_rows(completions))
-                seq = db.execute(insert, (ns_id, COMPLETIONS, None, blob)).lastrowid or 0
-            if submissions:
-                blob = records.pack(records.submission_rows(submissions))
-                seq = db.execute(insert, (ns_id, SUBMISSIONS, spec, blob)).lastrowid or 0
+        """Durably add a call's events, and the ids of names it used first, to `namespace` and set its clock;
+        return the last seq. Returns once the transaction holding them is committed: the calls of other
+        threads waiting meanwhile are committed with it, in one transaction (group commit)."""
+        write = _Write(functools.partial(self._insert, namespace, clock, completions, submissions, spec, names))
+        with self._queue_lock:
+            self._queue.append(write)
+        with self._lock:
+            if not write.done:
+                self._commit_group()
+        if write.error is not None:
+            raise write.error
+        return write.seq
+
+    def _commit_group(self) -> None:
+        """Commit every queued write in one transaction (the caller holds the lock); a failure fails them all
+        (nothing of any is kept)."""
+        with self._queue_lock:
+            group, self._queue = self._queue, []
+        try:
+            with self._transaction() as db:
+                for write in group:
+                    write.seq = write.insert(db)
+        except BaseException as error:
+            for write in group:
+                write.error = error
+        finally:
+            for write in group:
+                write.done = True
+
+    def _insert(
+        self,
+        namespace: str,
+        clock: int,
+        completions: Sequence[FinishedJob],
+        submissions: Sequence[JobRequest],
+        spec: str | None,
+        names: Sequence[tuple[str, str, int]],
+        db: sqlite3.Connection,
+    ) -> int:
+        """One call's rows, inside the group's transaction; the last seq."""
+        ns_id = self._namespace_ids.get(namespace)
+        if ns_id is None:
+            cursor = db.execute("INSERT INTO namespaces (name, clock) VALUES (?, ?)", (namespace, clock))
+            assert cursor.lastrowid is not None  # an INSERT into a rowid table
+            ns_id = self._namespace_ids[namespace] = cursor.lastrowid
+        else:
+            db.execute("UPDATE namespaces SET clock = ? WHERE id = ?", (clock, ns_id))
+        db.executemany(
+            "INSERT INTO names (namespace_id, field, name, id) VALUES (?, ?, ?, ?)",
+            [(ns_id, kind, name, number) for kind, name, number in names],
+        )
+        seq = 0
+        insert = "INSERT INTO events (namespace_id, kind, spec, rows) VALUES (?, ?, ?, ?)"
+        if completions:
+            blob = records.pack(records.completion_rows(completions))
+            seq = db.execute(insert, (ns_id, COMPLETIONS, None, blob)).lastrowid or 0
+        if submissions:
+            blob = records.pack(records.submission_rows(submissions))
+            seq = db.execute(insert, (ns_id, SUBMISSIONS, spec, blob)).lastrowid or 0
         return seq
 
     def save_snapshot(self, namespace: str, through_seq: int, image: bytes) -> None:
@@ -450,6 +583,8 @@ class CompletionStore:
 
     def forget(self, namespace: str) -> None:
         """Drop a namespace, its events and its snapshot."""
+        if namespace not in self._namespace_ids:
+            return  # never stored (an ephemeral namespace, or nothing recorded yet): no transaction to pay
         with self._writing() as db:
             ns_id = self._namespace_ids.pop(namespace, None)
             if ns_id is not None:
@@ -508,26 +643,35 @@ class CompletionStore:
 
     @contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
-        """One transaction: committed on success; on failure rolled back, the namespace ids re-read,
-        and a database error reported as Unavailable (the store turns unhealthy)."""
-        with self._lock:
-            if self._closed:
-                raise Unavailable("the server is stopping: its state file is closed")
-            db = self._db
+        """One transaction of its own, under the lock (see `_transaction`)."""
+        with self._lock, self._transaction() as db:
+            yield db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One transaction (the caller holds the lock): committed and acknowledged on success; on failure
+        rolled back, the namespace ids re-read, and a database error reported as Unavailable (the store
+        turns unhealthy)."""
+        if self._closed:
+            raise Unavailable("the server is stopping: its state file is closed")
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield db
-                    db.execute("COMMIT")
-                except BaseException:
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    self._namespace_ids = dict(db.execute("SELECT name, id FROM namespaces"))
-                    raise
-            except sqlite3.Error as error:
-                log.error("%s: write failed: %s", self.path, error)
-                self._set_healthy(False)
-                raise Unavailable(
-                    f"the server cannot write its state file ({error}); nothing of this call was kept; retry later"
-                ) from None
+                db.execute("UPDATE meta SET value = ? WHERE key = 'commits'", (self._commits + 1,))
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                self._namespace_ids = dict(db.execute("SELECT name, id FROM namespaces"))
+                raise
+        except sqlite3.Error as error:
+            log.error("%s: write failed: %s", self.path, error)
+            self._set_healthy(False)
+            raise Unavailable(
+                f"the server cannot write its state file ({error}); nothing of this call was kept; retry later"
+            ) from None
+        self._commits += 1
+        self._state_lock.acknowledge(self._commits)
         self._set_healthy(True)
