@@ -3,17 +3,20 @@
 For each call the gate, in this order:
 - authenticates the caller's bearer token when the server has a token file
   (UNAUTHENTICATED without a known one; `predictor.service.security` is the policy);
-- admits it within the server's limits: a call or stream slot, and memory for
-  each request message (RESOURCE_EXHAUSTED beyond, at once: the threads kept in
-  reserve stay free for health checks and refusals);
+- admits it within the server's limits: a slot of its kind within the client's
+  share, and memory for each request message and its answer (RESOURCE_EXHAUSTED
+  beyond, at once: the threads kept in reserve stay free for refusals);
 - decodes each request itself, so that an undecodable message is
   INVALID_ARGUMENT (grpcio's own decoding answers INTERNAL and logs a traceback);
 - checks the namespace each message names against the token's grant
   (PERMISSION_DENIED outside it);
 - keeps the call under the watchdog, which cuts a client that stops sending or reading.
 
-Health checks pass untouched and need no token: an orchestrator probes them,
-and they reveal only SERVING or NOT_SERVING.
+Health checks need no token (an orchestrator probes them, and they reveal only
+SERVING or NOT_SERVING) but pass the same admission, with slots of their own:
+`Check` a health-check slot, `Watch` a watcher slot held while the stream is
+open, which holds no thread (it is served non-blocking), so that watchers
+cannot starve the server of threads.
 """
 
 from __future__ import annotations
@@ -64,6 +67,36 @@ else:
     _Interceptor = grpc.ServerInterceptor
 
 
+class NonBlockingStream:
+    """A response-streaming behaviour grpcio calls with a send callback and returns from at once: the stream
+    holds no server thread while it is open (grpcio's `experimental_non_blocking`, which the health service's
+    `Watch` supports). Every wrapper of such a behaviour must be one too, or the stream takes a thread back."""
+
+    experimental_non_blocking = True
+    experimental_thread_pool = None
+
+    def __init__(self, behaviour: Callable[[Any, grpc.ServicerContext, Callable[[Any], None]], None]) -> None:
+        self._behaviour = behaviour
+
+    def __call__(self, request: Any, context: grpc.ServicerContext, send: Callable[[Any], None]) -> None:
+        self._behaviour(request, context, send)
+
+
+def when_done(context: grpc.ServicerContext, callback: Callable[[], None]) -> None:
+    """Run `callback` when the call ends (at once if it has already ended)."""
+    if not context.add_callback(callback):
+        callback()
+
+
+def client_of(context: grpc.ServicerContext, grant: Grant | None) -> str:
+    """Who a call's slots are counted against: its token, else its address without the port."""
+    if grant is not None:
+        return f"token {grant.holder}"
+    peer: str = context.peer() or "unknown"
+    kind, _, address = peer.partition(":")
+    return "unix" if kind == "unix" else address.rpartition(":")[0] or peer
+
+
 class Gate(_Interceptor):
     """Authentication, admission, decoding, namespace authorization and the watchdog, for every call."""
 
@@ -83,10 +116,11 @@ class Gate(_Interceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method: str = handler_call_details.method
-        if method.startswith(HEALTH_PREFIX):
-            return continuation(handler_call_details)
         if method not in self._handlers:  # built once per method: the handlers never change once serving
-            self._handlers[method] = self._guarded(method, continuation(handler_call_details))
+            handler = self._guarded(method, continuation(handler_call_details))
+            if handler is None:
+                return None  # an unknown method is not remembered: clients choose its name
+            self._handlers[method] = handler
         return self._handlers[method]
 
     # --- building the guarded handlers -----------------------------------------------------------
@@ -99,12 +133,14 @@ class Gate(_Interceptor):
         access = (
             ACCESS_BY_METHOD[method.removeprefix(_PREDICTOR_PREFIX)] if method.startswith(_PREDICTOR_PREFIX) else None
         )
+        health = method.startswith(HEALTH_PREFIX)
         name = method.rpartition("/")[2]
         decode: Callable[[bytes], Any] = handler.request_deserializer or (lambda raw: raw)
         if not handler.request_streaming and not handler.response_streaming:
             assert handler.unary_unary is not None
+            kind = CallKind.HEALTH if health else CallKind.CALL
             return grpc.stream_unary_rpc_method_handler(
-                self._unary(name, handler.unary_unary, decode, access),
+                self._unary(name, kind, handler.unary_unary, decode, access),
                 response_serializer=handler.response_serializer,
             )
         if handler.request_streaming and handler.response_streaming:
@@ -113,51 +149,72 @@ class Gate(_Interceptor):
                 self._stream(name, handler.stream_stream, decode, access),
                 response_serializer=handler.response_serializer,
             )
+        watch = handler.unary_stream
+        if health and watch is not None and getattr(watch, "experimental_non_blocking", False):
+            return grpc.unary_stream_rpc_method_handler(
+                self._watch(watch),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         raise ValueError(f"the gate does not guard {method}: only unary and bidirectional calls are served")
 
     def _unary(
         self,
         name: str,
+        kind: str,
         behaviour: Callable[[Any, grpc.ServicerContext], Any],
         decode: Callable[[bytes], Any],
         access: Access | None,
     ) -> Callable[[Iterator[bytes], grpc.ServicerContext], Any]:
-        """A unary call served as a stream of one message, so that a slow sender can be cut."""
+        """A unary call served as a stream of one message, so that a slow sender can be cut.
+
+        The memory reserved for the request is held until the call ends, answer sent: an answer a client
+        does not read holds its share of the budget (and is cut after --send-timeout), so unread answers
+        cannot pile up beyond it.
+        """
         admission, watchdog, receive_timeout = self.admission, self.watchdog, self.limits.receive_timeout
 
         def guarded(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
-            grant = self._authenticate(context)
-            with admission.slot(CallKind.CALL) as admitted:
-                if not admitted:
-                    abort(
-                        context,
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"the server is serving its limit of {self.limits.max_calls} calls at once; retry shortly",
-                    )
-                with watchdog.watching(context.cancel, name, receive_timeout) as watch:
-                    watch.receiving()
-                    raw = next(requests, None)
-                    watch.working()
+            grant = self._authenticate(context, required=kind != CallKind.HEALTH)
+            with admission.slot(kind, client_of(context, grant)) as refused:
+                if refused is not None:
+                    abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused, grant)
+                watch = watchdog.watch(context.cancel, name, receive_timeout)
+                when_done(context, lambda: watchdog.unwatch(watch))
+                watch.receiving()
+                raw = next(requests, None)
+                watch.working()
                 if raw is None:
                     abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{name}: no request message")
                 reserved = admission.reserve(len(raw))
                 if not reserved:
                     abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, _BUSY_WITH_LARGE_REQUESTS)
-                try:
-                    request = self._decode(context, name, decode, raw)
-                    del raw
-                    if access is Access.LIST:
-                        return _visible(behaviour(request, context), grant)
-                    if access is not None and grant is not None:
-                        try:
-                            grant.check(request.namespace, access)
-                        except PermissionDenied as error:
-                            abort(context, grpc.StatusCode.PERMISSION_DENIED, str(error), grant)
-                    return behaviour(request, context)
-                finally:
-                    admission.release(reserved)
+                when_done(context, lambda: admission.give_back(reserved))
+                request = self._decode(context, name, decode, raw)
+                del raw
+                answer = self._answer(context, behaviour, request, access, grant)
+                watch.sending()  # from here the answer waits on its client
+                return answer
 
         return guarded
+
+    def _answer(
+        self,
+        context: grpc.ServicerContext,
+        behaviour: Callable[[Any, grpc.ServicerContext], Any],
+        request: Any,
+        access: Access | None,
+        grant: Grant | None,
+    ) -> Any:
+        """The behaviour's answer to a request the caller's grant allows (a listing cut to it)."""
+        if access is Access.LIST:
+            return _visible(behaviour(request, context), grant)
+        if access is not None and grant is not None:
+            try:
+                grant.check(request.namespace, access)
+            except PermissionDenied as error:
+                abort(context, grpc.StatusCode.PERMISSION_DENIED, str(error), grant)
+        return behaviour(request, context)
 
     def _stream(
         self,
@@ -170,13 +227,9 @@ class Gate(_Interceptor):
 
         def guarded(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[Any]:
             grant = self._authenticate(context)
-            with admission.slot(CallKind.STREAM) as admitted:
-                if not admitted:
-                    abort(
-                        context,
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"the server holds its limit of {self.limits.max_streams} streams open; retry shortly",
-                    )
+            with admission.slot(CallKind.STREAM, client_of(context, grant)) as refused:
+                if refused is not None:
+                    abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused, grant)
                 with watchdog.watching(context.cancel, name, idle_timeout) as watch:
                     reserved = [0]
 
@@ -198,22 +251,37 @@ class Gate(_Interceptor):
 
                     try:
                         for response in behaviour(messages(), context):
-                            admission.release(reserved[0])
-                            reserved[0] = 0
                             watch.sending()
-                            yield response
+                            yield response  # returns once the answer is sent: its memory is reserved till then
                             watch.working()
+                            admission.give_back(reserved[0])
+                            reserved[0] = 0
                     except ServiceError as error:  # from a service that does not map refusals itself (reflection)
                         abort(context, status_code(error), str(error))
                     finally:
-                        admission.release(reserved[0])
+                        admission.give_back(reserved[0])
 
         return guarded
 
+    def _watch(self, behaviour: Callable[..., Any]) -> NonBlockingStream:
+        """`Health.Watch`: a watcher slot per stream, given back when it ends; no thread is held meanwhile."""
+        admission = self.admission
+
+        def guarded(request: Any, context: grpc.ServicerContext, send: Callable[[Any], None]) -> None:
+            client = client_of(context, self._authenticate(context, required=False))
+            refused = admission.acquire(CallKind.WATCH, client)
+            if refused is not None:
+                abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            when_done(context, lambda: admission.release(CallKind.WATCH, client))
+            behaviour(request, context, send)
+
+        return NonBlockingStream(guarded)
+
     # --- the checks ------------------------------------------------------------------------------
 
-    def _authenticate(self, context: grpc.ServicerContext) -> Grant | None:
-        """The caller's grant (None when the server has no token file); aborts UNAUTHENTICATED otherwise."""
+    def _authenticate(self, context: grpc.ServicerContext, required: bool = True) -> Grant | None:
+        """The caller's grant (None when the server has no token file, or for a health call without one);
+        aborts UNAUTHENTICATED otherwise."""
         if self.tokens is None:
             return None
         authorization = None
@@ -222,7 +290,7 @@ class Gate(_Interceptor):
                 authorization = value if isinstance(value, str) else None
                 break
         grant = self.tokens.table.grant_for(authorization)
-        if grant is None:
+        if grant is None and required:
             reason = "no bearer token" if authorization is None else "an unknown token"
             abort(
                 context,
