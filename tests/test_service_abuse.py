@@ -8,20 +8,27 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from service_support import HeldEstimator, status_of, wait_for, write_secret
+from service_support import HeldEstimator, history, status_of, wait_for, write_secret
 
-from kernel.errors import InvalidRequest
+from kernel.errors import InvalidRequest, Unavailable
+from kernel.jobs import FinishedJob, JobRequest
+from predictor.estimators.base import Estimator
+from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
+from predictor.estimators.lgbm.model import TrainedModel
+from predictor.estimators.lgbm.training import TrainingData
 from predictor.registry import available
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.connection import Credentials
 from predictor.service.limits import ESTIMATOR_CAPS, CallKind, Limits
 from predictor.service.server import PredictorServer, Security, start_server
 from predictor.service.specs import SpecBook, registry_factory
+from predictor.service.training import QUEUED_TRAININGS, TRAINING_THREADS, Trainer, waiting_at_most
 
 #: Every call of these tests may wait this long (a refusal or an answer); only a server that makes calls
 #: wait for threads held by others comes near it.
@@ -189,3 +196,119 @@ def test_an_estimator_limit_overrides_one_entry_and_keeps_the_others() -> None:
         book.spec("lgbm-quantile:trees=51")
     with pytest.raises(InvalidRequest, match="threads=3"):
         book.spec("lgbm-sched:threads=3")  # still held to the built-in table
+
+
+# --- what refused calls leave behind, and what Status tells whom ---------------------------------------------
+
+
+def test_refused_calls_create_no_namespace() -> None:
+    """A completion after year 5138, or a question about one, is refused: it used to leave an empty namespace."""
+    running, address = serving(Limits())
+    late = 10**12
+    try:
+        with PredictorClient(address, timeout=PATIENT_SECONDS) as client:
+            job = JobRequest(1, late - 100, user=1, group=1, t_req=60, procs=1)
+            code, _ = status_of(lambda: client.observe([FinishedJob(job, late, 60)], namespace="ghost-observe"))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            code, _ = status_of(lambda: client.sync([], [job], namespace="ghost-sync"))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            spec = "lgbm-quantile:trees=5"  # its questions are recorded, so they create the namespace
+            code, _ = status_of(lambda: client.predict_job(job, namespace="ghost-predict", estimator=spec))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            assert client.list_namespaces() == []
+            assert client.status("ghost-sync").namespaces == 0
+            client.observe(history(10), namespace="real")  # a call that is answered still creates it
+            assert [view.name for view in client.list_namespaces()] == ["real"]
+    finally:
+        running.stop(0).wait()
+
+
+def test_status_shows_a_token_only_its_own_namespaces_counts(tmp_path: Path) -> None:
+    """Any token used to see the server-wide namespace and call counts; now only the operator's (`*`) does."""
+    team, operator = "t" * 32, "p" * 32
+    tokens = write_secret(tmp_path / "tokens", f"{team} team-*\n{operator} *\n")
+    running, address = serving(Limits(), security=Security(tokens=str(tokens)))
+    try:
+        with (
+            PredictorClient(address, timeout=PATIENT_SECONDS, credentials=Credentials(token=team)) as own,
+            PredictorClient(address, timeout=PATIENT_SECONDS, credentials=Credentials(token=operator)) as admin,
+        ):
+            for name in ("other-a", "other-b", "other-c"):
+                admin.observe(history(10), namespace=name)
+            own.observe(history(10), namespace="team-a")
+            mine = own.status("team-a")
+            assert (mine.namespace_exists, mine.completions, mine.namespaces) == (True, 10, 1)
+            assert mine.calls == () and mine.training_runs == 0
+            everything = admin.status("team-a")
+            assert everything.namespaces == 4 and any(call.rpc == "ObserveCompletions" for call in everything.calls)
+    finally:
+        running.stop(0).wait()
+
+
+# --- trainings off the request path ------------------------------------------------------------------------------
+
+TRAINING_HELD = threading.Event()
+
+
+@dataclass(kw_only=True, eq=False, repr=False)
+class HeldTraining(LGBMQuantileEstimator):
+    """lgbm-quantile whose trainings last until the test lets them end: a training as slow as a test needs."""
+
+    def train(self, data: TrainingData) -> TrainedModel:
+        TRAINING_HELD.wait(60)
+        return super().train(data)
+
+
+def held_training_factory(spec: str) -> tuple[Estimator, str]:
+    if spec == "held":
+        return HeldTraining(min_train=50, trees=2, retrain="1d", swap="1h", window="30d"), "held"
+    return registry_factory(spec)
+
+
+def test_a_call_that_would_wait_for_a_training_is_refused_within_its_deadline_and_frees_its_slot() -> None:
+    """Requests used to wait on a training with no deadline, holding their call slot; now the wait is bounded
+    by the call's deadline and --max-wait: the call is refused UNAVAILABLE (retry) and the training goes on."""
+    TRAINING_HELD.clear()
+    running, address = serving(Limits(max_wait=0.5), estimator_factory=held_training_factory)
+    try:
+        with PredictorClient(address, timeout=PATIENT_SECONDS) as client:
+            finished = history(120)
+            client.observe(finished, namespace="slow")
+            now = finished[-1].end + 10
+            first = JobRequest(1, now, user=1, group=7, t_req=3600, procs=4)
+            assert client.predict_job(first, namespace="slow", estimator="held").prediction.fallback  # training starts
+            later = first._replace(job_id=2, submit=now + 7200)  # past the point where the new model goes live
+            code, details = status_of(lambda: client.predict_job(later, namespace="slow", estimator="held"))
+            assert code == grpc.StatusCode.UNAVAILABLE and "still training" in details
+            assert running.gate.admission.in_use(CallKind.CALL) == 0  # its slot given back
+            TRAINING_HELD.set()
+            answer = client.predict_job(later, namespace="slow", estimator="held")  # the retry is answered
+            assert not answer.prediction.fallback  # from the model trained meanwhile
+    finally:
+        TRAINING_HELD.set()
+        running.stop(0).wait()
+
+
+def test_a_training_that_finds_the_queue_full_waits_only_as_long_as_its_call_may() -> None:
+    trainer = Trainer()
+    release = threading.Event()
+    held = [trainer.submit(release.wait, 60) for _ in range(TRAINING_THREADS + QUEUED_TRAININGS)]
+    outcome: list[BaseException] = []
+
+    def one_more() -> None:
+        try:
+            with waiting_at_most(0.2):
+                trainer.submit(time.sleep, 0)
+        except Unavailable as error:
+            outcome.append(error)
+
+    try:
+        waiting = threading.Thread(target=one_more)
+        waiting.start()
+        waiting.join(PATIENT_SECONDS)
+        assert not waiting.is_alive() and len(outcome) == 1  # refused, not queued for ever
+    finally:
+        release.set()
+        for future in held:
+            future.result()
+        trainer.shutdown()

@@ -22,7 +22,7 @@ cannot starve the server of threads.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
@@ -100,9 +100,13 @@ def client_of(context: grpc.ServicerContext, grant: Grant | None) -> str:
 class Gate(_Interceptor):
     """Authentication, admission, decoding, namespace authorization and the watchdog, for every call."""
 
-    def __init__(self, limits: Limits, tokens: TokenSource | None) -> None:
+    def __init__(
+        self, limits: Limits, tokens: TokenSource | None, namespace_names: Callable[[], Iterable[str]] = tuple
+    ) -> None:
+        """`namespace_names`: the names of the namespaces the server holds, to count a token's own."""
         self.limits = limits
         self.tokens = tokens
+        self._namespace_names = namespace_names
         self.admission = Admission(limits)
         self.watchdog = Watchdog(limits.send_timeout)
         self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any] | None] = {}
@@ -214,7 +218,17 @@ class Gate(_Interceptor):
                 grant.check(request.namespace, access)
             except PermissionDenied as error:
                 abort(context, grpc.StatusCode.PERMISSION_DENIED, str(error), grant)
-        return behaviour(request, context)
+        answer = behaviour(request, context)
+        if access is Access.STATUS and grant is not None and not grant.operator:
+            return self._own_status(answer, grant)
+        return answer
+
+    def _own_status(self, status: pb.StatusResponse, grant: Grant) -> pb.StatusResponse:
+        """A Status cut to what `grant` may see: its namespaces counted, no server-wide calls or trainings."""
+        status.namespaces = sum(1 for name in self._namespace_names() if grant.allows(name, Access.USE))
+        status.training_runs = 0
+        del status.calls[:]
+        return status
 
     def _stream(
         self,

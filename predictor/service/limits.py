@@ -80,6 +80,11 @@ class Limits:
     stream_idle_timeout: float = bound(300.0, "seconds a stream may wait for its client's next message")
     send_timeout: float = bound(30.0, "seconds a stream's answer may wait for a client that does not read it")
     receive_timeout: float = bound(30.0, "seconds a call's request may take to arrive")
+    max_wait: float = bound(
+        20.0,
+        "seconds a call may wait for a model training (less when its deadline comes first); "
+        "then it is refused UNAVAILABLE, to retry",
+    )
     keepalive: float = bound(
         60.0,
         f"seconds between pings on an idle connection; a peer silent {KEEPALIVE_TIMEOUT_SECONDS:.0f} s more is dropped",

@@ -32,6 +32,7 @@ from predictor.service import codec
 from predictor.service.core import Answer, PredictorCore
 from predictor.service.namespaces import DEFAULT_NAMESPACE, DeadlineCheck
 from predictor.service.quoting import RefusalLog, clip
+from predictor.service.training import waiting_at_most
 from predictor.service.views import CallCount, ServiceStatus
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ log = logging.getLogger("tsched.service")
 refusals = RefusalLog(log)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Predictor"].full_name
+#: The share of its remaining time a call may spend waiting for a training: the refusal must reach the
+#: client before its deadline does.
+DEADLINE_SHARE = 0.8
 
 #: Status codes of the domain's refusals; any other ServiceError is a bad request.
 STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
@@ -89,7 +93,8 @@ def unary(
     @functools.wraps(method)
     def handler(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
         try:
-            return method(self, request, context)
+            with waiting_at_most(self.wait_for(context)):
+                return method(self, request, context)
         except Exception as error:
             abort(context, method.__name__, error)
             raise  # unreachable: abort raises
@@ -144,6 +149,12 @@ class PredictorServicer(rpc.PredictorServicer):
         self.core = core
         self.calls = calls
         self.max_batch = core.limits.max_batch
+        self.max_wait = core.limits.max_wait
+
+    def wait_for(self, context: grpc.ServicerContext) -> float:
+        """How long the call may wait for a training: --max-wait, or less to be refused within its deadline."""
+        remaining = context.time_remaining()
+        return self.max_wait if remaining is None else min(self.max_wait, DEADLINE_SHARE * remaining)
 
     @unary
     def Predict(self, request: pb.PredictRequest, context: grpc.ServicerContext) -> pb.PredictResponse:
@@ -211,7 +222,9 @@ class PredictorServicer(rpc.PredictorServicer):
     ) -> Iterator[pb.SyncResponse]:
         """Each request handled as `Sync`, answered in order; the first refusal ends the stream."""
         for request in requests:
-            yield self._sync(request, context)
+            with waiting_at_most(self.wait_for(context)):
+                response = self._sync(request, context)
+            yield response
 
     def _sync(self, request: pb.SyncRequest, context: grpc.ServicerContext) -> pb.SyncResponse:
         self.core.spec(request.estimator)
