@@ -22,13 +22,18 @@ from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
 from predictor.estimators.lgbm.model import TrainedModel
 from predictor.estimators.lgbm.training import TrainingData
+from predictor.forecasting import QueueState, Scheduler, StartedJob
+from predictor.proto import pb, rpc
 from predictor.registry import available
 from predictor.service.client import PredictorClient, PredictorError
+from predictor.service.codec import forecast_request
 from predictor.service.connection import Credentials
+from predictor.service.forecasts import MAX_FORECAST_RUNNING, MAX_FORECAST_WAITING
 from predictor.service.limits import ESTIMATOR_CAPS, CallKind, Limits
 from predictor.service.server import PredictorServer, Security, start_server
 from predictor.service.specs import SpecBook, registry_factory
 from predictor.service.training import QUEUED_TRAININGS, TRAINING_THREADS, Trainer, waiting_at_most
+from simulator.forecast import FORWARD_SIMULATION
 
 #: Every call of these tests may wait this long (a refusal or an answer); only a server that makes calls
 #: wait for threads held by others comes near it.
@@ -312,3 +317,52 @@ def test_a_training_that_finds_the_queue_full_waits_only_as_long_as_its_call_may
         for future in held:
             future.result()
         trainer.shutdown()
+
+
+# --- forecasts nobody waits for --------------------------------------------------------------------------------
+
+
+def heavy_forecast() -> pb.ForecastStartRequest:
+    """The documented maximum sizes under conservative backfilling: a minute of CPU on this machine, or more."""
+    now = 10**6
+    running = [
+        StartedJob(JobRequest(100_000 + i, now - 100, 1, 1, 100 + 60 * i, 1), now - 50)
+        for i in range(MAX_FORECAST_RUNNING)
+    ]
+    waiting = [JobRequest(i, now - 10, i % 50, 1, 3600 + i, 1 + (i * 7) % 64) for i in range(MAX_FORECAST_WAITING)]
+    state = QueueState(now, MAX_FORECAST_RUNNING + 64, running, waiting)
+    return forecast_request(state, Scheduler("fcfs", "conservative", "queue"), "", "request", None)
+
+
+def process_cpu_over(seconds: float) -> float:
+    started = time.process_time()
+    time.sleep(seconds)
+    return time.process_time() - started
+
+
+@pytest.mark.slow
+def test_a_forecast_whose_caller_gives_up_stops_and_its_cpu_with_it() -> None:
+    """ForecastStart at its documented maximum sizes used to run on (58 CPU seconds) after its client left."""
+    running, address = serving(Limits(), start_forecaster=FORWARD_SIMULATION)
+    try:
+        with grpc.insecure_channel(address) as channel:
+            call = rpc.PredictorStub(channel).ForecastStart.future(heavy_forecast(), timeout=10 * PATIENT_SECONDS)
+            wait_for(lambda: running.gate.admission.in_use(CallKind.CALL) == 1)
+            time.sleep(0.5)  # well into the forward runs
+            call.cancel()  # the client gives up
+            wait_for(lambda: running.gate.admission.in_use(CallKind.CALL) == 0, PATIENT_SECONDS)
+        busy = process_cpu_over(1.0)
+        assert busy < 0.3, f"the server still used {busy:.2f} CPU seconds in one second after its caller left"
+    finally:
+        running.stop(0).wait()
+
+
+def test_a_forecast_is_bounded_in_cpu() -> None:
+    running, address = serving(Limits(forecast_cpu_seconds=0.5), start_forecaster=FORWARD_SIMULATION)
+    try:
+        with grpc.insecure_channel(address) as channel:
+            forecast = rpc.PredictorStub(channel).ForecastStart
+            code, details = status_of(lambda: forecast(heavy_forecast(), timeout=10 * PATIENT_SECONDS))
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--forecast-cpu-seconds" in details
+    finally:
+        running.stop(0).wait()

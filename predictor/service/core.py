@@ -255,7 +255,13 @@ class PredictorCore:
         estimates = [prediction.t_sched for prediction in answer.predictions]
         running = len(state.running)
         forecasts = forecast_with_bounds(
-            forecaster, state, scheduler, (estimates[:running], estimates[running:]), lifetimes, lower_quantile
+            forecaster,
+            state,
+            scheduler,
+            (estimates[:running], estimates[running:]),
+            lifetimes,
+            lower_quantile,
+            check_deadline,
         )
         check_deadline()
         return ForecastAnswer(forecasts, answer.estimator, answer.namespace, state.now)

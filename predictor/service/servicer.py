@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -126,6 +127,25 @@ def deadline_of(context: grpc.ServicerContext) -> DeadlineCheck:
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
             raise DeadlineExceeded("deadline exceeded before the call completed")
+
+    return check
+
+
+def forecast_check(context: grpc.ServicerContext, cpu_seconds: float) -> DeadlineCheck:
+    """The check a forecast's forward runs call: it stops one whose caller has gone (cancelled, disconnected),
+    whose deadline has passed, or that has used its CPU time (`--forecast-cpu-seconds`)."""
+    deadline = deadline_of(context)
+    started = time.thread_time()
+
+    def check() -> None:
+        if not context.is_active():
+            raise DeadlineExceeded("the caller went away: the forecast was stopped")
+        deadline()
+        if time.thread_time() - started > cpu_seconds:
+            raise ResourceExhausted(
+                f"the forecast took more than this server's {cpu_seconds:g} CPU seconds "
+                "(--forecast-cpu-seconds): ask about fewer jobs"
+            )
 
     return check
 
@@ -263,9 +283,8 @@ class PredictorServicer(rpc.PredictorServicer):
     ) -> pb.ForecastStartResponse:
         self.core.spec(request.estimator)
         state, scheduler, lower_quantile = codec.forecast_question(request)
-        answer = self.core.forecast_start(
-            request.namespace, request.estimator, state, scheduler, lower_quantile, deadline_of(context)
-        )
+        check = forecast_check(context, self.core.limits.forecast_cpu_seconds)
+        answer = self.core.forecast_start(request.namespace, request.estimator, state, scheduler, lower_quantile, check)
         response = pb.ForecastStartResponse(estimator=answer.estimator, namespace=answer.namespace, now=answer.now)
         codec.add_start_forecasts(response.forecasts, answer.forecasts)
         return response
