@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from service_support import HeldEstimator, history, status_of, wait_for, write_secret
+from service_support import HeldEstimator, UnreadingClient, history, status_of, wait_for, write_secret
 
 from kernel.errors import InvalidRequest, Unavailable
 from kernel.jobs import FinishedJob, JobRequest
@@ -26,10 +26,10 @@ from predictor.forecasting import QueueState, Scheduler, StartedJob
 from predictor.proto import pb, rpc
 from predictor.registry import available
 from predictor.service.client import PredictorClient, PredictorError
-from predictor.service.codec import forecast_request
+from predictor.service.codec import add_jobs, forecast_request
 from predictor.service.connection import Credentials
 from predictor.service.forecasts import MAX_FORECAST_RUNNING, MAX_FORECAST_WAITING
-from predictor.service.limits import ESTIMATOR_CAPS, CallKind, Limits
+from predictor.service.limits import ESTIMATOR_CAPS, REQUEST_EXPANSION, CallKind, Limits
 from predictor.service.server import PredictorServer, Security, start_server
 from predictor.service.specs import SpecBook, registry_factory
 from predictor.service.training import QUEUED_TRAININGS, TRAINING_THREADS, Trainer, waiting_at_most
@@ -365,4 +365,39 @@ def test_a_forecast_is_bounded_in_cpu() -> None:
             code, details = status_of(lambda: forecast(heavy_forecast(), timeout=10 * PATIENT_SECONDS))
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--forecast-cpu-seconds" in details
     finally:
+        running.stop(0).wait()
+
+
+# --- answers a client never reads --------------------------------------------------------------------------------
+
+
+def test_answers_a_client_never_reads_hold_memory_within_the_budget_until_they_are_cut() -> None:
+    """A call's slot used to be given back once its answer was made, read or not: unread answers piled up
+    without bound (482 MB against --memory-limit-mb 400). Now the memory reserved for the call is held until
+    the answer has left, calls beyond the budget are refused, and an answer left unread is cut."""
+    limits = Limits(memory_limit_mb=32, max_batch=1000, send_timeout=300)  # 3.2 MB for requests and answers
+    running, address = serving(limits)
+    jobs = [JobRequest(i, 100, i % 50, 1, 3600, 1) for i in range(400)]  # a request in one HTTP/2 frame
+    request = pb.PredictBatchRequest(namespace="unread", estimator="request")
+    add_jobs(request.jobs, jobs)
+    message = request.SerializeToString()
+    unreading = UnreadingClient(address)
+    try:
+        for _ in range(100):
+            unreading.call("/tsched.v1.Predictor/PredictBatch", message)
+        with PredictorClient(address, timeout=PATIENT_SECONDS) as client:
+
+            def answered() -> dict[str, int]:
+                calls = client.status().calls
+                return {call.code: call.count for call in calls if call.rpc == "PredictBatch"}
+
+            wait_for(lambda: sum(answered().values()) == 100, PATIENT_SECONDS)  # every call answered or refused
+            budget = limits.request_budget_bytes // (len(message) * REQUEST_EXPANSION)
+            assert answered().get("RESOURCE_EXHAUSTED", 0) >= 100 - budget  # refused beyond the budget
+            assert 0 < running.gate.admission.reserved <= limits.request_budget_bytes  # held by unread answers
+            assert client.predict(user=1, group=1, t_req=60, procs=1).prediction.t_sched == 60  # others served
+            running.gate.watchdog.send_timeout = 0.5  # then the server's patience runs out:
+            wait_for(lambda: running.gate.admission.reserved == 0, PATIENT_SECONDS)  # cut, memory given back
+    finally:
+        unreading.close()
         running.stop(0).wait()

@@ -270,6 +270,11 @@ class Admission:
             self._reserved += amount
         return amount
 
+    @property
+    def reserved(self) -> int:
+        """Memory (bytes) reserved by requests in flight and answers not yet sent."""
+        return self._reserved
+
     def give_back(self, amount: int) -> None:
         """Return memory `reserve` gave."""
         with self._lock:
