@@ -14,7 +14,7 @@ survived when:
   check, printed beside it).
 
 The attacks: a Health.Watch flood (60 streams on one connection), one token
-hogging the call slots (64 threads of large PredictBatch calls), SPECs asking
+hogging the call slots (64 threads of 20,000-job PredictBatch calls), SPECs asking
 for more than the caps, a ForecastStart at its maximum sizes abandoned by its
 client (the server's CPU after it left), SyncStreams whose answers are never
 read, and forged Slurm completions through the follower. A crafted state
@@ -46,21 +46,22 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kernel.jobs import FinishedJob, JobRequest
-from predictor.forecasting import QueueState, Scheduler, StartedJob
+from predictor.forecasting import Scheduler
 from predictor.proto import rpc
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import forecast_request, sync_request
 from predictor.service.connection import Credentials
-from predictor.service.forecasts import MAX_FORECAST_RUNNING, MAX_FORECAST_WAITING
 from sites.slurm import Follower
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from service_support import NOT_READING, history  # the tests' workload and a client that does not read
+from service_support import NOT_READING, history, largest_forecast  # the tests' workload and attackers
 
 VICTIM, ATTACKER = "v" * 32, "a" * 32
 #: A victim's call may take this much longer during an attack than the same server's quiet median (seconds).
 MARGIN_SECONDS = 0.1
 PATIENT_SECONDS = 30.0
+#: Jobs per call: the largest message must fit the server's request memory (10% of --memory-limit-mb).
+MAX_BATCH = 20_000
 
 
 @dataclass
@@ -85,7 +86,7 @@ class Server:
         with (self.folder / "server.log").open("wb") as log:
             self.process = subprocess.Popen(
                 [tsched, "serve", "--listen", self.address, "--tokens", str(tokens),
-                 "--memory-limit-mb", str(self.memory_limit_mb)],
+                 "--memory-limit-mb", str(self.memory_limit_mb), "--max-batch", str(MAX_BATCH)],
                 stdout=subprocess.DEVNULL, stderr=log,
             )  # fmt: skip
         with PredictorClient(self.address, timeout=2, credentials=Credentials(token=VICTIM)) as client:
@@ -169,7 +170,7 @@ def watch_flood(server: Server) -> tuple[Callable[[], tuple[bool, str]], Callabl
 def slot_hog(server: Server) -> tuple[Callable[[], tuple[bool, str]], Callable[[], None]]:
     stop = threading.Event()
     refused = [0, 0]
-    jobs = [JobRequest(i, 1000, i % 50, 1, 3600, 1) for i in range(50_000)]
+    jobs = [JobRequest(i, 1000, i % 50, 1, 3600, 1) for i in range(MAX_BATCH)]
 
     def hog() -> None:
         with PredictorClient(server.address, timeout=PATIENT_SECONDS, credentials=Credentials(ATTACKER)) as client:
@@ -212,14 +213,8 @@ def heavy_spec(server: Server) -> tuple[Callable[[], tuple[bool, str]], Callable
 
 
 def forecast_abandon(server: Server) -> tuple[Callable[[], tuple[bool, str]], Callable[[], None]]:
-    now = 10**6
-    running = [
-        StartedJob(JobRequest(100_000 + i, now - 100, 1, 1, 100 + 60 * i, 1), now - 50)
-        for i in range(MAX_FORECAST_RUNNING)
-    ]
-    waiting = [JobRequest(i, now - 10, i % 50, 1, 3600 + i, 1 + (i * 7) % 64) for i in range(MAX_FORECAST_WAITING)]
-    state = QueueState(now, MAX_FORECAST_RUNNING + 64, running, waiting)
-    request = forecast_request(state, Scheduler("fcfs", "conservative", "queue"), "attack", "request", None)
+    scheduler = Scheduler("fcfs", "conservative", "queue")
+    request = forecast_request(largest_forecast(), scheduler, "attack", "request", None)
     channel = grpc.insecure_channel(server.address)
     metadata = (("authorization", f"Bearer {ATTACKER}"),)
     call = rpc.PredictorStub(channel).ForecastStart.future(request, timeout=600, metadata=metadata)
@@ -291,7 +286,7 @@ def _spool_line(job: FinishedJob) -> str:
 
 ATTACKS: dict[str, Attack] = {
     "Health.Watch flood (60 streams)": watch_flood,
-    "call-slot hog (64 threads of 50,000-job batches)": slot_hog,
+    "call-slot hog (64 threads of 20,000-job batches)": slot_hog,
     "heavy estimator SPECs": heavy_spec,
     "ForecastStart at maximum sizes, abandoned": forecast_abandon,
     "unread SyncStream answers (40 streams)": unread_streams,

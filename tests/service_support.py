@@ -18,10 +18,12 @@ import grpc
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.baselines import RequestEstimator
+from predictor.forecasting import QueueState, StartedJob
 from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.proto import pb, rpc
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import add_completions, add_names, sync_request
+from predictor.service.forecasts import MAX_FORECAST_RUNNING, MAX_FORECAST_WAITING
 from simulator.workloads.synthetic import generate_workload
 
 DAY = 86_400
@@ -260,3 +262,15 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
 def _literal(name: str, value: str) -> bytes:
     """An HPACK header field, literal without indexing and without Huffman coding (lengths under 127)."""
     return b"\x00" + bytes((len(name),)) + name.encode() + bytes((len(value),)) + value.encode()
+
+
+def largest_forecast() -> QueueState:
+    """A queue at ForecastStart's documented maximum sizes, every running job ending at its own time: under
+    conservative backfilling, about a minute of CPU on the project's machine."""
+    now = 10**6
+    running = [
+        StartedJob(JobRequest(100_000 + i, now - 100, 1, 1, 100 + 60 * i, 1), now - 50)
+        for i in range(MAX_FORECAST_RUNNING)
+    ]
+    waiting = [JobRequest(i, now - 10, i % 50, 1, 3600 + i, 1 + (i * 7) % 64) for i in range(MAX_FORECAST_WAITING)]
+    return QueueState(now, MAX_FORECAST_RUNNING + 64, running, waiting)

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from service_support import HeldEstimator, UnreadingClient, history, status_of, wait_for, write_secret
+from service_support import HeldEstimator, UnreadingClient, history, largest_forecast, status_of, wait_for, write_secret
 
 from kernel.errors import InvalidRequest, Unavailable
 from kernel.jobs import FinishedJob, JobRequest
@@ -22,13 +22,12 @@ from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
 from predictor.estimators.lgbm.model import TrainedModel
 from predictor.estimators.lgbm.training import TrainingData
-from predictor.forecasting import QueueState, Scheduler, StartedJob
+from predictor.forecasting import Scheduler
 from predictor.proto import pb, rpc
 from predictor.registry import available
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import add_jobs, forecast_request
 from predictor.service.connection import Credentials
-from predictor.service.forecasts import MAX_FORECAST_RUNNING, MAX_FORECAST_WAITING
 from predictor.service.limits import ESTIMATOR_CAPS, REQUEST_EXPANSION, CallKind, Limits
 from predictor.service.server import PredictorServer, Security, start_server
 from predictor.service.specs import SpecBook, registry_factory
@@ -323,15 +322,7 @@ def test_a_training_that_finds_the_queue_full_waits_only_as_long_as_its_call_may
 
 
 def heavy_forecast() -> pb.ForecastStartRequest:
-    """The documented maximum sizes under conservative backfilling: a minute of CPU on this machine, or more."""
-    now = 10**6
-    running = [
-        StartedJob(JobRequest(100_000 + i, now - 100, 1, 1, 100 + 60 * i, 1), now - 50)
-        for i in range(MAX_FORECAST_RUNNING)
-    ]
-    waiting = [JobRequest(i, now - 10, i % 50, 1, 3600 + i, 1 + (i * 7) % 64) for i in range(MAX_FORECAST_WAITING)]
-    state = QueueState(now, MAX_FORECAST_RUNNING + 64, running, waiting)
-    return forecast_request(state, Scheduler("fcfs", "conservative", "queue"), "", "request", None)
+    return forecast_request(largest_forecast(), Scheduler("fcfs", "conservative", "queue"), "", "request", None)
 
 
 def process_cpu_over(seconds: float) -> float:
