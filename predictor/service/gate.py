@@ -22,13 +22,16 @@ cannot starve the server of threads.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
 from kernel.errors import InvalidRequest, PermissionDenied, ResourceExhausted, ServiceError
 from predictor.proto import pb
+from predictor.service.codec import max_message_bytes
 from predictor.service.limits import Admission, CallKind, Limits, Watchdog
 from predictor.service.quoting import RefusalLog, clip
 from predictor.service.security import ACCESS_BY_METHOD, AUTHORIZATION, Access, Grant, TokenTable
@@ -38,6 +41,10 @@ log = logging.getLogger("tsched.service")
 refusals = RefusalLog(log)
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
+#: Calls with a request over 1/HEAVY_FRACTION of the largest message are heavy: at most HEAVY_CALLS of them
+#: are worked on at once (about the cores of a small server), whoever sends them.
+HEAVY_FRACTION = 32
+HEAVY_CALLS = 2
 _PREDICTOR_PREFIX = f"/{SERVICE_NAME}/"
 
 
@@ -109,6 +116,8 @@ class Gate(_Interceptor):
         self._namespace_names = namespace_names
         self.admission = Admission(limits)
         self.watchdog = Watchdog(limits.send_timeout)
+        self._heavy_turns = threading.BoundedSemaphore(HEAVY_CALLS)
+        self._heavy_bytes = max_message_bytes(limits.max_batch) // HEAVY_FRACTION
         self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any] | None] = {}
 
     def close(self) -> None:
@@ -194,13 +203,32 @@ class Gate(_Interceptor):
                 if not reserved:
                     abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, _BUSY_WITH_LARGE_REQUESTS)
                 when_done(context, lambda: admission.give_back(reserved))
+                heavy = len(raw) > self._heavy_bytes
                 request = self._decode(context, name, decode, raw)
                 del raw
-                answer = self._answer(context, behaviour, request, access, grant)
+                with self._turn(context, heavy):
+                    answer = self._answer(context, behaviour, request, access, grant)
                 watch.sending()  # from here the answer waits on its client
                 return answer
 
         return guarded
+
+    @contextmanager
+    def _turn(self, context: grpc.ServicerContext, heavy: bool) -> Iterator[None]:
+        """A heavy call's turn: at most HEAVY_CALLS are worked on at once, the others wait within their
+        deadline and --max-wait. Python runs one thread at a time: many large batches at once would make
+        every small call wait behind all of them for the interpreter."""
+        if not heavy:
+            yield
+            return
+        remaining = context.time_remaining()
+        patience = self.limits.max_wait if remaining is None else min(self.limits.max_wait, 0.8 * remaining)
+        if not self._heavy_turns.acquire(timeout=patience):
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, _BUSY_WITH_LARGE_REQUESTS)
+        try:
+            yield
+        finally:
+            self._heavy_turns.release()
 
     def _answer(
         self,
