@@ -29,8 +29,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kernel.errors import UsageError
+from predictor.service.calls import NonBlockingStream, when_done
 from predictor.service.core import PredictorCore
-from predictor.service.gate import NonBlockingStream, when_done
 from predictor.service.security import is_local
 
 log = logging.getLogger("tsched.service")
