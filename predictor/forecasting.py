@@ -74,9 +74,11 @@ class StartForecaster(Protocol):
         scheduler: Scheduler,
         running_ends: Sequence[int],
         waiting_runtimes: Sequence[int],
+        check: Callable[[], None] | None = None,
     ) -> list[int]:
         """Run `scheduler` forward from `state`: running job i ends at `running_ends[i]` (> now), waiting job j
-        runs `waiting_runtimes[j]` seconds once started; each waiting job's start, in `state.waiting` order."""
+        runs `waiting_runtimes[j]` seconds once started; each waiting job's start, in `state.waiting` order.
+        `check` is called every so many scheduling passes: it raises to stop a run nobody waits for."""
 
 
 #: The lifetime model of a job's class, when there is one.
@@ -120,6 +122,7 @@ def forecast_with_bounds(
     estimates: tuple[Sequence[int], Sequence[int]],
     lifetimes: LifetimeLookup | None,
     lower_quantile: float = DEFAULT_LOWER_QUANTILE,
+    check: Callable[[], None] | None = None,
 ) -> list[StartForecast]:
     """Each waiting job's start from three forward runs of the same scheduler (docs/queue-time.md).
 
@@ -129,14 +132,15 @@ def forecast_with_bounds(
       age, where that is shorter than its estimate (without a model, the estimate).
 
     The bounds enclose the start: lower = min(lower run, start), upper = max(upper run, start).
+    `check` is the forward runs' (`StartForecaster.starts`).
     """
     running_estimates, waiting_estimates = estimates
     point_ends = running_ends(state, running_estimates, lifetimes)
-    starts = forecaster.starts(state, scheduler, point_ends, waiting_estimates)
+    starts = forecaster.starts(state, scheduler, point_ends, waiting_estimates, check)
     request_ends = [max(started.start + started.job.t_req, state.now + 1) for started in state.running]
-    latest = forecaster.starts(state, scheduler, request_ends, [job.t_req for job in state.waiting])
+    latest = forecaster.starts(state, scheduler, request_ends, [job.t_req for job in state.waiting], check)
     short_ends, short_runtimes = _short_scenario(state, point_ends, waiting_estimates, lifetimes, lower_quantile)
-    earliest = forecaster.starts(state, scheduler, short_ends, short_runtimes)
+    earliest = forecaster.starts(state, scheduler, short_ends, short_runtimes, check)
     return [
         StartForecast(job.job_id, start, min(low, start), max(high, start))
         for job, start, low, high in zip(state.waiting, starts, earliest, latest, strict=True)

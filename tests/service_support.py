@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import random
 import shutil
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -16,10 +18,12 @@ import grpc
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.baselines import RequestEstimator
+from predictor.forecasting import QueueState, StartedJob
 from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.proto import pb, rpc
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import add_completions, add_names, sync_request
+from predictor.service.forecasts import MAX_FORECAST_RUNNING, MAX_FORECAST_WAITING
 from simulator.workloads.synthetic import generate_workload
 
 DAY = 86_400
@@ -185,3 +189,88 @@ def observe_by_name(address: str, namespace: str, finished: list[FinishedJob], a
     with grpc.insecure_channel(address) as channel:
         response: pb.ObserveCompletionsResponse = rpc.PredictorStub(channel).ObserveCompletions(request, timeout=10)
     return response.accepted
+
+
+class UnreadingClient:
+    """An HTTP/2 client that sends gRPC calls and never takes an answer: it grants the server a window of 0
+    bytes per stream, so every answer stays with the server (a client that stops reading, as an attacker
+    would; grpcio's client always reads the answers of unary calls). Requests must fit in one frame (16 KiB):
+    the client does not wait for the server's window updates either.
+    """
+
+    def __init__(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self.authority = address
+        self.socket = socket.create_connection((host, int(port)))
+        self.next_stream = 1
+        #: What the server lets this client send on the connection (HTTP/2 flow control: its window updates).
+        self._window = 65535
+        self._window_grown = threading.Condition()
+        settings = struct.pack(">HI", 0x2, 0) + struct.pack(">HI", 0x4, 0)  # no push; initial window 0
+        self.socket.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(0x4, 0, 0, settings))
+        self._reader = threading.Thread(target=self._read, daemon=True)  # acknowledges settings, reads no data
+        self._reader.start()
+
+    def call(self, method: str, message: bytes) -> None:
+        """Start one unary call of `method` (/package.Service/Method) with a serialized request."""
+        stream, self.next_stream = self.next_stream, self.next_stream + 2
+        headers = b"".join(
+            _literal(name, value)
+            for name, value in (
+                (":method", "POST"), (":scheme", "http"), (":path", method), (":authority", self.authority),
+                ("content-type", "application/grpc"), ("te", "trailers"),
+            )
+        )  # fmt: skip
+        body = b"\x00" + struct.pack(">I", len(message)) + message
+        assert len(body) <= 16384, "a request of one frame (the largest a peer must accept)"
+        with self._window_grown:
+            if not self._window_grown.wait_for(lambda: self._window >= len(body), timeout=30):
+                raise TimeoutError("the server did not open its window for the request")
+            self._window -= len(body)
+        self.socket.sendall(_frame(0x1, 0x4, stream, headers) + _frame(0x0, 0x1, stream, body))  # END_STREAM
+
+    def _read(self) -> None:
+        buffer = b""
+        try:
+            while chunk := self.socket.recv(65536):
+                buffer += chunk
+                while len(buffer) >= 9:
+                    length = int.from_bytes(buffer[:3], "big")
+                    if len(buffer) < 9 + length:
+                        break
+                    kind, flags = buffer[3], buffer[4]
+                    if kind == 0x4 and not flags & 0x1:  # the server's settings: acknowledged
+                        self.socket.sendall(_frame(0x4, 0x1, 0, b""))
+                    elif kind == 0x6 and not flags & 0x1:  # ping: answered, or the server drops the connection
+                        self.socket.sendall(_frame(0x6, 0x1, 0, buffer[9 : 9 + length]))
+                    elif kind == 0x8 and int.from_bytes(buffer[5:9], "big") == 0:  # the connection's window grows
+                        with self._window_grown:
+                            self._window += int.from_bytes(buffer[9:13], "big") & 0x7FFFFFFF
+                            self._window_grown.notify_all()
+                    buffer = buffer[9 + length :]
+        except OSError:
+            return
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + struct.pack(">I", stream) + payload
+
+
+def _literal(name: str, value: str) -> bytes:
+    """An HPACK header field, literal without indexing and without Huffman coding (lengths under 127)."""
+    return b"\x00" + bytes((len(name),)) + name.encode() + bytes((len(value),)) + value.encode()
+
+
+def largest_forecast() -> QueueState:
+    """A queue at ForecastStart's documented maximum sizes, every running job ending at its own time: under
+    conservative backfilling, about a minute of CPU on the project's machine."""
+    now = 10**6
+    running = [
+        StartedJob(JobRequest(100_000 + i, now - 100, 1, 1, 100 + 60 * i, 1), now - 50)
+        for i in range(MAX_FORECAST_RUNNING)
+    ]
+    waiting = [JobRequest(i, now - 10, i % 50, 1, 3600 + i, 1 + (i * 7) % 64) for i in range(MAX_FORECAST_WAITING)]
+    return QueueState(now, MAX_FORECAST_RUNNING + 64, running, waiting)

@@ -146,13 +146,27 @@ def test_limits_refuse_nonsense() -> None:
 
 
 def test_admission_refuses_beyond_its_slots_and_gives_them_back() -> None:
-    admission = Admission(Limits(max_calls=2, max_streams=1))
-    with admission.slot(CallKind.CALL) as first, admission.slot(CallKind.CALL) as second:
-        with admission.slot(CallKind.CALL) as third:
-            assert (first, second, third) == (True, True, False)
-        with admission.slot(CallKind.STREAM) as stream:
-            assert stream  # streams have their own slots
+    admission = Admission(Limits(max_calls=2, max_streams=1, client_share=1))
+    with admission.slot(CallKind.CALL, "a") as first, admission.slot(CallKind.CALL, "b") as second:
+        with admission.slot(CallKind.CALL, "c") as third:
+            assert (first, second) == (None, None) and third is not None and "limit of 2 calls" in third
+        with admission.slot(CallKind.STREAM, "a") as stream:
+            assert stream is None  # streams have their own slots
     assert admission.in_use(CallKind.CALL) == 0
+
+
+def test_admission_holds_each_client_to_its_share() -> None:
+    admission = Admission(Limits(max_calls=4, client_share=0.5))
+    with (
+        admission.slot(CallKind.CALL, "hog") as first,
+        admission.slot(CallKind.CALL, "hog") as second,
+        admission.slot(CallKind.CALL, "hog") as third,
+        admission.slot(CallKind.CALL, "other") as other,
+    ):
+        assert (first, second, other) == (None, None, None)
+        assert third is not None and "share of 2 of the server's 4 calls" in third
+        assert admission.in_use(CallKind.CALL, "hog") == 2
+    assert admission.in_use(CallKind.CALL, "hog") == 0
 
 
 def test_admission_budgets_the_memory_of_requests_in_flight() -> None:
@@ -161,10 +175,10 @@ def test_admission_budgets_the_memory_of_requests_in_flight() -> None:
     message = limits.request_budget_bytes // REQUEST_EXPANSION
     held = admission.reserve(message)
     assert held and not admission.reserve(1)  # the budget is taken
-    admission.release(held)
+    admission.give_back(held)
     big = admission.reserve(message * 10)  # alone, even a message beyond the budget is served
     assert big
-    admission.release(big)
+    admission.give_back(big)
 
 
 def test_memory_watch_refuses_growth_above_its_ceiling() -> None:

@@ -32,11 +32,12 @@ def serving(limits: Limits, **arguments: object) -> tuple[PredictorServer, str]:
     return running, f"127.0.0.1:{port}"
 
 
-def watched(server: PredictorServer, state: int) -> int:
-    """How many calls the server's watchdog sees in `state` (Watch.SENDING: blocked on a client not reading)."""
+def watched(server: PredictorServer, state: int, name: str = "SyncStream") -> int:
+    """How many `name` calls the server's watchdog sees in `state` (Watch.SENDING: blocked on a client not
+    reading; a unary call's answer is watched too until it has left)."""
     watchdog = server.gate.watchdog
     with watchdog._lock:
-        return sum(1 for watch in watchdog._watches.values() if watch.state == state)
+        return sum(1 for watch in watchdog._watches.values() if watch.state == state and watch.name == name)
 
 
 # --- clients that stop reading or sending ------------------------------------------------------------
@@ -77,7 +78,7 @@ def test_sixteen_streams_that_never_read_leave_calls_and_health_answering_as_fas
 
 
 def test_streams_beyond_the_limit_are_refused_and_calls_still_answer() -> None:
-    running, address = serving(Limits(max_streams=2))
+    running, address = serving(Limits(max_streams=2, client_share=1))  # the server-wide limit, not a share
     floods = [flood_stream(address) for _ in range(2)]
     try:
         wait_for(lambda: running.gate.admission.in_use("stream") == 2)

@@ -160,9 +160,8 @@ class PredictorCore:
         estimator's runtime interval, if it has one.
         """
         resolved = self.specs.spec(spec)
-        held = self.table.find(namespace, create=resolved.records)
-        check_deadline()
-        with held:
+        with self.table.found(namespace, create=resolved.records) as held, held:
+            check_deadline()
             clock = held.clock
             ids, new_names = held.identify(names)
             asked = at_clock(with_ids(jobs, names, ids), clock)
@@ -186,9 +185,8 @@ class PredictorCore:
     ) -> tuple[int, int]:
         """Record and learn completions (`names`: the users and groups their jobs gave by name); return
         (accepted, duplicates)."""
-        held = self.table.find(namespace, create=bool(batch))
-        check_deadline()
-        with held:
+        with self.table.found(namespace, create=bool(batch)) as held, held:
+            check_deadline()
             ids, new_names = held.identify(names)
             batch = finished_with_ids(batch, names, ids)
             recorded = self.recorder.record(held, batch, [], None, moves_clock=True, new_names=new_names)
@@ -210,9 +208,8 @@ class PredictorCore:
         `completion_names` and `names`: the users and groups the completions' and the jobs' gave by name.
         """
         resolved = self.specs.spec(spec)
-        held = self.table.find(namespace, create=bool(batch or jobs))
-        check_deadline()
-        with held:
+        with self.table.found(namespace, create=bool(batch or jobs)) as held, held:
+            check_deadline()
             ids, new_names = held.identify([*completion_names, *names])
             batch = finished_with_ids(batch, completion_names, ids)
             jobs = with_ids(jobs, names, ids)
@@ -249,14 +246,22 @@ class PredictorCore:
         check_state(state)
         asked = [job._replace(submit=state.now) for job in (*(s.job for s in state.running), *state.waiting)]
         answer = self.predict(namespace, spec, asked, check_deadline)
-        held = self.table.find(namespace, create=True)
-        with held:
-            lifetimes = self._forecast_lifetimes.lookup(held, held.name, held.history, state.now)
+        held = self.table.get(namespace)  # a question never creates a namespace: without one, no lifetimes
+        lifetimes = None
+        if held is not None:
+            with held:
+                lifetimes = self._forecast_lifetimes.lookup(held, held.name, held.history, state.now)
         check_deadline()
         estimates = [prediction.t_sched for prediction in answer.predictions]
         running = len(state.running)
         forecasts = forecast_with_bounds(
-            forecaster, state, scheduler, (estimates[:running], estimates[running:]), lifetimes, lower_quantile
+            forecaster,
+            state,
+            scheduler,
+            (estimates[:running], estimates[running:]),
+            lifetimes,
+            lower_quantile,
+            check_deadline,
         )
         check_deadline()
         return ForecastAnswer(forecasts, answer.estimator, answer.namespace, state.now)

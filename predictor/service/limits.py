@@ -33,14 +33,31 @@ GROWTH_SHARE = 0.8
 REQUEST_SHARE = 0.1
 #: Memory a request takes while it is decoded and answered, per byte on the wire (measured: about 5.6).
 REQUEST_EXPANSION = 8
-#: Threads kept for health checks and for refusing calls beyond the limits, so that neither ever waits.
+#: Threads kept for refusing calls beyond the limits, so that a refusal never waits.
 RESERVE_THREADS = 4
+#: Health checks (`Health.Check`) answered at once, each on a thread of its own.
+HEALTH_CHECKS = 4
 #: Seconds without a reply to a keepalive ping after which a connection is dropped.
 KEEPALIVE_TIMEOUT_SECONDS = 20.0
 #: How often the memory in use is read (reading /proc costs about 15 us).
 MEMORY_SAMPLE_SECONDS = 0.1
 #: How often the watchdog looks for calls that wait on their client too long.
 WATCHDOG_SECONDS = 0.1
+
+
+#: The largest value a client's SPEC may give each parameter that sets what the server pays (CPU, threads,
+#: memory), for every estimator of `predictor.registry`: one table, which `--estimator-limit` overrides entry
+#: by entry. An estimator with nothing the server pays for by the parameter has an empty entry (a test walks
+#: the registry). A subclass without an entry of its own is held to its parent's.
+ESTIMATOR_CAPS: dict[str, dict[str, float]] = {
+    "request": {},
+    "oracle": {},  # never served
+    "percentile": {},
+    "last2": {},
+    "mean-std": {},
+    "lgbm-quantile": {"trees": 200, "leaves": 127, "threads": 2, "max_train": 100_000},
+    "lgbm-sched": {"trees": 200, "leaves": 127, "threads": 2, "max_train": 100_000},
+}
 
 
 def bound(default: Any, doc: str) -> Any:
@@ -54,12 +71,26 @@ class Limits:
 
     max_calls: int = bound(16, "calls (other than streams) served at once; more are refused with RESOURCE_EXHAUSTED")
     max_streams: int = bound(32, "streams (SyncStream, reflection) open at once; more are refused")
+    max_watchers: int = bound(16, "Health.Watch streams open at once (they hold no thread); more are refused")
+    client_share: float = bound(
+        0.5,
+        "share (0-1] of the calls, streams, health checks and watchers one client may hold at once "
+        "(a client: its token, or without a token its address)",
+    )
     stream_idle_timeout: float = bound(300.0, "seconds a stream may wait for its client's next message")
     send_timeout: float = bound(30.0, "seconds a stream's answer may wait for a client that does not read it")
     receive_timeout: float = bound(30.0, "seconds a call's request may take to arrive")
+    max_wait: float = bound(
+        20.0,
+        "seconds a call may wait for a model training (less when its deadline comes first); "
+        "then it is refused UNAVAILABLE, to retry",
+    )
     keepalive: float = bound(
         60.0,
         f"seconds between pings on an idle connection; a peer silent {KEEPALIVE_TIMEOUT_SECONDS:.0f} s more is dropped",
+    )
+    forecast_cpu_seconds: float = bound(
+        20.0, "CPU seconds one ForecastStart may take (it also stops when its caller goes away or its deadline passes)"
     )
     max_batch: int = bound(100_000, "jobs or completions per call (the largest message accepted follows from it)")
     max_namespaces: int = bound(10_000, "namespaces held; a call that would create one more is refused")
@@ -87,8 +118,9 @@ class Limits:
         64, "namespaces (those with the most history) that get their own series in the metrics and tsched status"
     )
     estimator_limit: tuple[str, ...] = bound(
-        ("lgbm-quantile:trees=200,threads=2,max_train=100000",),
-        "NAME:param=max,...: the largest values a client's SPEC may ask for (the server's own SPECs are exempt)",
+        (),
+        "NAME:param=max,...: the largest values a client's SPEC may ask for, over the built-in caps of every "
+        "estimator (docs/service-operations.md); the server's own SPECs are exempt",
     )
 
     def __post_init__(self) -> None:
@@ -99,6 +131,8 @@ class Limits:
                 continue
             if isinstance(value, int | float) and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{option} must be a positive number, not {value!r}")
+        if self.client_share > 1:
+            raise UsageError(f"--client-share must be a share between 0 and 1, not {self.client_share!r}")
         for name in ("history_window", "max_time_step"):
             try:
                 parse_duration(getattr(self, name), name.replace("_", "-"))
@@ -123,8 +157,9 @@ class Limits:
 
     @property
     def threads(self) -> int:
-        """Server threads: one per admitted call and stream, plus the reserve for health and refusals."""
-        return self.max_calls + self.max_streams + RESERVE_THREADS
+        """Server threads: one per admitted call, stream and health check, plus the reserve for refusals
+        (health watchers hold none)."""
+        return self.max_calls + self.max_streams + HEALTH_CHECKS + RESERVE_THREADS
 
     @property
     def request_budget_bytes(self) -> int:
@@ -141,42 +176,86 @@ class Limits:
 
 
 class CallKind:
-    """What a call holds while it runs: a call slot or a stream slot."""
+    """What a call holds while it runs: a call, stream, health check or health watcher slot."""
 
     CALL = "call"
     STREAM = "stream"
+    HEALTH = "health"
+    WATCH = "watch"
+
+
+#: How each kind of slot is named in a refusal.
+_SLOT_NAMES = {
+    CallKind.CALL: "calls at once",
+    CallKind.STREAM: "streams open",
+    CallKind.HEALTH: "health checks at once",
+    CallKind.WATCH: "health watchers open",
+}
 
 
 class Admission:
-    """Slots for calls and streams, and a budget for the memory requests in flight may hold.
+    """Slots for calls, streams and health, each with a budget per client, and the memory requests may hold.
 
-    Refusing at once (RESOURCE_EXHAUSTED) instead of queueing is what keeps a
-    server answering: threads stay free for health checks and for refusals.
+    One rule for every method: a call takes a slot of its kind, refused at
+    once (RESOURCE_EXHAUSTED) when the server holds its limit of them or the
+    client (its token, else its address) holds its share (`--client-share`).
+    Refusing instead of queueing keeps threads free for refusals, and a share
+    per client keeps one client from taking every slot.
     """
 
     def __init__(self, limits: Limits) -> None:
-        self._capacity = {CallKind.CALL: limits.max_calls, CallKind.STREAM: limits.max_streams}
-        self._in_use = {CallKind.CALL: 0, CallKind.STREAM: 0}
+        self._capacity = {
+            CallKind.CALL: limits.max_calls,
+            CallKind.STREAM: limits.max_streams,
+            CallKind.HEALTH: HEALTH_CHECKS,
+            CallKind.WATCH: limits.max_watchers,
+        }
+        self._per_client = {kind: max(1, int(count * limits.client_share)) for kind, count in self._capacity.items()}
+        self._in_use = dict.fromkeys(self._capacity, 0)
+        self._by_client: dict[tuple[str, str], int] = {}
         self._budget = limits.request_budget_bytes
         self._reserved = 0
         self._lock = threading.Lock()
 
-    def in_use(self, kind: str) -> int:
-        return self._in_use[kind]
+    def in_use(self, kind: str, client: str | None = None) -> int:
+        """Slots of `kind` held, by every client or by `client`."""
+        return self._in_use[kind] if client is None else self._by_client.get((kind, client), 0)
+
+    def acquire(self, kind: str, client: str) -> str | None:
+        """Take a slot of `kind` for `client`; None when taken, else why it was refused (nothing is held then)."""
+        key = (kind, client)
+        with self._lock:
+            if self._in_use[kind] >= self._capacity[kind]:
+                return f"the server holds its limit of {self._capacity[kind]} {_SLOT_NAMES[kind]}; retry shortly"
+            held = self._by_client.get(key, 0)
+            if held >= self._per_client[kind]:
+                return (
+                    f"this client holds its share of {self._per_client[kind]} of the server's "
+                    f"{self._capacity[kind]} {_SLOT_NAMES[kind]} (--client-share); retry shortly"
+                )
+            self._in_use[kind] += 1
+            self._by_client[key] = held + 1
+        return None
+
+    def release(self, kind: str, client: str) -> None:
+        key = (kind, client)
+        with self._lock:
+            self._in_use[kind] -= 1
+            held = self._by_client[key] - 1
+            if held:
+                self._by_client[key] = held
+            else:
+                del self._by_client[key]  # clients come and go: only those holding slots are kept
 
     @contextmanager
-    def slot(self, kind: str) -> Iterator[bool]:
-        """A slot of `kind` for the duration of the block; False when none is free (nothing is held then)."""
-        with self._lock:
-            free = self._in_use[kind] < self._capacity[kind]
-            if free:
-                self._in_use[kind] += 1
+    def slot(self, kind: str, client: str = "") -> Iterator[str | None]:
+        """A slot of `kind` for the block: yields None when admitted, else the refusal (nothing held then)."""
+        refused = self.acquire(kind, client)
         try:
-            yield free
+            yield refused
         finally:
-            if free:
-                with self._lock:
-                    self._in_use[kind] -= 1
+            if refused is None:
+                self.release(kind, client)
 
     def reserve(self, message_bytes: int) -> int:
         """Reserve memory for decoding and answering a message; return the amount (0: refused, retry later).
@@ -191,7 +270,13 @@ class Admission:
             self._reserved += amount
         return amount
 
-    def release(self, amount: int) -> None:
+    @property
+    def reserved(self) -> int:
+        """Memory (bytes) reserved by requests in flight and answers not yet sent."""
+        return self._reserved
+
+    def give_back(self, amount: int) -> None:
+        """Return memory `reserve` gave."""
         with self._lock:
             self._reserved -= amount
 
@@ -291,16 +376,24 @@ class Watchdog:
         self._thread = threading.Thread(target=self._run, name="tsched-watchdog", daemon=True)
         self._thread.start()
 
-    @contextmanager
-    def watching(self, cancel: Callable[[], None], name: str, receive_timeout: float) -> Iterator[Watch]:
+    def watch(self, cancel: Callable[[], None], name: str, receive_timeout: float) -> Watch:
+        """Watch a call until `unwatch` (a call whose answer may outlive its handler: unwatched when it ends)."""
         watch = Watch(cancel, name, receive_timeout)
         with self._lock:
             self._watches[id(watch)] = watch
+        return watch
+
+    def unwatch(self, watch: Watch) -> None:
+        with self._lock:
+            self._watches.pop(id(watch), None)
+
+    @contextmanager
+    def watching(self, cancel: Callable[[], None], name: str, receive_timeout: float) -> Iterator[Watch]:
+        watch = self.watch(cancel, name, receive_timeout)
         try:
             yield watch
         finally:
-            with self._lock:
-                self._watches.pop(id(watch), None)
+            self.unwatch(watch)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kernel.errors import UsageError
+from predictor.service.calls import NonBlockingStream, when_done
 from predictor.service.core import PredictorCore
 from predictor.service.live import estimator_labels
 from predictor.service.security import is_local
@@ -103,6 +104,17 @@ class CallMetrics(_Interceptor):
         if handler is None:
             return None
         done = self._done
+        non_blocking: Callable[..., Any] | None = handler.unary_stream
+        if non_blocking is not None and getattr(non_blocking, "experimental_non_blocking", False):
+
+            def watch(request: Any, context: grpc.ServicerContext, send: Callable[[Any], None]) -> None:
+                started = time.perf_counter()
+                when_done(context, lambda: done(rpc, started, context, False))
+                non_blocking(request, context, send)
+
+            return grpc.unary_stream_rpc_method_handler(
+                NonBlockingStream(watch), handler.request_deserializer, handler.response_serializer
+            )
         if handler.response_streaming:
             streaming = handler.stream_stream or handler.unary_stream
             assert streaming is not None

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kernel.durations import SECONDS_PER_DAY
@@ -305,6 +306,29 @@ class NamespaceTable:
                 self._held[name] = held
         return held
 
+    @contextmanager
+    def found(self, written: str, create: bool) -> Iterator[Namespace]:
+        """`find`, for a call that may be refused: a namespace it created is dropped again if the call is
+        refused before anything was recorded in it (a refused call changes nothing, and creates nothing)."""
+        existed = self.get(written) is not None
+        held = self.find(written, create)
+        try:
+            yield held
+        except BaseException:
+            if not existed and not held.transient:
+                self._discard_if_empty(held)
+            raise
+
+    def _discard_if_empty(self, held: Namespace) -> None:
+        with self._lock:
+            if self._held.get(held.name) is not held:
+                return
+            with held:
+                if held.last_seq or held.since_snapshot or held.history or held.clock or held.names:
+                    return  # another call recorded in it meanwhile: it stays
+                held.retired = True  # a call that found it meanwhile retries (Conflict) and creates it afresh
+                del self._held[held.name]
+
     def drop(self, written: str, missing_ok: bool, forget: Callable[[str], None]) -> int:
         """Drop a namespace (`forget` drops what is stored of it first); return how many completions it held.
 
@@ -325,6 +349,10 @@ class NamespaceTable:
                 del self._held[name]
         log.info("namespace %s reset (%d completions forgotten)", quote(name), forgotten)
         return forgotten
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._held)
 
     def views(self) -> list[NamespaceView]:
         """Every namespace held, by name (one reset meanwhile is left out)."""

@@ -10,6 +10,9 @@ A token file (`tsched serve --tokens FILE`) holds one token per line:
 `#` starts a comment. A token may use (predict in, report to, list) the
 namespaces its globs match (`fnmatch` globs: `*` also matches `/`; the empty
 namespace is `default`), and reset them when the line ends with `reset`.
+A token for every namespace (`*`) is the server's operator: `Status` shows
+it the server-wide counts (namespaces, training runs, calls); any other
+token sees the namespaces it may use counted, and no calls or trainings.
 Clients send `authorization: Bearer TOKEN` with every call. Tokens are kept
 only as SHA-256 digests and never written to a log or a message.
 """
@@ -47,6 +50,7 @@ class Access(enum.Enum):
     USE = "use"  # predict in it, report completions and submissions to it, describe it
     RESET = "reset"  # forget it
     LIST = "list"  # see the namespaces it may use (the answer is filtered, nothing is refused)
+    STATUS = "status"  # use it, and see the server's counts as far as its namespaces go (the answer is cut)
 
 
 #: The access each RPC of `tsched.v1.Predictor` needs (tests check that every RPC of the contract has one).
@@ -60,7 +64,7 @@ ACCESS_BY_METHOD: Mapping[str, Access] = {
     "ResetNamespace": Access.RESET,
     "ListNamespaces": Access.LIST,
     "ForecastStart": Access.USE,
-    "Status": Access.USE,
+    "Status": Access.STATUS,
 }
 
 
@@ -76,6 +80,11 @@ class Grant:
     def __post_init__(self) -> None:
         pattern = re.compile("|".join(f"(?:{fnmatch.translate(glob)})" for glob in self.globs))
         object.__setattr__(self, "_pattern", pattern)  # a frozen dataclass sets derived fields this way
+
+    @property
+    def operator(self) -> bool:
+        """A token for every namespace (`*`) is the server's operator: it sees the server-wide counts."""
+        return "*" in self.globs
 
     def allows(self, namespace: str, access: Access) -> bool:
         if access is Access.RESET and not self.may_reset:

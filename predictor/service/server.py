@@ -254,7 +254,7 @@ def start_server(
     credentials = security.credentials()
     specs = list(default_estimators) if default_estimators else [DEFAULT_ESTIMATOR]
     core = _open_core(state, specs, estimator_factory, limits, models, start_forecaster)
-    gate = Gate(limits, None if tokens is None else TokenSource(tokens))
+    gate = Gate(limits, None if tokens is None else TokenSource(tokens), core.table.names)
     registry = CollectorRegistry(auto_describe=True)
     calls = CallMetrics(registry)
     registry.register(StateCollector(core))

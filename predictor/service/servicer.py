@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,6 +33,7 @@ from predictor.service import codec
 from predictor.service.core import Answer, PredictorCore
 from predictor.service.namespaces import DEFAULT_NAMESPACE, DeadlineCheck
 from predictor.service.quoting import RefusalLog, clip
+from predictor.service.training import waiting_at_most
 from predictor.service.views import CallCount, ServiceStatus
 
 if TYPE_CHECKING:
@@ -41,6 +43,9 @@ log = logging.getLogger("tsched.service")
 refusals = RefusalLog(log)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Predictor"].full_name
+#: The share of its remaining time a call may spend waiting for a training: the refusal must reach the
+#: client before its deadline does.
+DEADLINE_SHARE = 0.8
 
 #: Status codes of the domain's refusals; any other ServiceError is a bad request.
 STATUS_CODES: dict[type[ServiceError], grpc.StatusCode] = {
@@ -89,7 +94,8 @@ def unary(
     @functools.wraps(method)
     def handler(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
         try:
-            return method(self, request, context)
+            with waiting_at_most(self.wait_for(context)):
+                return method(self, request, context)
         except Exception as error:
             abort(context, method.__name__, error)
             raise  # unreachable: abort raises
@@ -125,6 +131,25 @@ def deadline_of(context: grpc.ServicerContext) -> DeadlineCheck:
     return check
 
 
+def forecast_check(context: grpc.ServicerContext, cpu_seconds: float) -> DeadlineCheck:
+    """The check a forecast's forward runs call: it stops one whose caller has gone (cancelled, disconnected),
+    whose deadline has passed, or that has used its CPU time (`--forecast-cpu-seconds`)."""
+    deadline = deadline_of(context)
+    started = time.thread_time()
+
+    def check() -> None:
+        if not context.is_active():
+            raise DeadlineExceeded("the caller went away: the forecast was stopped")
+        deadline()
+        if time.thread_time() - started > cpu_seconds:
+            raise ResourceExhausted(
+                f"the forecast took more than this server's {cpu_seconds:g} CPU seconds "
+                "(--forecast-cpu-seconds): ask about fewer jobs"
+            )
+
+    return check
+
+
 AnswerMessage = TypeVar("AnswerMessage", pb.PredictBatchResponse, pb.SyncResponse)
 
 
@@ -144,6 +169,12 @@ class PredictorServicer(rpc.PredictorServicer):
         self.core = core
         self.calls = calls
         self.max_batch = core.limits.max_batch
+        self.max_wait = core.limits.max_wait
+
+    def wait_for(self, context: grpc.ServicerContext) -> float:
+        """How long the call may wait for a training: --max-wait, or less to be refused within its deadline."""
+        remaining = context.time_remaining()
+        return self.max_wait if remaining is None else min(self.max_wait, DEADLINE_SHARE * remaining)
 
     @unary
     def Predict(self, request: pb.PredictRequest, context: grpc.ServicerContext) -> pb.PredictResponse:
@@ -211,7 +242,9 @@ class PredictorServicer(rpc.PredictorServicer):
     ) -> Iterator[pb.SyncResponse]:
         """Each request handled as `Sync`, answered in order; the first refusal ends the stream."""
         for request in requests:
-            yield self._sync(request, context)
+            with waiting_at_most(self.wait_for(context)):
+                response = self._sync(request, context)
+            yield response
 
     def _sync(self, request: pb.SyncRequest, context: grpc.ServicerContext) -> pb.SyncResponse:
         self.core.spec(request.estimator)
@@ -250,9 +283,8 @@ class PredictorServicer(rpc.PredictorServicer):
     ) -> pb.ForecastStartResponse:
         self.core.spec(request.estimator)
         state, scheduler, lower_quantile = codec.forecast_question(request)
-        answer = self.core.forecast_start(
-            request.namespace, request.estimator, state, scheduler, lower_quantile, deadline_of(context)
-        )
+        check = forecast_check(context, self.core.limits.forecast_cpu_seconds)
+        answer = self.core.forecast_start(request.namespace, request.estimator, state, scheduler, lower_quantile, check)
         response = pb.ForecastStartResponse(estimator=answer.estimator, namespace=answer.namespace, now=answer.now)
         codec.add_start_forecasts(response.forecasts, answer.forecasts)
         return response

@@ -21,7 +21,7 @@ from kernel.errors import InvalidRequest, ModelError, SpecError, UsageError
 from kernel.specs import parse_spec
 from predictor.estimators.base import Estimator
 from predictor.registry import available, make_estimator
-from predictor.service.limits import Limits
+from predictor.service.limits import ESTIMATOR_CAPS, Limits
 from predictor.service.quoting import quote
 from predictor.service.views import EstimatorView
 
@@ -111,9 +111,7 @@ class SpecBook:
         return estimator
 
     def _check_caps(self, written: str, probe: Estimator, where: str) -> None:
-        caps = self._caps.get(probe.name)
-        if not caps:
-            return
+        caps = caps_of(self._caps, type(probe))
         params = probe.get_params()
         unknown = sorted(key for key in caps if not isinstance(params.get(key), int | float))
         if unknown:
@@ -125,6 +123,16 @@ class SpecBook:
                     f"{where}: {key}={params[key]} is above this server's limit for {probe.name} ({caps[key]:g}); "
                     "see --estimator-limit"
                 )
+
+
+def caps_of(caps: dict[str, dict[str, float]], estimator: type[Estimator]) -> dict[str, float]:
+    """The caps of `estimator`: its own entry, else its nearest parent's (a trained model's class, a
+    subclass), else none."""
+    for cls in estimator.__mro__:
+        name = getattr(cls, "name", None)
+        if isinstance(name, str) and name in caps:
+            return caps[name]
+    return {}
 
 
 def built_in_views() -> list[EstimatorView]:
@@ -146,13 +154,14 @@ def _view(cls: type[Estimator]) -> EstimatorView:
 
 
 def parse_caps(texts: Iterable[str]) -> dict[str, dict[str, float]]:
-    """`--estimator-limit` values (`NAME:param=max,...`) as {name: {param: max}}.
+    """The built-in caps (`ESTIMATOR_CAPS`) with the `--estimator-limit` values (`NAME:param=max,...`) over
+    them, as {name: {param: max}}.
 
     The parameter names are checked when the estimator is first asked for, so
     that starting a server does not import every estimator (LightGBM's import
     alone takes half a second).
     """
-    caps: dict[str, dict[str, float]] = {}
+    caps = {name: dict(params) for name, params in ESTIMATOR_CAPS.items()}
     for text in texts:
         try:
             name, params = parse_spec(text)

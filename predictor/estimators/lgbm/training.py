@@ -224,27 +224,30 @@ class ModelSchedule:
         """The retraining due at `now`: train on `data` (None: too few jobs, the next retraining is due all
         the same), on `executor` or inline."""
         assert self.retrain_seconds is not None  # a retraining is never due with retrain=never
+        if data is not None:
+            model: Future[TrainedModel]
+            if executor is not None:
+                model = executor.submit(train, data)  # an executor that refuses (raises) leaves the schedule as is
+            else:
+                model = Future()
+                model.set_result(train(data))
+            self._training = (now + self.swap_seconds, model)
         self._next_retrain = now + self.retrain_seconds
-        if data is None:
-            return
-        model: Future[TrainedModel]
-        if executor is not None:
-            model = executor.submit(train, data)
-        else:
-            model = Future()
-            model.set_result(train(data))
-        self._training = (now + self.swap_seconds, model)
 
     def due(self, now: int) -> TrainedModel | None:
         """The model whose time to go live has come at `now`, if any, taken off the schedule.
 
-        Waits for its training only where trace time outruns training: a replay.
+        Waits for its training only where trace time outruns training: a replay. A wait its executor's
+        future gives up (the service bounds it by the call's deadline) leaves the training on the schedule.
         """
         training = self._training
         if training is None or now < training[0]:
             return None
-        self._training = None
-        return training[1].result()
+        try:
+            return training[1].result()
+        finally:
+            if training[1].done():
+                self._training = None
 
     def put_live(self, model: TrainedModel) -> None:
         """Make `model` the live one (an atomic reference swap); the next retraining is due `retrain` after it."""
