@@ -8,13 +8,17 @@ counts) into, per candidate estimate, the expected accuracy, P(under) and P(BE);
 
 from __future__ import annotations
 
-import lightgbm as lgb
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from kernel.jobs import INTERVAL_PROBABILITIES, RuntimeInterval, clamp_estimate
 from predictor.estimators.lgbm.calibration import choose_quantile
 from predictor.estimators.lgbm.features import feature_names
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
+
+if TYPE_CHECKING:
+    import lightgbm as lgb
 
 #: Upper edges of the R bins the classifier predicts; the last class is "ran to its request".
 RATIO_EDGES = (0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 0.999)

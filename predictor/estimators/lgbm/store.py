@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
@@ -209,6 +208,8 @@ def _trained_until(
 def _model_description(estimator: LGBMQuantileEstimator, model: TrainedModel) -> dict[str, Any]:
     """What a manifest says of the model: LightGBM's settings, the features, the R classes, the key counts
     and the candidate estimates (a loader refuses a model whose encodings differ from its own)."""
+    import lightgbm as lgb  # here, not at the top: its import (scikit-learn's with it) takes seconds
+
     return {
         "lightgbm": {"version": lgb.__version__, "params": estimator.lightgbm_params(), "trees": estimator.trees},
         "features": feature_encodings(),
@@ -271,6 +272,8 @@ def _manifest_field(manifest: dict[str, Any], path: Path, *names: str) -> Any:
 
 def load_model(directory: str | Path) -> LoadedModel:
     """Read and verify a model folder; ModelError names the file and the problem."""
+    import lightgbm as lgb  # here, not at the top: its import (scikit-learn's with it) takes seconds
+
     folder = Path(directory)
     manifest_path = folder / MANIFEST_FILE
     try:

@@ -22,7 +22,6 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
-import lightgbm as lgb
 import numpy as np
 
 from kernel.jobs import FinishedJob
@@ -182,6 +181,8 @@ class Trainer:
 
     def fit(self, data: TrainingData) -> TrainedModel:
         """The booster, and the R quantiles of each class, of one snapshot."""
+        import lightgbm as lgb  # here, not at the top: its import (scikit-learn's with it) takes seconds
+
         ratios = data.ratios
         classes = class_of(ratios)
         dataset = lgb.Dataset(
