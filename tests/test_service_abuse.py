@@ -379,7 +379,10 @@ def test_answers_a_client_never_reads_hold_memory_within_the_budget_until_they_a
         with PredictorClient(address, timeout=PATIENT_SECONDS) as client:
 
             def answered() -> dict[str, int]:
-                calls = client.status().calls
+                try:
+                    calls = client.status().calls
+                except PredictorError:  # refused while the unread calls take their turns (same address)
+                    return {}
                 return {call.code: call.count for call in calls if call.rpc == "PredictBatch"}
 
             wait_for(lambda: sum(answered().values()) == 100, PATIENT_SECONDS)  # every call answered or refused
