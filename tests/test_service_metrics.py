@@ -154,7 +154,7 @@ def test_status_prints_the_same_as_a_table(served, certificates, tmp_path: Path,
     assert main(["status", *options, str(certificates.ca), "--namespace", "site-d"]) == 0
     table = capsys.readouterr().out
     assert "namespace site-d: 20 completions held" in table and "\npercentile " in table
-    assert "Predict" in table and "PERMISSION_DENIED" in table
+    assert "Predict" not in table  # a token of some namespaces sees no server-wide call counts (issue 25)
 
 
 def test_an_unscored_estimator_has_no_data_and_a_short_label(capsys: pytest.CaptureFixture[str]) -> None:

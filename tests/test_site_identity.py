@@ -62,12 +62,12 @@ def test_a_seeded_namespace_answers_by_name_at_a_live_submit_time(
     dump = write_dump(tmp_path / "site.sacct")
     address = f"127.0.0.1:{server.port}"
     assert main(["observe", "--address", address, "--namespace", NAMESPACE, "--trace", str(dump)]) == 0
-    mallory = ("--user", "mallory3", "--account", "proj6", "--request", "1800")
+    mallory = ("--user", "mallory3", "--account", "proj6", "--request", "30:00")
     live = _predict(capsys, server.port, *mallory, "--submit", str(int(time.time())))  # as job_submit.lua asks
     assert live["fallback"] is False and int(live["basis"]) >= 5  # type: ignore[call-overload]
     assert live["t_sched"] == 180  # her jobs use 10% of the request
     assert _predict(capsys, server.port, *mallory)["t_sched"] == 180  # without --submit: now
-    numbers = _predict(capsys, server.port, "--user", "1070", "--group", "1", "--request", "1800")
+    numbers = _predict(capsys, server.port, "--user", "1070", "--group", "1", "--request", "30:00")
     assert numbers["fallback"] is True  # the ids of a trace convert's names file are no key of the site's
 
 
@@ -103,7 +103,7 @@ def test_a_model_trained_on_the_dump_answers_live_questions(tmp_path: Path, caps
     catalog = ModelCatalog(models)
     running, port = start_server("127.0.0.1:0", estimator_factory=catalog.factory)
     try:
-        peggy = ("--estimator", "site", "--user", "peggy", "--account", "proj6", "--request", "3600")
+        peggy = ("--estimator", "site", "--user", "peggy", "--account", "proj6", "--request", "1:00:00")
         fresh = _predict(capsys, port, *peggy)
         assert 1 <= int(fresh["t_sched"]) <= 3600  # type: ignore[call-overload]  # answered, not refused
         address = f"127.0.0.1:{port}"
