@@ -89,6 +89,7 @@ def test_predict_eval_scores_every_estimator(
     assert [row["estimator"] for row in json.loads(report.read_text())["results"]] == ["request", "last2"]
 
 
+@pytest.mark.slow
 def test_predict_eval_grid(trace_file: Path, tmp_path: Path) -> None:
     grid = tmp_path / "grid.csv"
     assert main(["predict-eval", "--trace", str(trace_file), "--grid", "--csv", str(grid)]) == 0
@@ -103,6 +104,7 @@ def test_evaluate_writes_a_report(trace_file: Path, tmp_path: Path, capsys: pyte
     assert (out / "report.md").is_file() and (out / "results.csv").is_file()
 
 
+@pytest.mark.slow
 def test_train_writes_a_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "models" / "synthetic"
     assert main(["train", "--estimator", "lgbm-quantile:trees=5", "--out", str(folder)]) == 0
@@ -149,6 +151,7 @@ def test_serve_then_predict(capsys: pytest.CaptureFixture[str]) -> None:
     assert "predictor service stopped" in log
 
 
+@pytest.mark.slow
 def test_simulate_through_a_server_waits_for_trainings_and_equals_in_process(
     trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -231,6 +234,7 @@ def test_output_paths_are_checked_before_any_work(trace_file: Path, capsys: pyte
     assert "the folder /no/such/folder does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_report_folder_is_never_overwritten_silently(
     trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -488,6 +488,7 @@ def test_artww_and_sldwa_worked_out_by_hand() -> None:
     }
 
 
+@pytest.mark.slow
 def test_evaluate_runs_dynp_beside_the_static_policies_at_each_load(tmp_path: Path) -> None:
     from simulator.evaluation.execution import run_evaluation
     from simulator.evaluation.plan import Backend, EvaluationPlan, TraceInput, split_policies

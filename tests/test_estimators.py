@@ -219,6 +219,7 @@ def assert_rejection_justified(asked, user, submit, window, history) -> None:
     floor=st.sampled_from([0.0, 0.5]),
     min_jobs=st.integers(1, 4),
 )
+@pytest.mark.slow
 def test_percentile_equals_numpy_on_the_eligible_history(script, window, q, floor, min_jobs) -> None:
     estimator = PercentileEstimator(key="user", window=window, q=q, floor=floor, min_jobs=min_jobs)
     seconds = parse_duration(window, "window", unbounded="all")
@@ -240,6 +241,7 @@ def test_percentile_equals_numpy_on_the_eligible_history(script, window, q, floo
         asked.append((user, submit))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(script=events(), window=st.sampled_from(["7d", "all"]), k=st.sampled_from([0.0, 1.5]))
 def test_mean_std_equals_numpy_on_the_eligible_history(script, window, k) -> None:

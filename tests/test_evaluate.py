@@ -122,6 +122,7 @@ def test_tasks_have_one_baseline_per_period_policy_and_backfilling():
     assert not [task for task in simulations if task.estimator == "request" and not task.is_baseline]
 
 
+@pytest.mark.slow
 def test_orders_corrections_and_loads_are_axes_with_a_baseline_per_scheduler(tmp_path: Path) -> None:
     plan = EvaluationPlan(
         estimators=("request", "last2"),
@@ -219,17 +220,20 @@ def test_report_files_are_present_and_agree_with_results_csv(reference):
     assert SOURCE in report
 
 
+@pytest.mark.slow
 def test_two_joblib_workers_give_identical_results(reference, tmp_path):
     folder = evaluate_into(tmp_path, backend=Backend(workers=2, in_process=True))
     assert (folder / "results.csv").read_bytes() == (reference / "results.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_the_service_path_gives_the_in_process_results(reference, tmp_path):
     folder = evaluate_into(tmp_path, backend=Backend(workers=1))
     assert (folder / "results.csv").read_bytes() == (reference / "results.csv").read_bytes()
     assert "through the gRPC service" in (folder / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_dask_cluster_gives_identical_results(reference, tmp_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(
@@ -415,6 +419,7 @@ def test_replicates_with_the_monthly_protocol_are_refused() -> None:
         EvaluationPlan(replicates=2, monthly=True).check()
 
 
+@pytest.mark.slow
 def test_a_monthly_report_of_dynp_compares_the_modes_on_the_metrics_it_has(tmp_path: Path) -> None:
     """dynP has no weighted wait (NaN, its policies' scores have different units): the monthly report's
     comparison of the modes failed on that metric's missing column instead of leaving it out."""

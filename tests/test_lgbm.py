@@ -77,6 +77,7 @@ def test_answers_the_request_until_trained() -> None:
     assert (prediction.t_sched, prediction.fallback) == (3600, True)
 
 
+@pytest.mark.slow
 def test_trains_on_schedule_and_estimates_within_the_request(jobs: pd.DataFrame) -> None:
     estimator = small_estimator()
     frame = replay(estimator, jobs)
@@ -100,6 +101,7 @@ def test_trains_on_schedule_and_estimates_within_the_request(jobs: pd.DataFrame)
     assert modelled["basis"].max() > 10
 
 
+@pytest.mark.slow
 def test_a_key_with_a_long_regular_history_outweighs_the_model(jobs: pd.DataFrame) -> None:
     estimator = small_estimator(prior_jobs=30)
     replay(estimator, jobs)
@@ -124,6 +126,7 @@ def test_no_retraining_when_retrain_is_never(jobs: pd.DataFrame) -> None:
     assert replay(estimator, jobs)["fallback"].all()
 
 
+@pytest.mark.slow
 def test_causality_future_runtimes_do_not_change_earlier_predictions(jobs: pd.DataFrame) -> None:
     cutoff = int(jobs["submit"].quantile(0.6))
     changed = jobs.copy()
@@ -154,6 +157,7 @@ def test_predict_many_equals_predict_one_by_one(jobs: pd.DataFrame) -> None:
     assert one.model.trained_at > batch[0].submit  # the batch crossed a retraining point
 
 
+@pytest.mark.slow
 def test_background_training_gives_the_answers_of_inline_training(jobs: pd.DataFrame) -> None:
     inline = replay(small_estimator(), jobs)
     background = small_estimator()
@@ -182,6 +186,7 @@ def test_a_retrained_model_goes_live_swap_after_its_snapshot(jobs: pd.DataFrame)
     assert estimator.model.trained_at == split
 
 
+@pytest.mark.slow
 def test_training_leaves_the_live_model_until_installed(jobs: pd.DataFrame) -> None:
     estimator = small_estimator()
     replay(estimator, jobs)
@@ -260,6 +265,7 @@ def test_jobs_in_flight_count_until_they_finish(jobs: pd.DataFrame) -> None:
     assert math.isnan(row["user_req_inflight_age"])
 
 
+@pytest.mark.slow
 def test_calibration_tracks_target_under() -> None:
     jobs = generate_workload(jobs=6000, procs=128, load=0.5, seed=3).jobs
     target = 0.10
@@ -281,6 +287,7 @@ def test_calibration_tracks_target_under() -> None:
     assert abs(achieved - target) < 0.04, achieved
 
 
+@pytest.mark.slow
 def test_everybody_shares_one_multiplier_unless_per_user(jobs: pd.DataFrame) -> None:
     shared, own = small_estimator(min_train=100), small_estimator(per_user="true", min_train=100)
     replay(shared, jobs)
@@ -334,6 +341,7 @@ def test_adaptation_raises_the_level_after_hits_and_lowers_it_after_misses() -> 
     assert lenient.levels() == (0.9, 0.9)  # never 1: some scores must still count
 
 
+@pytest.mark.slow
 def test_adaptation_delivers_the_target_rate_when_the_window_misleads() -> None:
     """Scores alternate between calm and stormy weeks: a trailing window alone misses the target."""
     rng = np.random.default_rng(5)

@@ -38,12 +38,14 @@ def test_bad_parameters_are_rejected(spec: str) -> None:
         make_estimator(spec)
 
 
+@pytest.mark.slow
 def test_by_default_it_is_lgbm_quantile_uncalibrated_at_the_0_3_quantile(jobs: pd.DataFrame) -> None:
     sched = replay(make_estimator(f"lgbm-sched:{SMALL}"), jobs)
     quantile = replay(make_estimator(f"lgbm-quantile:{SMALL},alpha=0.3,target_under=0"), jobs)
     pd.testing.assert_frame_equal(sched, quantile)
 
 
+@pytest.mark.slow
 def test_the_margin_multiplies_the_quantile_within_the_request(jobs: pd.DataFrame) -> None:
     plain = replay(make_estimator(f"lgbm-sched:{SMALL},scale=1"), jobs)
     scaled = replay(make_estimator(f"lgbm-sched:{SMALL},scale=1.5"), jobs)
@@ -55,6 +57,7 @@ def test_the_margin_multiplies_the_quantile_within_the_request(jobs: pd.DataFram
     assert (scaled.loc[~modelled, "t_sched"] == plain.loc[~modelled, "t_req"]).all()
 
 
+@pytest.mark.slow
 def test_a_lower_quantile_never_estimates_more(jobs: pd.DataFrame) -> None:
     low = replay(make_estimator(f"lgbm-sched:{SMALL},alpha=0.2"), jobs)
     high = replay(make_estimator(f"lgbm-sched:{SMALL},alpha=0.8"), jobs)
@@ -62,6 +65,7 @@ def test_a_lower_quantile_never_estimates_more(jobs: pd.DataFrame) -> None:
     assert (low["t_sched"] < high["t_sched"]).mean() > 0.3
 
 
+@pytest.mark.slow
 def test_causality_future_runtimes_do_not_change_earlier_predictions(jobs: pd.DataFrame) -> None:
     cutoff = int(jobs["submit"].quantile(0.6))
     changed = jobs.copy()

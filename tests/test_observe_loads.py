@@ -80,6 +80,7 @@ def test_a_long_load_goes_in_chunks_while_health_and_metrics_answer(tmp_path: Pa
         server.stop(0).wait()
 
 
+@pytest.mark.slow
 def test_a_failed_load_says_what_it_stored_and_the_same_command_goes_on(tmp_path: Path) -> None:
     """A server that refuses the second half (its jobs are 100 days past the first: beyond --max-time-step),
     then the same state file served with room for it: the load goes on where it stopped."""

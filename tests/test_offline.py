@@ -198,6 +198,7 @@ def test_percentile_grid_sweeps_keys_windows_percentiles_and_floors() -> None:
     assert (grid["NA"] < 1).any()  # the sweep adjusted something
 
 
+@pytest.mark.slow
 def test_percentile_on_kth_equals_an_independent_numpy_computation(traces_dir) -> None:
     jobs = read_swf(traces_dir / "KTH-SP2-1996-2.1-cln.swf.gz").jobs
     out = replay(make_estimator("percentile"), jobs)

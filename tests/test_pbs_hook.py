@@ -83,6 +83,7 @@ def _queue(job: standin.Job, requestor: str, address: str) -> standin.Event:
     return standin.current
 
 
+@pytest.mark.slow
 def test_a_job_gets_its_prediction_as_soft_walltime(server: PredictorServer) -> None:
     job = standin.Job(walltime=3600, ncpus=4, account="physics")
     _queue(job, "alice", f"127.0.0.1:{server.port}")

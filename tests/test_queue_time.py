@@ -308,6 +308,7 @@ def test_forecasters_see_no_future() -> None:
     pd.testing.assert_frame_equal(before[0], before[1])
 
 
+@pytest.mark.slow
 def test_wait_eval_writes_the_report_and_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = generate_workload(jobs=500, procs=64, load=0.9, seed=5)
     path = tmp_path / "small.swf"

@@ -403,6 +403,7 @@ def test_graceful_stop_lets_in_flight_calls_finish() -> None:
 # --- concurrency ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_concurrent_clients_get_the_sequential_answers(server: str, client: PredictorClient, namespace: str) -> None:
     finished = history(300, users=10)
     client.observe(finished, namespace=namespace)
@@ -496,6 +497,7 @@ def test_remote_session_falls_back_fast_and_recovers(monkeypatch: pytest.MonkeyP
 # --- persistence ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_restart_after_kill_9_keeps_every_acknowledged_completion(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite"
     finished = history(120, users=4)

@@ -167,6 +167,7 @@ def check(call: Callable[[], object]) -> None:
     assert len(details) <= 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(REQUESTS))
 @FUZZ
 @given(data=st.data())
@@ -182,6 +183,7 @@ def test_every_rpc_answers_whatever_it_is_sent(channel: grpc.Channel, method: st
     check(lambda: raw(payload, timeout=10))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=60)
 @given(data=st.data())
 def test_sync_stream_answers_whatever_it_is_sent(channel: grpc.Channel, data: st.DataObject) -> None:

@@ -110,6 +110,7 @@ def test_an_empty_namespace_is_served_by_a_model_past_its_retraining_point(clien
     assert not later[0].fallback
 
 
+@pytest.mark.slow
 def test_broken_or_misnamed_model_folders_stop_the_server_from_starting(models: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(models, broken)

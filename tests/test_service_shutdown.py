@@ -46,6 +46,7 @@ def in_time(seconds: float, grace: float, idle_stop: float) -> bool:
     return seconds < grace + CLOSE_SECONDS + 2 * idle_stop
 
 
+@pytest.mark.slow
 def test_sigterm_exits_in_time_while_a_model_trains_and_a_client_does_not_read(
     tmp_path: Path, idle_stop: float
 ) -> None:

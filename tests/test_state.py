@@ -45,6 +45,7 @@ def in_process(spec: str, steps: list[tuple[list[FinishedJob], list[JobRequest]]
 # --- one server per file ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_server_on_the_same_file_refuses_naming_the_first(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite"
     first = ServerProcess(state=str(state))
@@ -89,6 +90,7 @@ def test_the_lock_follows_the_file_not_its_spelling(tmp_path: Path) -> None:
 # --- restarts answer alike ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_after_kill_9_the_clock_and_every_answer_are_as_before(tmp_path: Path) -> None:
     state = str(tmp_path / "state.sqlite")
     finished = history(40)
@@ -110,6 +112,7 @@ def test_after_kill_9_the_clock_and_every_answer_are_as_before(tmp_path: Path) -
         second.stop()
 
 
+@pytest.mark.slow
 def test_an_lgbm_namespace_restarted_by_kill_9_answers_as_an_in_process_replay(tmp_path: Path) -> None:
     state = str(tmp_path / "state.sqlite")
     steps = instants()
@@ -462,6 +465,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_not_serving_and_writes_answer_unavailable(small_disk: Path) -> None:
     server = ServerProcess(state=str(small_disk / "state.sqlite"))
     filler = small_disk / "filler"
