@@ -137,7 +137,7 @@ def live() -> Iterator[Live]:
 def test_every_job_got_a_prediction_and_alice_gets_her_ten_percent(live: Live) -> None:
     jobs = [*live.wave_one, *live.alice_wave_two, *live.others]
     _wait_reported(live.server, len(jobs), timeout=240)
-    comments = live.cluster.admin_comments()
+    comments = live.cluster.admin_comments(jobs)
     estimates = {}
     for job in jobs:
         match = re.search(r"tsched:t_sched=(\d+)", comments[job])

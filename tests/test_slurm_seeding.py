@@ -155,7 +155,7 @@ def seeded() -> Iterator[Seeded]:
             model = subprocess.run(
                 [sys.executable, "-m", "tsched.cli", "predict", "--address", f"127.0.0.1:{port}", "--namespace",
                  NAMESPACE, "--estimator", "site", "--user", "tsched-alice", "--account", "physics", "--request",
-                 "60", "--procs", "1", "--json", "-"],
+                 "1:00", "--procs", "1", "--json", "-"],
                 capture_output=True, text=True, check=True, timeout=60,
             )  # fmt: skip
             cluster.wait_idle(timeout=240)
@@ -177,7 +177,7 @@ def test_the_seed_says_what_it_stored(seeded: Seeded) -> None:
 
 
 def test_every_second_wave_job_is_predicted_from_its_users_history_from_the_first_on(seeded: Seeded) -> None:
-    comments = seeded.cluster.admin_comments()
+    comments = seeded.cluster.admin_comments(seeded.second_wave)
     answered = {job: comments[job] for job in seeded.second_wave if "tsched:t_sched=" in comments[job]}
     missed = [job for job in seeded.second_wave if job not in answered]
     log = (seeded.scratch / "log" / "slurmctld.log").read_text()
@@ -194,7 +194,7 @@ def test_the_second_wave_is_scored_live(seeded: Seeded) -> None:
     status = seeded.server.core.status(NAMESPACE)
     assert status is not None and status.completions == len(seeded.first_wave) + len(seeded.second_wave)
     (scores,) = [summary for summary in status.estimators if summary.estimator.startswith("percentile")]
-    comments = seeded.cluster.admin_comments()
+    comments = seeded.cluster.admin_comments(seeded.second_wave)
     answered = sum("tsched:t_sched=" in comments[job] for job in seeded.second_wave)
     assert scores.scored >= answered > 0 and scores.pending == 0
 

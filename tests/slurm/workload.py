@@ -146,10 +146,16 @@ class Cluster:
             time.sleep(2)
         raise RuntimeError(f"the cluster was still busy after {timeout}s")
 
-    def admin_comments(self) -> dict[int, str]:
-        """Each job's admin comment (where job_submit.lua writes its prediction), by job id."""
-        out = self.sacct(["JobIDRaw", "AdminComment"])
-        return {int(job): comment for job, _, comment in (line.partition("|") for line in out.splitlines()[1:])}
+    def admin_comments(self, jobs: Sequence[int] = (), timeout: float = 60) -> dict[int, str]:
+        """Each job's admin comment (where job_submit.lua writes its prediction), by job id; waits until every
+        one of `jobs` is in the accounting (slurmdbd records a job some seconds after it ends on a busy host)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.sacct(["JobIDRaw", "AdminComment"])
+            found = {int(job): comment for job, _, comment in (line.partition("|") for line in out.splitlines()[1:])}
+            if set(jobs) <= set(found) or time.monotonic() > deadline:
+                return found
+            time.sleep(1)
 
     def sacct(
         self, fields: Sequence[str], allocations: bool = True, extra: Sequence[str] = (), timezone: str | None = None
