@@ -91,7 +91,8 @@ def _start_seeded(scratch: Path, cluster: Cluster, port: int, held_out_from: int
     dump = scratch / "site.sacct"
     subprocess.run(["bash", "-c", _readme_sacct()], cwd=scratch, env=cluster.env, check=True, timeout=120)
     assert dump.stat().st_size > 0
-    until = datetime.fromtimestamp(held_out_from, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    # held out: the jobs submitted after --until, to the second (the held-out wave starts at `held_out_from`)
+    until = datetime.fromtimestamp(held_out_from - 1, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     out = str(scratch / "models" / "site")
     assert (
         main(
