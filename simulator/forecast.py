@@ -31,37 +31,6 @@ from simulator.scheduler import QueueScheduler
 CHECK_EVERY_PASSES = 8
 
 
-class ForwardSimulation:
-    """The `predictor.forecasting.StartForecaster` the service runs: `forecast_starts`, and the check of a
-    scheduler's names that lets it refuse a bad one naming the field."""
-
-    def check(self, scheduler: Scheduler) -> None:
-        for field, value, choices in (
-            ("policy", scheduler.policy, POLICIES),
-            ("backfill", scheduler.backfill, BACKFILLS),
-            ("backfill_order", scheduler.backfill_order, BACKFILL_ORDERS),
-        ):
-            if value not in choices:
-                raise ValueError(f"{field}: {value!r} is not one of {', '.join(choices)}")
-        try:
-            make_backfill(scheduler.backfill, scheduler.backfill_order)
-        except ValueError as error:  # an order that needs backfilling
-            raise ValueError(f"backfill_order: {error}") from None
-
-    def starts(
-        self,
-        state: QueueState,
-        scheduler: Scheduler,
-        running_ends: Sequence[int],
-        waiting_runtimes: Sequence[int],
-        check: Callable[[], None] | None = None,
-    ) -> list[int]:
-        return forecast_starts(state, scheduler, running_ends, waiting_runtimes, check)
-
-
-FORWARD_SIMULATION = ForwardSimulation()
-
-
 def forecast_starts(
     state: QueueState,
     scheduler: Scheduler,
@@ -95,6 +64,30 @@ def forecast_starts_of(
             if len(found) == len(wanted):
                 break
     return found
+
+
+class ForwardSimulation:
+    """The `predictor.forecasting.StartForecaster` the service runs: `forecast_starts`, and the check of a
+    scheduler's names that lets it refuse a bad one naming the field."""
+
+    def check(self, scheduler: Scheduler) -> None:
+        for field, value, choices in (
+            ("policy", scheduler.policy, POLICIES),
+            ("backfill", scheduler.backfill, BACKFILLS),
+            ("backfill_order", scheduler.backfill_order, BACKFILL_ORDERS),
+        ):
+            if value not in choices:
+                raise ValueError(f"{field}: {value!r} is not one of {', '.join(choices)}")
+        try:
+            make_backfill(scheduler.backfill, scheduler.backfill_order)
+        except ValueError as error:  # an order that needs backfilling
+            raise ValueError(f"backfill_order: {error}") from None
+
+    #: Runs the scheduler forward: `forecast_starts`.
+    starts = staticmethod(forecast_starts)
+
+
+FORWARD_SIMULATION = ForwardSimulation()
 
 
 class ForwardRun(Simulation[WaitingJob, QueueScheduler]):
