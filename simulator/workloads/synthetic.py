@@ -106,37 +106,43 @@ def generate_workload(
     if not load > 0:
         raise UsageError(f"--load must be positive, not {load}")
     rng = np.random.default_rng(seed)
-    users = _users(rng, jobs)
-    apps = _applications(rng, users, procs)
-    table = _jobs(rng, jobs, users, apps, procs)
+    table = draw_jobs(rng, jobs, procs)
     work = float((table["size"] * table["run"]).sum())
-    table["submit"] = _arrivals(rng, table["burst"], work / (procs * load))
-    table = table.sort_values("submit", kind="stable").reset_index(drop=True)
+    table = with_arrivals(rng, table, work / (procs * load))
     achieved = offered_load(table["submit"], table["size"], table["run"], procs)
-    records = _records(table)
-    header = SWFHeader.from_lines(
+    header = swf_header(
+        jobs,
+        procs,
         [
-            "; Version: 2.2",
             "; Computer: synthetic machine",
             f"; Installation: tsched built-in workload (simulator.workloads.synthetic, seed {seed})",
             f"; Note: offered load target {load:.3f}, achieved {achieved:.3f}",
-            f"; MaxJobs: {jobs}",
-            f"; MaxRecords: {jobs}",
-            "; Preemption: No",
-            f"; UnixStartTime: {UNIX_START_TIME}",
-            "; TimeZone: 0",
-            "; TimeZoneString: UTC",
-            f"; MaxNodes: {procs}",
-            f"; MaxProcs: {procs}",
-            f"; MaxRuntime: {MAX_WALLTIME}",
+        ],
+        [
             "; MaxQueues: 3",
             "; Queue: 1 short (requests up to 1h)",
             "; Queue: 2 normal (up to 12h)",
             "; Queue: 3 long (up to 48h)",
             "; MaxPartitions: 1",
-        ]
+        ],
     )
-    return Trace.from_records(GENERATED_PATH, header, records)
+    return Trace.from_records(GENERATED_PATH, header, swf_records(table))
+
+
+def draw_jobs(rng: np.random.Generator, jobs: int, procs: int) -> pd.DataFrame:
+    """Users, their applications, then `jobs` jobs (no submit times yet): the model every generated workload shares.
+
+    Columns: burst, app, user, group, size (processors), request, run, status.
+    """
+    users = _users(rng, jobs)
+    apps = _applications(rng, users, procs)
+    return _jobs(rng, jobs, users, apps, procs)
+
+
+def with_arrivals(rng: np.random.Generator, table: pd.DataFrame, span: float) -> pd.DataFrame:
+    """`table` with submit times over `span` seconds (daily and weekly cycles, bursts), in submit order."""
+    table = table.assign(submit=_arrivals(rng, table["burst"], span))
+    return table.sort_values("submit", kind="stable").reset_index(drop=True)
 
 
 def offered_load(
@@ -275,8 +281,29 @@ def _arrivals(rng: np.random.Generator, bursts_of_jobs: pd.Series, span: float) 
     return times
 
 
-def _records(table: pd.DataFrame) -> pd.DataFrame:
-    """The 18 SWF fields of the generated jobs, numbered in submit order."""
+def swf_header(jobs: int, procs: int, about: list[str], queues: list[str]) -> SWFHeader:
+    """A generated trace's header: `about` it (machine, source, notes), the fields every generated workload
+    states, then its `queues` and partitions."""
+    return SWFHeader.from_lines(
+        [
+            "; Version: 2.2",
+            *about,
+            f"; MaxJobs: {jobs}",
+            f"; MaxRecords: {jobs}",
+            "; Preemption: No",
+            f"; UnixStartTime: {UNIX_START_TIME}",
+            "; TimeZone: 0",
+            "; TimeZoneString: UTC",
+            f"; MaxNodes: {procs}",
+            f"; MaxProcs: {procs}",
+            f"; MaxRuntime: {MAX_WALLTIME}",
+            *queues,
+        ]
+    )
+
+
+def swf_records(table: pd.DataFrame) -> pd.DataFrame:
+    """The 18 SWF fields of the generated jobs, numbered in submit order (`partition`: 1 unless given)."""
     count = len(table)
     unknown = np.full(count, -1, dtype=np.int64)
     request = table["request"].to_numpy()
@@ -297,7 +324,7 @@ def _records(table: pd.DataFrame) -> pd.DataFrame:
         "group": table["group"],
         "executable": table["app"] + 1,
         "queue": queue,
-        "partition": np.ones(count, dtype=np.int64),
+        "partition": table["partition"] if "partition" in table else np.ones(count, dtype=np.int64),
         "preceding_job": unknown,
         "think_time": unknown,
     }
