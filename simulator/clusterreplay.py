@@ -98,7 +98,7 @@ def slurm_scheduler(
     """Slurm's scheduler over `cluster`'s nodes for the `queued` jobs, planning as `config`'s mode says; in
     `policy`'s order (default FCFS: priority/basic), asking `gate` about limits (`simulator.slurmpolicy`)."""
     machine = NodeMachine(cluster, planning_mode(config.mode), make_correction(config.correction))
-    return QueueScheduler(policy or FCFS(), SlurmBackfill(cluster, queued, gate), machine)
+    return QueueScheduler(FCFS() if policy is None else policy, SlurmBackfill(cluster, queued, gate), machine)
 
 
 class ClusterReplay(TraceReplay):
