@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from simulator.cluster import PRIORITY_FLAGS, RESET_PERIODS, PrioritySettings
-from simulator.clusterconf.settings import Value, slurm_minutes
+from simulator.clusterconf.settings import Value, _boolean, slurm_minutes
 
 #: The integer keys: slurm.conf key (lower case) -> PrioritySettings field.
 _WEIGHTS = {
@@ -55,7 +55,7 @@ def priority_settings(values: Mapping[str, Value], notes: list[str]) -> Priority
         if key in values:
             settings[field_name] = _minutes(values[key], key, smallest) * 60
     if "priorityfavorsmall" in values:
-        settings["favor_small"] = _yes_no(values["priorityfavorsmall"], "PriorityFavorSmall")
+        settings["favor_small"] = _boolean(values["priorityfavorsmall"], "PriorityFavorSmall")
     if "priorityusageresetperiod" in values:
         settings["usage_reset_period"] = _reset_period(values["priorityusageresetperiod"])
     if "priorityflags" in values:
@@ -91,13 +91,6 @@ def _minutes(value: Value, key: str, smallest: int) -> int:
     if minutes < smallest:
         raise value.where.error(key, f"{value.text!r} is below {smallest} minute(s)")
     return minutes
-
-
-def _yes_no(value: Value, key: str) -> bool:
-    text = value.text.strip().upper()
-    if text not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
-        raise value.where.error(key, f"{value.text!r} is not YES or NO")
-    return text in ("YES", "TRUE", "1")
 
 
 def _reset_period(value: Value) -> str:

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from simulator.clusterconf.settings import ClusterConfigError, Where, slurm_minutes
 
@@ -175,19 +176,8 @@ def _association(row: Mapping[str, str], where: Where, parents: list[tuple[int, 
     shares = _shares(row.get("Share", ""), where)
     if shares is None and user is None:
         raise where.error("Share", "`parent` on an account is not modelled (only on users)")
-    return Association(
-        account=account,
-        user=user,
-        parent=parent,
-        partition=row.get("Partition", "").strip() or None,
-        shares=shares,
-        priority=_number(row, "Priority", where),
-        grp_jobs=_number(row, "GrpJobs", where),
-        grp_tres=_tres(row, "GrpTRES", where),
-        max_jobs=_number(row, "MaxJobs", where),
-        max_tres=_tres(row, "MaxTRES", where),
-        max_wall=_wall(row, "MaxWall", where),
-    )
+    partition = row.get("Partition", "").strip() or None
+    return Association(account, user, parent, partition, shares, **_read_fields(row, where, _ASSOC_FIELDS))
 
 
 def _ordered(made: list[Association], source: str) -> tuple[Association, ...]:
@@ -244,19 +234,9 @@ def read_qos(path: str | Path) -> dict[str, Qos]:
             raise where.error("Name", "empty: every QOS has a name")
         if name in table:
             raise where.error("Name", f"QOS {name} appears twice")
-        table[name] = Qos(
-            name=name,
-            priority=_number(row, "Priority", where) or 0,
-            usage_factor=_factor(row.get("UsageFactor", ""), where),
-            grp_jobs=_number(row, "GrpJobs", where),
-            grp_tres=_tres(row, "GrpTRES", where),
-            max_tres=_tres(row, "MaxTRES", where),
-            max_wall=_wall(row, "MaxWall", where),
-            max_tres_per_user=_tres(row, "MaxTRESPU", where),
-            max_jobs_per_user=_number(row, "MaxJobsPU", where),
-            max_tres_per_account=_tres(row, "MaxTRESPA", where),
-            max_jobs_per_account=_number(row, "MaxJobsPA", where),
-        )
+        fields = _read_fields(row, where, _QOS_FIELDS)
+        fields["priority"] = fields["priority"] or 0
+        table[name] = Qos(name, usage_factor=_factor(row.get("UsageFactor", ""), where), **fields)
     return table
 
 
@@ -293,6 +273,11 @@ def _unmodelled(rows: list[tuple[int, dict[str, str]]], source: str) -> list[str
                "MaxTRESPerNode", "MaxSubmitPU", "MaxSubmitPA", "MinTRES", "UsageThres")  # fmt: skip
     found = sorted({name for _, row in rows for name in ignored if row.get(name, "").strip()})
     return [f"{source}: {name} limits are not modelled" for name in found]
+
+
+def _read_fields(row: Mapping[str, str], where: Where, readers: Mapping[str, tuple[Reader, str]]) -> dict[str, Any]:
+    """Each field of `readers` (field -> (reader, sacctmgr's column)) read from `row`."""
+    return {name: reader(row, column, where) for name, (reader, column) in readers.items()}
 
 
 def _number(row: Mapping[str, str], name: str, where: Where) -> int | None:
@@ -352,3 +337,26 @@ def _tres(row: Mapping[str, str], name: str, where: Where) -> TresLimits:
                 raise where.error(name, f"{item!r}: the count is not a whole number")
             counts[TRES_NAMES[tres]] = int(count)
     return TresLimits(**counts)
+
+
+Reader = Callable[[Mapping[str, str], str, Where], Any]
+#: The limits of an association and of a QOS: field -> (how it is read, sacctmgr's column).
+_ASSOC_FIELDS: dict[str, tuple[Reader, str]] = {
+    "priority": (_number, "Priority"),
+    "grp_jobs": (_number, "GrpJobs"),
+    "grp_tres": (_tres, "GrpTRES"),
+    "max_jobs": (_number, "MaxJobs"),
+    "max_tres": (_tres, "MaxTRES"),
+    "max_wall": (_wall, "MaxWall"),
+}
+_QOS_FIELDS: dict[str, tuple[Reader, str]] = {
+    "priority": (_number, "Priority"),
+    "grp_jobs": (_number, "GrpJobs"),
+    "grp_tres": (_tres, "GrpTRES"),
+    "max_tres": (_tres, "MaxTRES"),
+    "max_wall": (_wall, "MaxWall"),
+    "max_tres_per_user": (_tres, "MaxTRESPU"),
+    "max_jobs_per_user": (_number, "MaxJobsPU"),
+    "max_tres_per_account": (_tres, "MaxTRESPA"),
+    "max_jobs_per_account": (_number, "MaxJobsPA"),
+}
