@@ -186,6 +186,66 @@ class SchedulerSettings:
         object.__setattr__(self, "other", MappingProxyType(dict(self.other)))
 
 
+#: PriorityFlags Slurm 22.05 reads (`src/common/read_config.c`); FAIR_TREE is on unless NO_FAIR_TREE or
+#: DEPTH_OBLIVIOUS is given.
+PRIORITY_FLAGS = frozenset(
+    {
+        "ACCRUE_ALWAYS", "SMALL_RELATIVE_TO_TIME", "CALCULATE_RUNNING", "DEPTH_OBLIVIOUS", "NO_FAIR_TREE",
+        "INCR_ONLY", "MAX_TRES", "NO_NORMAL_ALL", "NO_NORMAL_ASSOC", "NO_NORMAL_PART", "NO_NORMAL_QOS",
+        "NO_NORMAL_TRES", "FAIR_TREE",
+    }
+)  # fmt: skip
+#: PriorityUsageResetPeriod values.
+RESET_PERIODS = ("NONE", "NOW", "DAILY", "WEEKLY", "MONTHLY", "QUARTERLY", "YEARLY")
+
+
+@dataclass(frozen=True, slots=True)
+class PrioritySettings:
+    """priority/multifactor's configuration (slurm.conf's Priority* keys), with Slurm 22.05's defaults.
+
+    Times in seconds (slurm.conf gives them in Slurm's time formats, whole
+    minutes). `flags` holds the PriorityFlags words as given (upper case).
+    """
+
+    decay_half_life: int = 7 * 86_400  # PriorityDecayHalfLife; 0: no decay
+    calc_period: int = 300  # PriorityCalcPeriod
+    max_age: int = 7 * 86_400  # PriorityMaxAge
+    favor_small: bool = False  # PriorityFavorSmall
+    usage_reset_period: str = "NONE"  # PriorityUsageResetPeriod
+    flags: frozenset[str] = frozenset()
+    weight_age: int = 0
+    weight_assoc: int = 0
+    weight_fairshare: int = 0
+    weight_job_size: int = 0
+    weight_partition: int = 0
+    weight_qos: int = 0
+    dampening_factor: int = 1  # FairShareDampeningFactor
+    accounting_enforce: frozenset[str] = frozenset()  # AccountingStorageEnforce words, lower case
+
+    def __post_init__(self) -> None:
+        if self.calc_period < 1:
+            raise ValueError("PriorityCalcPeriod must be at least a minute")
+        if self.usage_reset_period not in RESET_PERIODS:
+            raise ValueError(f"unknown PriorityUsageResetPeriod {self.usage_reset_period!r}")
+        unknown = sorted(self.flags - PRIORITY_FLAGS)
+        if unknown:
+            raise ValueError(f"unknown PriorityFlags {', '.join(unknown)}")
+
+    @property
+    def fair_tree(self) -> bool:
+        """Whether fair-share is Fair Tree (22.05's default) rather than the classic algorithm."""
+        return not ({"NO_FAIR_TREE", "DEPTH_OBLIVIOUS"} & self.flags)
+
+    def normalised(self, factor: str) -> bool:
+        """Whether the `factor` (ASSOC, PART, QOS) is divided by its maximum (no NO_NORMAL_<factor> flag)."""
+        return not ({f"NO_NORMAL_{factor}", "NO_NORMAL_ALL"} & self.flags)
+
+    @property
+    def limits_enforced(self) -> bool:
+        """Whether association and QOS limits hold jobs (AccountingStorageEnforce has limits, safe or all)."""
+        return bool({"limits", "safe", "all", "2"} & self.accounting_enforce)
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryDefaults:
     """Memory a job gets when it asks none (DefMemPerCPU / DefMemPerNode), and the caps; MB, None: unset."""
@@ -210,6 +270,7 @@ class Cluster:
     select: SelectSettings = SelectSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     memory: MemoryDefaults = MemoryDefaults()
+    priority: PrioritySettings = PrioritySettings()
     pool: bool = False
     source: str = ""
     notes: tuple[str, ...] = ()  # what was read but is not modelled (keys, GRES other than GPUs, ...)

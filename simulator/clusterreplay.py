@@ -31,8 +31,9 @@ from simulator.engine import SimulationConfig, SimulationResult, TraceReplay
 from simulator.jobs import WaitingJob
 from simulator.machine import make_correction, planning_mode
 from simulator.nodes import NodeState, NodeTable, demand
-from simulator.policies import FCFS
+from simulator.policies import FCFS, QueuePolicy
 from simulator.scheduler import QueueScheduler
+from simulator.slurmpolicy import SiteAccounting, SitePolicy, SlurmGate, owners, site_policy
 from simulator.slurmsched import LIMIT_SWEEP, NodeMachine, QueuedJob, SlurmBackfill
 
 #: The backfill name a `slurm` scheduler's SimulationConfig carries.
@@ -87,15 +88,29 @@ def queued_jobs(
     return queued, dict(skipped)
 
 
-def slurm_scheduler(cluster: Cluster, queued: Mapping[int, QueuedJob], config: SimulationConfig) -> QueueScheduler:
-    """Slurm's scheduler over `cluster`'s nodes for the `queued` jobs, planning as `config`'s mode says."""
+def slurm_scheduler(
+    cluster: Cluster,
+    queued: Mapping[int, QueuedJob],
+    config: SimulationConfig,
+    policy: QueuePolicy | None = None,
+    gate: SlurmGate | None = None,
+) -> QueueScheduler:
+    """Slurm's scheduler over `cluster`'s nodes for the `queued` jobs, planning as `config`'s mode says; in
+    `policy`'s order (default FCFS: priority/basic), asking `gate` about limits (`simulator.slurmpolicy`)."""
     machine = NodeMachine(cluster, planning_mode(config.mode), make_correction(config.correction))
-    return QueueScheduler(FCFS(), SlurmBackfill(cluster, queued), machine)
+    return QueueScheduler(FCFS() if policy is None else policy, SlurmBackfill(cluster, queued, gate), machine)
 
 
 class ClusterReplay(TraceReplay):
     """A trace replayed under the `slurm` scheduler (`slurm_scheduler`): jobs killed at their limit by the
     30 s sweep."""
+
+    def admit(self, completed: list[int], arrived: list[range]) -> list[WaitingJob]:
+        """Tell accounting (priority usage, limits' counts) the round's ends, at their time, then admit."""
+        backfill = self.scheduler.backfill
+        if completed and isinstance(backfill, SlurmBackfill) and backfill.gate is not None:
+            backfill.gate.ended(completed, self.now)
+        return super().admit(completed, arrived)
 
     @cached_property
     def _kills(self) -> tuple[list[int | None], list[int], int]:
@@ -130,12 +145,55 @@ def simulate_cluster(
     cluster: Cluster,
     requests: Mapping[int, ResourceRequest],
     history: pd.DataFrame | None = None,
+    accounting: SiteAccounting | None = None,
+    names: Mapping[str, Mapping[int, str]] | None = None,
 ) -> SimulationResult:
-    """Replay `jobs` on `cluster` under the `slurm` scheduler; `config` says the planning mode."""
+    """Replay `jobs` on `cluster` under the `slurm` scheduler; `config` says the planning mode.
+
+    Under priority/multifactor, or with limits enforced (AccountingStorageEnforce),
+    jobs belong to `accounting`'s associations by their user and account
+    (`names`: the trace's names behind its ids); the result's jobs then carry
+    `priority` (at submission, as sacct's Priority) and `pending_reason` (the
+    last limit that held the job, empty if none).
+    """
     queued, skipped = queued_jobs(jobs, cluster, requests)
     kept = jobs.loc[np.isin(jobs["job_id"].to_numpy(), list(queued))]
     config = SimulationConfig(cluster.procs, "fcfs", SLURM, config.mode, config.correction)
-    result = ClusterReplay(kept, config, session, history, slurm_scheduler(cluster, queued, config)).replay()
+    site = _site_policy(cluster, kept, queued, requests, accounting, names)
+    if site is not None:
+        kept = site.jobs
+        for reason in site.left_out.values():
+            skipped[f"held by {reason} (can never start)"] = skipped.get(f"held by {reason} (can never start)", 0) + 1
+    scheduler = slurm_scheduler(cluster, queued, config, site.policy if site else None, site.gate if site else None)
+    result = ClusterReplay(kept, config, session, history, scheduler).replay()
     for reason, count in skipped.items():
         result.skipped[reason] = result.skipped.get(reason, 0) + count
+    if site is not None:
+        _add_accounting_columns(result.jobs, site)
     return result
+
+
+def _site_policy(
+    cluster: Cluster,
+    jobs: pd.DataFrame,
+    queued: Mapping[int, QueuedJob],
+    requests: Mapping[int, ResourceRequest],
+    accounting: SiteAccounting | None,
+    names: Mapping[str, Mapping[int, str]] | None,
+) -> SitePolicy | None:
+    """Accounting's policy and gate, when slurm.conf asks for multifactor priority or enforces limits."""
+    if cluster.scheduler.priority_type != "priority/multifactor" and not cluster.priority.limits_enforced:
+        return None
+    demands = [queued[job_id].demands[0] for job_id in jobs["job_id"].tolist()]
+    owned = owners(jobs, requests, names or {})
+    return site_policy(cluster, jobs, demands, owned, accounting or SiteAccounting())
+
+
+def _add_accounting_columns(result: pd.DataFrame, site: SitePolicy) -> None:
+    """Each job's priority at submission and the last limit that held it (by trace position)."""
+    gate = site.gate
+    priorities = gate.priority.submitted if gate is not None and gate.priority is not None else {}
+    reasons = gate.limits.reasons if gate is not None and gate.limits is not None else {}
+    positions = range(len(result))
+    result["priority"] = [priorities.get(index, 0) for index in positions]
+    result["pending_reason"] = [reasons.get(index, "") for index in positions]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from kernel.resources import ResourceRequest
     from predictor.service.client import Credentials
     from predictor.service.remote import RemoteSession
+    from simulator.slurmpolicy import SiteAccounting
 
 #: The share of a run's jobs that may get t_req because the service did not answer before the run is refused:
 #: past it, the summary would report mostly the request's schedule under the estimator's name.
@@ -132,6 +133,7 @@ def run_simulation(
     cluster: Cluster | None = None,
     requests: Mapping[int, ResourceRequest] | None = None,
     max_dropped_share: float = DEFAULT_MAX_DROPPED_SHARE,
+    accounting: SiteAccounting | None = None,
 ) -> tuple[RunSummary, SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
@@ -144,7 +146,8 @@ def run_simulation(
     evaluation that must not fall back; a run where more than
     `max_fallback_share` of the jobs fell back is refused (PredictorUnavailable).
     With a `cluster`, the `slurm` scheduler replays the jobs on its nodes, each
-    job with its request from `requests` (by job id; `simulator.clusterreplay`).
+    job with its request from `requests` (by job id; `simulator.clusterreplay`), its
+    account's shares and limits from `accounting` (`simulator.slurmpolicy`).
     A `config` without a mode gets the CLI's default (`mode_for`: selective, or
     none for `request`). A period whose jobs larger than the machine (dropped) are more than
     `max_dropped_share` of it is refused before it runs (UsageError).
@@ -162,7 +165,9 @@ def run_simulation(
         else:
             from simulator.clusterreplay import simulate_cluster
 
-            result = simulate_cluster(period.jobs, config, session, cluster, requests or {}, history)
+            result = simulate_cluster(
+                period.jobs, config, session, cluster, requests or {}, history, accounting, trace.names
+            )
     finally:
         session.close()
     _refuse_fallbacks(result, address, max_fallback_share)

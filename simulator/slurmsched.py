@@ -38,6 +38,7 @@ from simulator.jobs import RunningJob, WaitingJob
 from simulator.machine import PLANNINGS, Correction, Machine, Planning
 from simulator.nodeplan import Estimate, NodeSpace, RunningEnd, earliest_start, from_bits, to_bits
 from simulator.nodes import Allocation, Demand, NodeState, NodeTable
+from simulator.slurmpolicy import SlurmGate
 
 #: Seconds between two of slurmctld's time-limit checks (PERIODIC_TIMEOUT, slurmctld/slurmctld.h).
 LIMIT_SWEEP = 30
@@ -116,9 +117,10 @@ class SlurmBackfill(Backfill):
     name = "slurm"
     idle_when_full = False  # a job may need no CPU that is not free, but a reservation still counts
 
-    def __init__(self, cluster: Cluster, jobs: Mapping[int, QueuedJob]) -> None:
+    def __init__(self, cluster: Cluster, jobs: Mapping[int, QueuedJob], gate: SlurmGate | None = None) -> None:
         super().__init__()
         self.cluster = cluster
+        self.gate = gate  # accounting: limits that hold jobs, priorities recalculated (simulator.slurmpolicy)
         self.settings = cluster.scheduler
         self.jobs = jobs
         table = NodeTable(cluster)
@@ -134,8 +136,8 @@ class SlurmBackfill(Backfill):
         self._ended_seen = 0
         self._machine: NodeMachine | None = None
         self._now = 0
-        self._main_seen: tuple[int, int] | None = None
-        self._cycle_seen: tuple[int, int] | None = None
+        self._main_seen: tuple[int, int, int] | None = None
+        self._cycle_seen: tuple[int, int, int] | None = None
 
     def over_time(self, job_id: int) -> int | None:
         """OverTimeLimit in minutes for the job (of its first partition; None: UNLIMITED)."""
@@ -148,9 +150,10 @@ class SlurmBackfill(Backfill):
     def forget(self, job: WaitingJob) -> None:
         self._waiting -= 1
 
-    def _changes(self) -> tuple[int, int]:
-        """What the passes compare to know whether anything changed: starts and ends, and submissions."""
-        return (0 if self._machine is None else self._machine.changes, self._admitted)
+    def _changes(self) -> tuple[int, int, int]:
+        """What the passes compare to know whether anything changed: starts and ends, submissions, priorities."""
+        gate = self.gate
+        return (0 if self._machine is None else self._machine.changes, self._admitted, gate.version if gate else 0)
 
     def wake_time(self) -> int | None:
         """The next backfill cycle or periodic main pass, if a job waits and something changed since the last."""
@@ -161,6 +164,8 @@ class SlurmBackfill(Backfill):
             times.append(_next(self._now, self.settings.bf_interval))
         if self._main_seen != changes:
             times.append(_next(self._now, self.settings.sched_interval))
+        if self.gate is not None and (recalculation := self.gate.wake_time()) is not None:
+            times.append(recalculation)
         return min(times, default=None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
@@ -194,6 +199,8 @@ class SlurmBackfill(Backfill):
         ahead = 0
         started: list[WaitingJob] = []
         for job in queue:
+            if self.gate is not None and self.gate.holds(job):
+                continue
             demands = self.jobs[job.job_id].demands
             nodes = 0
             for wanted in demands:
@@ -221,6 +228,8 @@ class SlurmBackfill(Backfill):
     def _start(self, job: WaitingJob, wanted: Demand, allocation: Allocation, machine: NodeMachine) -> RunningEnd:
         """Place `job` now; how the rest of the pass sees it end."""
         machine.place(job.index, allocation, self._over_time[wanted.partition])
+        if self.gate is not None:
+            self.gate.started(job, int(allocation.cpus.sum()), self._now)
         return machine.running_end(job.index, self._now + machine.planned_runtime(job), job.t_req)
 
     def _main_pass(self, queue: list[WaitingJob], machine: NodeMachine, ends: list[RunningEnd]) -> list[WaitingJob]:
@@ -232,7 +241,7 @@ class SlurmBackfill(Backfill):
             if settings.sched_max_job_start and len(started) >= settings.sched_max_job_start:
                 break
             demands = tuple(d for d in self.jobs[job.job_id].demands if d.partition not in failed)
-            if not demands:
+            if not demands or (self.gate is not None and self.gate.holds(job)):
                 continue
             if self._first_fit(job, demands, machine, ends, blocked):
                 started.append(job)
@@ -254,6 +263,8 @@ class SlurmBackfill(Backfill):
             if settings.bf_max_job_start and len(started) >= settings.bf_max_job_start:
                 break
             queued = self.jobs[job.job_id]
+            if self.gate is not None and self.gate.holds(job):
+                continue
             if settings.bf_max_job_user:
                 per_user[queued.user] = per_user.get(queued.user, 0) + 1
                 if per_user[queued.user] > settings.bf_max_job_user:

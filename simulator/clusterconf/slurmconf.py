@@ -9,7 +9,9 @@ ClusterName). `NodeName=DEFAULT` and `PartitionName=DEFAULT` lines give
 defaults to the lines after them. What is read: NodeName, PartitionName,
 NodeSet and DownNodes lines; SelectType(Parameters), SchedulerType,
 SchedulerParameters, PriorityType, OverTimeLimit, KillWait,
-DefMemPer{CPU,Node}, MaxMemPer{CPU,Node}, GresTypes and ClusterName. Every
+DefMemPer{CPU,Node}, MaxMemPer{CPU,Node}, GresTypes, ClusterName, the
+priority/multifactor keys (`Priority*`, FairShareDampeningFactor) and
+AccountingStorageEnforce (`simulator.clusterconf.prioritykeys`). Every
 other global key is accepted and left alone (slurm.conf has hundreds);
 an unknown key on a NodeName or PartitionName line is an error, as in Slurm.
 """
@@ -24,6 +26,7 @@ from simulator.cluster import Cluster, Node, Partition, natural_key
 from simulator.clusterconf.conffile import Line, read_lines
 from simulator.clusterconf.gresconf import check_gres_conf
 from simulator.clusterconf.hostlist import expand_hostlist
+from simulator.clusterconf.prioritykeys import priority_settings
 from simulator.clusterconf.settings import (
     MEMORY_KEYS,
     NODE_KEYS,
@@ -169,6 +172,7 @@ def read_slurm_conf(path: str | Path, gres_conf: str | Path | None = None) -> Cl
     select = select_settings(globals_.get("selecttype"), globals_.get("selecttypeparameters"))
     memory = memory_defaults({key: value for key, value in globals_.items() if key in MEMORY_KEYS})
     scheduler = scheduler_settings(globals_, notes)
+    priority = priority_settings(globals_, notes)
     gres_path = Path(gres_conf) if gres_conf is not None else path.with_name("gres.conf")
     if gres_conf is not None or gres_path.exists():
         notes.extend(check_gres_conf(gres_path, nodes))
@@ -182,6 +186,7 @@ def read_slurm_conf(path: str | Path, gres_conf: str | Path | None = None) -> Cl
             select=select,
             scheduler=scheduler,
             memory=memory,
+            priority=priority,
             source=str(path),
             notes=tuple(notes),
         )

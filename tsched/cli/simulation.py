@@ -89,6 +89,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
     credentials = credentials_from(args) if args.address else None
     cluster, requests = simulated_cluster(args, procs)
+    accounting = site_accounting(args, cluster)
     summary, result = run_simulation(
         trace,
         config,
@@ -105,6 +106,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         cluster=cluster,
         requests=requests,
         max_dropped_share=args.max_dropped_share,
+        accounting=accounting,
     )
     show(args.json, summary.to_dict(), summary.describe)
     if args.jobs_csv:
@@ -128,6 +130,19 @@ def simulated_cluster(args: argparse.Namespace, procs: int) -> tuple[Any, dict[i
     if args.trace in (None, STDIN) or (args.format or detect_format(args.trace)) != "sacct":
         return cluster, {}
     return cluster, read_sacct_requests(args.trace, cluster)
+
+
+def site_accounting(args: argparse.Namespace, cluster: Any) -> Any:
+    """The associations (`--associations`) and QOS (`--qos-file`) of `--scheduler slurm`; None without either."""
+    if not (args.associations or args.qos_file):
+        return None
+    if cluster is None:
+        raise UsageError("--associations and --qos-file: only --scheduler slurm has accounts, shares and limits")
+    from simulator.clusterconf.sacctmgr import read_associations, read_qos
+    from simulator.slurmpolicy import SiteAccounting
+
+    accounts = read_associations(args.associations, cluster.name) if args.associations else None
+    return SiteAccounting(accounts, read_qos(args.qos_file) if args.qos_file else {})
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -296,7 +311,19 @@ def cluster_group() -> Group:
         "slurm: --machine-procs nodes of one CPU)",
         metavar="PATH",
     )
-    return Group("the cluster", (scheduler, cluster))
+    associations = Option(
+        "--associations",
+        "the site's accounts, users, shares and limits: `sacctmgr show assoc --parsable2` output (add ParentName "
+        "to the format, or `tree`, for nested accounts; default with --scheduler slurm: the trace's accounts and "
+        "users with equal shares); used by PriorityType=priority/multifactor and AccountingStorageEnforce=limits",
+        metavar="FILE",
+    )
+    qos = Option(
+        "--qos-file",
+        "the site's QOS: `sacctmgr show qos --parsable2` output (priorities, usage factors and limits)",
+        metavar="FILE",
+    )
+    return Group("the cluster", (scheduler, cluster, associations, qos))
 
 
 def replay_group() -> Group:
