@@ -62,6 +62,7 @@ def test_the_slurm_scheduler_replays_a_small_site(site: SiteWorkload) -> None:
     result = simulate_cluster(jobs, config, open_session("request", jobs), small.cluster, small.requests)
     assert len(result.jobs) == 300 and not result.skipped
     assert (result.jobs["wait"] >= 0).all()
+    assert result.jobs["priority"].nunique() > 1  # priority/multifactor ranked them (fair-share between projects)
 
 
 def test_a_site_too_small_for_every_kind_of_node_is_refused() -> None:

@@ -21,7 +21,9 @@ and weekly cycles, users' requests); this module gives them a site:
   one GPU per 16 cores below a node. Sizes are scaled so that the offered
   load over the span meets `load`, and capped at a quarter of the partition.
 
-The SWF group is the job's project: its account for fair-share.
+- **Priority.** priority/multifactor with Fair Tree fair-share between the
+  projects (`SITE_PRIORITY`); the SWF group is the job's project, its
+  account, every account and user with equal shares.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import pandas as pd
 
 from kernel.errors import UsageError
 from kernel.resources import ResourceRequest
-from simulator.cluster import Cluster, Node, Partition, SelectSettings
+from simulator.cluster import Cluster, Node, Partition, PrioritySettings, SchedulerSettings, SelectSettings
 from simulator.workloads.synthetic import (
     DAY,
     MAX_WALLTIME,
@@ -55,6 +57,11 @@ APPLICATION_SHARES = {CPU: 0.80, BIGMEM: 0.05, GPU: 0.15}
 MEM_PER_CPU = 1_900  # MB a shared-node job asks per CPU (a CPU node's memory per core, less the system's)
 CORES_PER_GPU = 16
 SCALING_ROUNDS = 6
+#: priority/multifactor as large sites weigh it: fair-share first, then age, size and partition (Fair Tree,
+#: a week's half-life, Slurm's 5-minute recalculation).
+SITE_PRIORITY = PrioritySettings(
+    weight_fairshare=10_000, weight_age=1_000, weight_job_size=1_000, weight_partition=1_000
+)
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,8 @@ def site_cluster(nodes: int) -> Cluster:
         tuple(table),
         partitions,
         select=SelectSettings(unit="core", memory=True),
+        scheduler=SchedulerSettings(priority_type="priority/multifactor"),
+        priority=SITE_PRIORITY,
         source=f"tsched generated site of {nodes} nodes",
     )
 
