@@ -17,7 +17,15 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from service_support import PATIENT_SECONDS, history, instants, observe_by_name, status_of, submissions
+from service_support import (
+    PATIENT_SECONDS,
+    attrgetter_payload,
+    history,
+    instants,
+    observe_by_name,
+    status_of,
+    submissions,
+)
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
@@ -319,39 +327,6 @@ def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def _pickle_call(function: bytes, *arguments: bytes) -> bytes:
-    """Pickle opcodes that call `function` with `arguments` (each itself opcodes) when unpickled."""
-    return function + b"(" + b"".join(arguments) + b"tR"
-
-
-def _pickle_global(module: str, name: str) -> bytes:
-    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-
-
-def _pickle_text(text: str) -> bytes:
-    return b"X" + struct.pack("<I", len(text.encode())) + text.encode()
-
-
-def _attrgetter_payload(command: str) -> bytes:
-    """A pickle that runs `command` through names the old allow-list admitted: attrgetter("__globals__") of an
-    admitted function gives its module's globals, whose `get("pickle").loads` unpickles anything."""
-    getter = _pickle_global("operator", "attrgetter")
-    module_globals = _pickle_call(
-        _pickle_call(getter, _pickle_text("__globals__")), _pickle_global("predictor.service.snapshots", "_finished")
-    )
-    pickle_module = _pickle_call(
-        _pickle_call(_pickle_call(getter, _pickle_text("get")), module_globals), _pickle_text("pickle")
-    )
-    loads = _pickle_call(_pickle_call(getter, _pickle_text("loads")), pickle_module)
-
-    class Payload:
-        def __reduce__(self) -> tuple[object, tuple[str]]:
-            return (os.system, (command,))
-
-    inner = pickle.dumps(Payload(), protocol=2)
-    return _pickle_call(loads, b"B" + struct.pack("<I", len(inner)) + inner) + b"."
-
-
 def test_a_snapshot_that_would_run_code_is_refused_naming_the_file(tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite"
     core = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=Limits(snapshot_every=10))
@@ -363,7 +338,7 @@ def test_a_snapshot_that_would_run_code_is_refused_naming_the_file(tmp_path: Pat
         def __reduce__(self) -> tuple[object, tuple[str]]:
             return (os.system, (f"touch {marker}",))
 
-    for crafted in (_attrgetter_payload(f"touch {marker}"), pickle.dumps(Payload())):
+    for crafted in (attrgetter_payload(f"touch {marker}"), pickle.dumps(Payload())):
         with sqlite3.connect(state) as db:
             db.execute("UPDATE snapshots SET image = ?", (crafted,))
         store = CompletionStore(state)
