@@ -9,7 +9,6 @@ prints them in its table beside the attacks on a running server.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import signal
 import sqlite3
@@ -19,13 +18,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from predictor.service.client import PredictorClient
-from predictor.service.core import PredictorCore
 from predictor.service.launcher import ServerProcess
-from predictor.service.limits import Limits
 from predictor.service.state import CompletionStore, StateError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from service_support import PATIENT_SECONDS, attrgetter_payload, history  # the tests' workload and payload
+from service_support import (  # the tests' workload and crafted files
+    PATIENT_SECONDS,
+    code_running_payloads,
+    damaged_state,
+    history,
+    snapshotted_state,
+)
 
 FileAttack = Callable[[Path], tuple[bool, str]]
 #: Acknowledged single-completion calls before the kill, in the torn-log attack.
@@ -58,18 +61,10 @@ def _refused(code: int | None, error: str, named: str) -> tuple[bool, str]:
 
 def crafted_state_file(folder: Path) -> tuple[bool, str]:
     """A snapshot replaced by a pickle that runs a command (through operator.attrgetter, and a plain one)."""
-    state = folder / "state.sqlite"
-    core = PredictorCore(["percentile"], store=CompletionStore(state), limits=Limits(snapshot_every=10))
-    core.observe("cluster", history(20), lambda: None)
-    core.close()
+    state = snapshotted_state(folder)
     marker = folder / "ran"
     outcomes = []
-
-    class Payload:
-        def __reduce__(self) -> tuple[object, tuple[str]]:
-            return (os.system, (f"touch {marker}",))
-
-    for payload in (attrgetter_payload(f"touch {marker}"), pickle.dumps(Payload())):
+    for payload in code_running_payloads(f"touch {marker}"):
         with sqlite3.connect(state) as db:
             db.execute("UPDATE snapshots SET image = ?", (payload,))
         code, error = _serve("--state", str(state))
@@ -130,14 +125,7 @@ def state_lock_spellings(folder: Path) -> tuple[bool, str]:
 
 def damaged_database(folder: Path) -> tuple[bool, str]:
     """A page in the middle of the state file overwritten."""
-    state = folder / "state.sqlite"
-    store = CompletionStore(state)
-    for index in range(20):
-        store.record(f"ns-{index}", 1, history(200))
-    store.close()
-    data = bytearray(state.read_bytes())
-    data[4096 * 3 : 4096 * 3 + 64] = b"\xee" * 64
-    state.write_bytes(bytes(data))
+    state = damaged_state(folder)
     return _refused(*_serve("--state", str(state)), str(state))
 
 

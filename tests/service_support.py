@@ -312,3 +312,41 @@ def attrgetter_payload(command: str) -> bytes:
 
     inner = pickle.dumps(Payload(), protocol=2)
     return _pickle_call(loads, b"B" + struct.pack("<I", len(inner)) + inner) + b"."
+
+
+def code_running_payloads(command: str) -> tuple[bytes, bytes]:
+    """Two snapshots that run `command` if unpickled: through the old allow-list (attrgetter), and plainly."""
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (command,))
+
+    return attrgetter_payload(command), pickle.dumps(Payload())
+
+
+def snapshotted_state(folder: Path) -> Path:
+    """A state file whose namespace 'cluster' has a snapshot (20 completions, a snapshot every 10 events)."""
+    from predictor.service.core import PredictorCore
+    from predictor.service.limits import Limits
+    from predictor.service.state import CompletionStore
+
+    state = folder / "state.sqlite"
+    core = PredictorCore(["percentile"], store=CompletionStore(state), limits=Limits(snapshot_every=10))
+    core.observe("cluster", history(20), lambda: None)
+    core.close()
+    return state
+
+
+def damaged_state(folder: Path) -> Path:
+    """A state file of 20 namespaces with a page in the middle overwritten."""
+    from predictor.service.state import CompletionStore
+
+    state = folder / "state.sqlite"
+    store = CompletionStore(state)
+    for index in range(20):
+        store.record(f"ns-{index}", 1, history(200))
+    store.close()
+    data = bytearray(state.read_bytes())
+    data[4096 * 3 : 4096 * 3 + 64] = b"\xee" * 64  # a page in the middle
+    state.write_bytes(bytes(data))
+    return state

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import signal
 import sqlite3
 import struct
@@ -19,10 +18,12 @@ import numpy as np
 import pytest
 from service_support import (
     PATIENT_SECONDS,
-    attrgetter_payload,
+    code_running_payloads,
+    damaged_state,
     history,
     instants,
     observe_by_name,
+    snapshotted_state,
     status_of,
     submissions,
 )
@@ -258,14 +259,7 @@ def test_a_write_ahead_log_cut_after_kill_9_is_refused_or_loses_nothing(
 
 
 def test_a_damaged_database_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    state = tmp_path / "state.sqlite"
-    store = CompletionStore(state)
-    for index in range(20):
-        store.record(f"ns-{index}", 1, history(200))
-    store.close()
-    data = bytearray(state.read_bytes())
-    data[4096 * 3 : 4096 * 3 + 64] = b"\xee" * 64  # a page in the middle
-    state.write_bytes(bytes(data))
+    state = damaged_state(tmp_path)
     with pytest.raises(StateError, match=r"state\.sqlite"):
         CompletionStore(state)
     assert main(["serve", "--state", str(state)]) == 2
@@ -328,17 +322,9 @@ def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
 
 
 def test_a_snapshot_that_would_run_code_is_refused_naming_the_file(tmp_path: Path) -> None:
-    state = tmp_path / "state.sqlite"
-    core = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=Limits(snapshot_every=10))
-    core.observe("cluster", history(20), lambda: None)
-    core.close()
+    state = snapshotted_state(tmp_path)
     marker = tmp_path / "ran"
-
-    class Payload:
-        def __reduce__(self) -> tuple[object, tuple[str]]:
-            return (os.system, (f"touch {marker}",))
-
-    for crafted in (attrgetter_payload(f"touch {marker}"), pickle.dumps(Payload())):
+    for crafted in code_running_payloads(f"touch {marker}"):
         with sqlite3.connect(state) as db:
             db.execute("UPDATE snapshots SET image = ?", (crafted,))
         store = CompletionStore(state)
