@@ -51,31 +51,39 @@ def feed(state: Path, jobs: list[FinishedJob], snapshot_every: int) -> None:
     server.stop(signal.SIGKILL)
 
 
-def restart(state: Path, expected: int) -> tuple[float, str]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc): what a start costs, apart from waiting for a busy CPU."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def restart(state: Path, expected: int) -> tuple[float, float, str]:
+    """Seconds from start to the first answered Predict, the server's CPU seconds by then, its restore log line."""
     started = time.monotonic()
     server = ServerProcess(state=str(state))
     with PredictorClient(server.address, timeout=60) as client:
         client.predict(user=1, group=1, t_req=7200, procs=1, namespace=NAMESPACE)
-        seconds = time.monotonic() - started
+        seconds, cpu = time.monotonic() - started, _cpu_seconds(server.pid)
         held = client.list_estimators(NAMESPACE).completions
     server.stop(signal.SIGKILL)
     assert held == expected, f"{held} completions restored, {expected} stored"
     restored = next((line.strip() for line in server.log if "restored" in line), "")
-    return seconds, restored.partition(" INFO ")[2]
+    return seconds, cpu, restored.partition(" INFO ")[2]
 
 
-def empty_start(times: int = 5) -> float:
-    """Median seconds from start to serving of a server without a state file: what Python, the imports and
-    gRPC cost before any state is read."""
-    measured = []
+def empty_start(times: int = 5) -> tuple[float, float]:
+    """Median seconds from start to serving of a server without a state file, and its median CPU seconds by
+    then: what Python, the imports and gRPC cost before any state is read."""
+    measured, used = [], []
     for _ in range(times):
         started = time.monotonic()
         server = ServerProcess()
         with PredictorClient(server.address, timeout=60) as client:
             client.health()
             measured.append(time.monotonic() - started)
+            used.append(_cpu_seconds(server.pid))
         server.stop()
-    return statistics.median(measured)
+    return statistics.median(measured), statistics.median(used)
 
 
 def main() -> None:
@@ -85,7 +93,8 @@ def main() -> None:
     jobs = completions(args.completions)
     tail = min(100_000, len(jobs) // 5)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"a server without a state file: serving {empty_start():.2f} s after start (median of 5)")
+    seconds, cpu = empty_start()
+    print(f"a server without a state file: serving {seconds:.2f} s after start, {cpu:.2f} CPU s (medians of 5)")
     with tempfile.TemporaryDirectory() as folder:
         cases = {
             f"snapshot at {len(jobs) - tail:,}, then {tail:,} events (the default's worst case)": [
@@ -100,8 +109,11 @@ def main() -> None:
             for part, snapshot_every in feeds:
                 feed(state, part, snapshot_every)
             size = sum(path.stat().st_size for path in Path(folder).glob(f"state-{number}.sqlite*"))
-            seconds, restored = restart(state, len(jobs))
-            print(f"{case}: serving {seconds:.2f} s after start (target 3 s); file {size / 2**20:.0f} MB; {restored}")
+            seconds, cpu, restored = restart(state, len(jobs))
+            print(
+                f"{case}: serving {seconds:.2f} s after start (target 3 s), {cpu:.2f} CPU s; "
+                f"file {size / 2**20:.0f} MB; {restored}"
+            )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -281,8 +281,67 @@ GROUP_CALLS_PER_WRITER = 300
 GROUP_WRITERS = (1, 4, 16)
 
 
+def _echo_server(ports: Any) -> None:
+    """A gRPC server whose SyncStream answers each message at once with an empty response: what one round trip
+    costs in grpcio on this machine, with no service behind it (the floor of a replay's cost per exchange)."""
+    from concurrent import futures
+
+    class Echo(rpc.PredictorServicer):
+        def SyncStream(self, requests: Any, context: Any) -> Any:  # noqa: N802 - the generated interface's name
+            for _ in requests:
+                yield pb.SyncResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    rpc.add_PredictorServicer_to_server(Echo(), server)
+    ports.put(server.add_insecure_port("127.0.0.1:0"))
+    server.start()
+    server.wait_for_termination()
+
+
+def _round_trip_floor(requests: list[pb.SyncRequest]) -> float:
+    """Seconds the replay's own messages take through an echo server (`_echo_server`), one at a time."""
+    context = multiprocessing.get_context("spawn")
+    ports = context.Queue()
+    echo = context.Process(target=_echo_server, args=(ports,), daemon=True)
+    echo.start()
+    try:
+        with PredictorClient(f"127.0.0.1:{ports.get(timeout=60)}", timeout=30) as client:
+            stream = client.sync_stream()
+            for request in requests[:500]:  # warm-up
+                stream.exchange(request, 30)
+            began = time.perf_counter()
+            for request in requests:
+                stream.exchange(request, 30)
+            elapsed = time.perf_counter() - began
+            stream.close()
+    finally:
+        echo.terminate()
+        echo.join(10)
+    return elapsed
+
+
+@contextmanager
+def _exchanges_kept() -> Iterator[list[pb.SyncRequest]]:
+    """Every SyncRequest the replay sends on its stream, kept (to count the round trips and replay them)."""
+    from predictor.service.connection import SyncStream
+
+    kept: list[pb.SyncRequest] = []
+    exchange = SyncStream.exchange
+
+    def keeping(self: SyncStream, request: pb.SyncRequest, timeout: float) -> pb.SyncResponse:
+        kept.append(request)
+        return exchange(self, request, timeout)
+
+    SyncStream.exchange = keeping  # type: ignore[method-assign]
+    try:
+        yield kept
+    finally:
+        SyncStream.exchange = exchange  # type: ignore[method-assign]
+
+
 def bench_replay(traces: Path, spec: str) -> None:
-    """A replay of KTH-SP2 in-process, then through a server with a state file, as `tsched simulate` runs them."""
+    """A replay of KTH-SP2 in-process, then through a server with a state file, as `tsched simulate` runs them;
+    then the same messages through an echo server: the part of the cost that is grpcio's round trips."""
     from simulator.engine import SimulationConfig
     from simulator.experiment import run_simulation
     from simulator.workloads.formats import read_trace
@@ -295,14 +354,16 @@ def bench_replay(traces: Path, spec: str) -> None:
             began, cpu = time.perf_counter(), time.process_time()
             _, local = run_simulation(trace, config, spec)
             in_process, local_cpu = time.perf_counter() - began, time.process_time() - cpu
-            began, cpu, served_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(server.pid)
-            _, remote = run_simulation(trace, config, spec, address=server.address, timeout=30.0)
-            via_service = time.perf_counter() - began
-            remote_cpu = time.process_time() - cpu + _cpu_seconds(server.pid) - served_cpu
+            with _exchanges_kept() as requests:
+                began, cpu, served_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(server.pid)
+                _, remote = run_simulation(trace, config, spec, address=server.address, timeout=30.0)
+                via_service = time.perf_counter() - began
+                remote_cpu = time.process_time() - cpu + _cpu_seconds(server.pid) - served_cpu
             with PredictorClient(server.address) as client:
                 left = [view.name for view in client.list_namespaces()]
         finally:
             server.stop()
+    floor = _round_trip_floor(requests)
     jobs = len(local.jobs)
     same = remote.jobs.equals(local.jobs) and remote.predictor_fallbacks == 0
     print(
@@ -311,6 +372,11 @@ def bench_replay(traces: Path, spec: str) -> None:
         f"+{(via_service - in_process) / jobs * 1e3:.3f} ms/job (target <= 0.5), identical results: {same}, "
         f"namespaces left on the server: {left or 'none'}; CPU (client + server) {local_cpu:.2f} s in-process, "
         f"{remote_cpu:.2f} s via the service: +{(remote_cpu - local_cpu) / jobs * 1e3:.3f} ms/job"
+    )
+    print(
+        f"  {len(requests):,} round trips ({len(requests) / jobs:.2f} per job: one per instant with arrivals); "
+        f"the same messages through an echo server (grpcio alone, no service): {floor:.2f} s, "
+        f"{floor / len(requests) * 1e3:.3f} ms per round trip, +{floor / jobs * 1e3:.3f} ms/job"
     )
 
 

@@ -103,7 +103,7 @@ class Scheduler:
         return differing
 
 
-def kills(count: int, folder: Path, rng: random.Random) -> bool:
+def kills(count: int, folder: Path, rng: random.Random) -> tuple[bool, str]:
     state = str(folder / "kill.sqlite")
     schedulers = [Scheduler(f"chaos-{n}", spec, instants(12_000)) for n, spec in enumerate(SPECS)]
     problems: list[str] = []
@@ -132,18 +132,16 @@ def kills(count: int, folder: Path, rng: random.Random) -> bool:
     server.stop()
     answered = sum(len(s.answers) for s in schedulers)
     differing = sum(s.mismatches() for s in schedulers)
-    print(
+    summary = (
         f"kill -9 under load, {count} times: {sum(s.stored for s in schedulers):,} instants stored "
         f"({answered:,} answered) in {len(schedulers)} namespaces; acknowledged completions or submissions "
         f"missing after a restart: {len(problems)}; answers differing from an in-process replay: {differing}; "
         f"start to serving: median {statistics.median(restarts):.2f} s, max {max(restarts):.2f} s"
     )
-    for problem in problems[:10]:
-        print(f"  {problem}")
-    return not problems and differing == 0
+    return not problems and differing == 0, "\n  ".join([summary, *problems[:10]])
 
 
-def terms(count: int, grace: float, folder: Path, rng: random.Random) -> bool:
+def terms(count: int, grace: float, folder: Path, rng: random.Random) -> tuple[bool, str]:
     durations = []
     codes = []
     for attempt in range(count):
@@ -160,12 +158,12 @@ def terms(count: int, grace: float, folder: Path, rng: random.Random) -> bool:
         for client in clients:
             client.join(30)
     late = [seconds for seconds in durations if seconds > grace + MARGIN_SECONDS]
-    print(
+    summary = (
         f"SIGTERM during traffic of every kind, {count} times (grace {grace:g} s): exit in median "
         f"{statistics.median(durations):.2f} s, max {max(durations):.2f} s (limit {grace + MARGIN_SECONDS:g} s); "
         f"late: {len(late)}; exit codes: {sorted(set(codes))}"
     )
-    return not late and set(codes) == {0}
+    return not late and set(codes) == {0}, summary
 
 
 def main() -> int:
@@ -177,9 +175,16 @@ def main() -> int:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    passed = True
     with tempfile.TemporaryDirectory() as folder:
-        passed = kills(args.kills, Path(folder), rng) if args.kills else True
-        passed = (terms(args.terms, args.grace, Path(folder), rng) if args.terms else True) and passed
+        if args.kills:
+            survived, summary = kills(args.kills, Path(folder), rng)
+            print(summary)
+            passed = passed and survived
+        if args.terms:
+            survived, summary = terms(args.terms, args.grace, Path(folder), rng)
+            print(summary)
+            passed = passed and survived
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0 if passed else 1
 

@@ -26,9 +26,10 @@ from simulator.machine import ProcessorPool
 from simulator.policies import POLICIES, make_policy
 from simulator.scheduler import QueueScheduler
 
-#: How often (in scheduling passes) a forecast asks whether it is still wanted: a pass over a long queue with
-#: conservative backfilling takes up to ~80 ms on this machine, a check about a microsecond.
-CHECK_EVERY_PASSES = 8
+#: How often (in scheduling passes) a forecast asks whether it is still wanted: every pass, since a pass over a
+#: long queue with conservative backfilling takes up to ~0.3 CPU s on this machine (issue 25's largest forecast,
+#: benchmarks/chaos.py), a check about a microsecond.
+CHECK_EVERY_PASSES = 1
 
 
 def forecast_starts(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import pickle
 import random
 import shutil
 import socket
@@ -274,3 +276,77 @@ def largest_forecast() -> QueueState:
     ]
     waiting = [JobRequest(i, now - 10, i % 50, 1, 3600 + i, 1 + (i * 7) % 64) for i in range(MAX_FORECAST_WAITING)]
     return QueueState(now, MAX_FORECAST_RUNNING + 64, running, waiting)
+
+
+# --- a crafted snapshot (the state-file attack of issue 25) ---
+
+
+def _pickle_call(function: bytes, *arguments: bytes) -> bytes:
+    """Pickle opcodes that call `function` with `arguments` (each itself opcodes) when unpickled."""
+    return function + b"(" + b"".join(arguments) + b"tR"
+
+
+def _pickle_global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def _pickle_text(text: str) -> bytes:
+    return b"X" + struct.pack("<I", len(text.encode())) + text.encode()
+
+
+def attrgetter_payload(command: str) -> bytes:
+    """A pickle that runs `command` through names the old allow-list admitted: attrgetter("__globals__") of an
+    admitted function gives its module's globals, whose `get("pickle").loads` unpickles anything."""
+    getter = _pickle_global("operator", "attrgetter")
+    module_globals = _pickle_call(
+        _pickle_call(getter, _pickle_text("__globals__")), _pickle_global("predictor.service.snapshots", "_finished")
+    )
+    pickle_module = _pickle_call(
+        _pickle_call(_pickle_call(getter, _pickle_text("get")), module_globals), _pickle_text("pickle")
+    )
+    loads = _pickle_call(_pickle_call(getter, _pickle_text("loads")), pickle_module)
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (command,))
+
+    inner = pickle.dumps(Payload(), protocol=2)
+    return _pickle_call(loads, b"B" + struct.pack("<I", len(inner)) + inner) + b"."
+
+
+def code_running_payloads(command: str) -> tuple[bytes, bytes]:
+    """Two snapshots that run `command` if unpickled: through the old allow-list (attrgetter), and plainly."""
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (command,))
+
+    return attrgetter_payload(command), pickle.dumps(Payload())
+
+
+def snapshotted_state(folder: Path) -> Path:
+    """A state file whose namespace 'cluster' has a snapshot (20 completions, a snapshot every 10 events)."""
+    from predictor.service.core import PredictorCore
+    from predictor.service.limits import Limits
+    from predictor.service.state import CompletionStore
+
+    state = folder / "state.sqlite"
+    core = PredictorCore(["percentile"], store=CompletionStore(state), limits=Limits(snapshot_every=10))
+    core.observe("cluster", history(20), lambda: None)
+    core.close()
+    return state
+
+
+def damaged_state(folder: Path) -> Path:
+    """A state file of 20 namespaces with a page in the middle overwritten."""
+    from predictor.service.state import CompletionStore
+
+    state = folder / "state.sqlite"
+    store = CompletionStore(state)
+    for index in range(20):
+        store.record(f"ns-{index}", 1, history(200))
+    store.close()
+    data = bytearray(state.read_bytes())
+    data[4096 * 3 : 4096 * 3 + 64] = b"\xee" * 64  # a page in the middle
+    state.write_bytes(bytes(data))
+    return state

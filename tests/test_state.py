@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import signal
 import sqlite3
 import struct
@@ -17,7 +16,17 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from service_support import PATIENT_SECONDS, history, instants, observe_by_name, status_of, submissions
+from service_support import (
+    PATIENT_SECONDS,
+    code_running_payloads,
+    damaged_state,
+    history,
+    instants,
+    observe_by_name,
+    snapshotted_state,
+    status_of,
+    submissions,
+)
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
@@ -250,14 +259,7 @@ def test_a_write_ahead_log_cut_after_kill_9_is_refused_or_loses_nothing(
 
 
 def test_a_damaged_database_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    state = tmp_path / "state.sqlite"
-    store = CompletionStore(state)
-    for index in range(20):
-        store.record(f"ns-{index}", 1, history(200))
-    store.close()
-    data = bytearray(state.read_bytes())
-    data[4096 * 3 : 4096 * 3 + 64] = b"\xee" * 64  # a page in the middle
-    state.write_bytes(bytes(data))
+    state = damaged_state(tmp_path)
     with pytest.raises(StateError, match=r"state\.sqlite"):
         CompletionStore(state)
     assert main(["serve", "--state", str(state)]) == 2
@@ -319,51 +321,10 @@ def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def _pickle_call(function: bytes, *arguments: bytes) -> bytes:
-    """Pickle opcodes that call `function` with `arguments` (each itself opcodes) when unpickled."""
-    return function + b"(" + b"".join(arguments) + b"tR"
-
-
-def _pickle_global(module: str, name: str) -> bytes:
-    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-
-
-def _pickle_text(text: str) -> bytes:
-    return b"X" + struct.pack("<I", len(text.encode())) + text.encode()
-
-
-def _attrgetter_payload(command: str) -> bytes:
-    """A pickle that runs `command` through names the old allow-list admitted: attrgetter("__globals__") of an
-    admitted function gives its module's globals, whose `get("pickle").loads` unpickles anything."""
-    getter = _pickle_global("operator", "attrgetter")
-    module_globals = _pickle_call(
-        _pickle_call(getter, _pickle_text("__globals__")), _pickle_global("predictor.service.snapshots", "_finished")
-    )
-    pickle_module = _pickle_call(
-        _pickle_call(_pickle_call(getter, _pickle_text("get")), module_globals), _pickle_text("pickle")
-    )
-    loads = _pickle_call(_pickle_call(getter, _pickle_text("loads")), pickle_module)
-
-    class Payload:
-        def __reduce__(self) -> tuple[object, tuple[str]]:
-            return (os.system, (command,))
-
-    inner = pickle.dumps(Payload(), protocol=2)
-    return _pickle_call(loads, b"B" + struct.pack("<I", len(inner)) + inner) + b"."
-
-
 def test_a_snapshot_that_would_run_code_is_refused_naming_the_file(tmp_path: Path) -> None:
-    state = tmp_path / "state.sqlite"
-    core = PredictorCore([PERCENTILE], store=CompletionStore(state), limits=Limits(snapshot_every=10))
-    core.observe("cluster", history(20), lambda: None)
-    core.close()
+    state = snapshotted_state(tmp_path)
     marker = tmp_path / "ran"
-
-    class Payload:
-        def __reduce__(self) -> tuple[object, tuple[str]]:
-            return (os.system, (f"touch {marker}",))
-
-    for crafted in (_attrgetter_payload(f"touch {marker}"), pickle.dumps(Payload())):
+    for crafted in code_running_payloads(f"touch {marker}"):
         with sqlite3.connect(state) as db:
             db.execute("UPDATE snapshots SET image = ?", (crafted,))
         store = CompletionStore(state)

@@ -12,6 +12,7 @@ counters and the watchdog below, which know nothing of gRPC.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -139,14 +140,16 @@ class Limits:
             except ValueError as error:
                 raise UsageError(f"--{error}") from None
 
-    @property
+    @functools.cached_property
     def history_window_seconds(self) -> int:
+        """--history-window in seconds (read on every completion: parsed once)."""
         seconds = parse_duration(self.history_window, "history-window")
         assert seconds is not None  # no "unbounded" keyword is admitted
         return seconds
 
-    @property
+    @functools.cached_property
     def max_time_step_seconds(self) -> int:
+        """--max-time-step in seconds (read on every call that brings times: parsed once)."""
         seconds = parse_duration(self.max_time_step, "max-time-step")
         assert seconds is not None
         return seconds
