@@ -143,8 +143,9 @@ class EasyBackfill(Backfill):
 
     def forget(self, job: WaitingJob) -> None:
         super().forget(job)
-        self._first_shadow.pop(job.index, None)
-        self._at_request.discard(job.index)
+        if self._first_shadow:  # only with a bound
+            self._first_shadow.pop(job.index, None)
+            self._at_request.discard(job.index)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         free = machine.free
