@@ -138,17 +138,22 @@ def earliest_start(
     if allocation is not None:
         return Estimate(now, allocation)
     free = state.free.copy()
-    # a job that only counts CPUs cannot fit before the usable nodes have that many free: no need to try
+    # a job that only counts CPUs cannot fit before the usable nodes have that many free: no need to try (nor to
+    # give back what the batches free until then)
     counted = _counts_cpus_only(demand)
     usable_free = int(free.cpus[available].sum())
+    freed: list[Allocation] = []
     for batch in _batches(ends, available, state.allocations, window_scale):
         for job in batch:
             held = state.allocations[job.key]
-            free.add(held)
+            freed.append(held)
             if counted:
                 usable_free += int(held.cpus[available[held.nodes]].sum())
         if counted and usable_free < demand.min_cpus:
             continue
+        for held in freed:
+            free.add(held)
+        freed.clear()
         allocation = pick(demand, state.table, free, available)
         if allocation is not None:
             last = batch[-1]
