@@ -63,7 +63,7 @@ class NodeTable:
         )
         self.one_cpu_units = bool((self.unit == 1).all())
         #: Every node one CPU, all of one weight: a node is free or not, and a job of CPUs alone takes runs of
-        #: free nodes (`_pick_unit_nodes`).
+        #: free nodes (`pick_unit_nodes`).
         self.unit_nodes = bool((self.cpus == 1).all()) and self.uniform_weight and self.one_cpu_units
         self.usable = np.array([node.usable for node in nodes], dtype=bool)
         self.partition_masks = {partition.name: self._mask(partition.nodes) for partition in cluster.partitions}
@@ -195,6 +195,7 @@ class NodeState:
         self.table = table
         self.free = Free(table.cpus.copy(), table.memory.copy(), table.gpus.copy())
         self.allocations: dict[int, Allocation] = {}
+        self._bits: dict[int, int] = {}  # `node_bits`, by key
 
     @property
     def free_cpus(self) -> IntArray:
@@ -222,8 +223,16 @@ class NodeState:
         self.free_gpus[nodes] -= allocation.gpus
         self.allocations[key] = allocation
 
+    def node_bits(self, key: int) -> int:
+        """The nodes job `key` holds as a bit set (bit i: node i), made once per job."""
+        bits = self._bits.get(key)
+        if bits is None:
+            bits = self._bits[key] = sum(1 << node for node in self.allocations[key].nodes.tolist())
+        return bits
+
     def release(self, key: int) -> Allocation:
         """Take back what job `key` held."""
+        self._bits.pop(key, None)
         allocation = self.allocations.pop(key)
         self.free.add(allocation)
         return allocation
@@ -266,8 +275,8 @@ def offered_cpus(demand: Demand, table: NodeTable, free: Free, available: BoolAr
 
 def pick(demand: Demand, table: NodeTable, free: Free, available: BoolArray) -> Allocation | None:
     """The nodes and resources Slurm would give `demand` (None: not enough is free among `available`)."""
-    if table.unit_nodes and _cpus_in_runs(demand):
-        return _pick_unit_nodes(demand.min_cpus, available & (free.cpus > 0))
+    if table.unit_nodes and cpus_in_runs(demand):
+        return pick_unit_nodes(demand.min_cpus, available & (free.cpus > 0))
     offered = offered_cpus(demand, table, free, available)
     free_gpus = free.gpus
     usable = np.flatnonzero(offered)
@@ -283,7 +292,7 @@ def pick(demand: Demand, table: NodeTable, free: Free, available: BoolArray) -> 
     return _allocation(demand, table, nodes, caps, offered[nodes], free_gpus[nodes])
 
 
-def _cpus_in_runs(demand: Demand) -> bool:
+def cpus_in_runs(demand: Demand) -> bool:
     """Whether on nodes of one CPU `demand` is CPUs alone, one per node, taken in runs of free nodes: no memory,
     GPUs, per-node counts or exclusivity, at most one node required and enough nodes allowed."""
     return (
@@ -300,8 +309,8 @@ def _cpus_in_runs(demand: Demand) -> bool:
     )
 
 
-def _pick_unit_nodes(cpus: int, usable: BoolArray) -> Allocation | None:
-    """`pick` on nodes of one CPU for a job of `cpus` CPUs alone (`_cpus_in_runs`), on the `usable` free nodes.
+def pick_unit_nodes(cpus: int, usable: BoolArray) -> Allocation | None:
+    """`pick` on nodes of one CPU for a job of `cpus` CPUs alone (`cpus_in_runs`), on the `usable` free nodes.
 
     What `_eval_nodes` does there, without the general counters: each node
     offers one CPU, so a run offers its length; the run taken next is the

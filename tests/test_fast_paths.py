@@ -1,5 +1,6 @@
 """The simulator's shortcuts give what the general code gives: `Profile.earlier_slot` (conservative backfilling's
-compression without a release) and the node choice on clusters of one-CPU nodes (`nodes._pick_unit_nodes`)."""
+compression without a release), and the node choice and start estimates on clusters of one-CPU nodes
+(`nodes.pick_unit_nodes`, `nodeplan.earliest_start`'s bit sets)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from kernel.resources import ResourceRequest
 from simulator.backfill import Profile
 from simulator.clusterreplay import single_cpu_nodes
+from simulator.nodeplan import RunningEnd, earliest_start
 from simulator.nodes import NodeState, NodeTable, demand, pick
 
 
@@ -72,3 +74,36 @@ def test_unit_nodes_are_picked_as_the_general_chooser_picks_them(
             ours, theirs = getattr(fast, field), getattr(general, field)
             assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist(), field
         assert fast.exclusive == general.exclusive
+
+
+@settings(max_examples=200, deadline=None)
+@given(nodes=st.integers(2, 40), seed=st.integers(0, 2**32 - 1), tasks=st.integers(1, 40), now=st.integers(0, 400))
+def test_start_estimates_on_unit_nodes_are_the_general_ones(nodes: int, seed: int, tasks: int, now: int) -> None:
+    """Running jobs on random nodes with random expected ends (some already past, some without a limit)."""
+    cluster = single_cpu_nodes(nodes)
+    if tasks > nodes:
+        return
+    table = NodeTable(cluster)
+    state = NodeState(table)
+    rng = np.random.default_rng(seed)
+    ends = []
+    for key in range(int(rng.integers(0, nodes + 1))):
+        width = int(rng.integers(1, 4))
+        wanted = demand(ResourceRequest(tasks=width), cluster, cluster.partitions[0])
+        allocation = state.pick(wanted, rng.random(nodes) < 0.7)
+        if allocation is None:
+            continue
+        state.allocate(key, allocation)
+        limit = None if rng.random() < 0.2 else int(rng.integers(60, 600))
+        ends.append(RunningEnd(int(rng.integers(0, 500)), key, limit, int(rng.integers(0, 3))))
+    ends.sort()
+    available = rng.random(nodes) < 0.85
+    wanted = demand(ResourceRequest(tasks=tasks), cluster, cluster.partitions[0])
+    scale = int(rng.choice([0, 30]))
+    fast = earliest_start(wanted, state, ends, available, now, window_scale=scale)
+    table.unit_nodes = False  # the general planner and chooser
+    general = earliest_start(wanted, state, ends, available, now, window_scale=scale)
+    assert (fast is None) == (general is None)
+    if fast is not None and general is not None:
+        assert fast.start == general.start
+        assert fast.allocation.nodes.tolist() == general.allocation.nodes.tolist()
