@@ -100,32 +100,32 @@ def load() -> str:
     return " ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-def ratio(folder: Path, repeat: int) -> None:
-    """Conservative backfilling over EASY on the whole of HPC2N, best of `repeat` each, alternating."""
-    path, here = folder / "HPC2N-2002-2.2-cln.swf.gz", Path(__file__).resolve().parents[1]
+def best_times(path: Path, sides: dict[str, tuple[Path, str]], repeat: int) -> dict[str, float]:
+    """Each side's (checkout, backfilling) replay of `path`, alternating, best of `repeat` CPU times; printed."""
     best: dict[str, tuple[float, float]] = {}
     for _ in range(repeat):
-        for backfill in ("easy", "conservative"):
-            seconds, wait = cpu_time(here, path, backfill, 1)
-            best[backfill] = min(best.get(backfill, (seconds, wait)), (seconds, wait))
+        for label, (checkout, backfill) in sides.items():
+            seconds, wait = cpu_time(checkout, path, backfill, 1)
+            best[label] = min(best.get(label, (seconds, wait)), (seconds, wait))
     print(f"{path.name}, FCFS, best of {repeat} CPU times, load {load()}")
-    for backfill, (seconds, wait) in best.items():
-        print(f"{backfill:<13} {seconds:8.2f} s   mean wait {wait:10.1f} s")
-    print(f"ratio {best['conservative'][0] / best['easy'][0]:.2f}x (target 3.5x)")
+    for label, (seconds, wait) in best.items():
+        print(f"{label:<30} {seconds:8.2f} s   mean wait {wait:10.1f} s")
+    return {label: seconds for label, (seconds, _) in best.items()}
+
+
+def ratio(folder: Path, repeat: int) -> None:
+    """Conservative backfilling over EASY on the whole of HPC2N."""
+    here = Path(__file__).resolve().parents[1]
+    sides = {"easy": (here, "easy"), "conservative": (here, "conservative")}
+    best = best_times(folder / "HPC2N-2002-2.2-cln.swf.gz", sides, repeat)
+    print(f"ratio {best['conservative'] / best['easy']:.2f}x (target 3.5x)")
 
 
 def against(other: Path, path: Path, backfill: str, repeat: int) -> None:
-    """This checkout's replay over `other`'s, best of `repeat` each, alternating."""
+    """This checkout's replay over `other`'s."""
     here = Path(__file__).resolve().parents[1]
-    best: dict[Path, tuple[float, float]] = {}
-    for _ in range(repeat):
-        for checkout in (other, here):
-            seconds, wait = cpu_time(checkout, path, backfill, 1)
-            best[checkout] = min(best.get(checkout, (seconds, wait)), (seconds, wait))
-    print(f"{path.name}, FCFS + {backfill}, best of {repeat} CPU times, load {load()}")
-    for checkout, (seconds, wait) in best.items():
-        print(f"{checkout!s:<30} {seconds:8.2f} s   mean wait {wait:10.1f} s")
-    print(f"ratio {best[here][0] / best[other][0]:.2f}x")
+    best = best_times(path, {f"{other} {backfill}": (other, backfill), f"{here} {backfill}": (here, backfill)}, repeat)
+    print(f"ratio {best[f'{here} {backfill}'] / best[f'{other} {backfill}']:.2f}x")
 
 
 def main() -> None:
