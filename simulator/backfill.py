@@ -143,8 +143,9 @@ class EasyBackfill(Backfill):
 
     def forget(self, job: WaitingJob) -> None:
         super().forget(job)
-        self._first_shadow.pop(job.index, None)
-        self._at_request.discard(job.index)
+        if self._first_shadow:  # only with a bound
+            self._first_shadow.pop(job.index, None)
+            self._at_request.discard(job.index)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
         free = machine.free
@@ -309,6 +310,33 @@ class Profile:
             del times[i], free[i]
         return start
 
+    def earlier_slot(self, size: int, duration: int, held: int, first: int) -> int | None:
+        """The earliest start before `held` at which `size` processors are free for `duration`, for a job that
+        holds them from `held` on (its own hold counts as free); None if there is none.
+
+        `place` after releasing the job's hold finds the same start, or `held`;
+        this finds it without the release, so that a job that cannot move
+        costs a scan and no change. `first` is the first step with `size`
+        processors free (the scan starts there).
+        """
+        times, free = self.times, self.free
+        count = len(times)
+        i = first
+        while i < count and times[i] < held:
+            if free[i] < size:
+                i += 1
+                continue
+            start = times[i]
+            end = start + duration
+            j = i + 1
+            # before `held` the job needs `size` free; from `held` on (up to end < held + duration) its own hold
+            while j < count and times[j] < end and free[j] >= (size if times[j] < held else 0):
+                j += 1
+            if j == count or times[j] >= end:
+                return start
+            i = j
+        return None
+
     def copy(self) -> Profile:
         """An independent profile with the same steps (a virtual schedule is planned on a copy)."""
         twin = Profile.__new__(Profile)
@@ -352,9 +380,14 @@ class Profile:
             del self.free[:i]
         self.times[0] = max(self.times[0], now)
 
-    def prefix_room(self) -> list[int]:
-        """For each step, the most processors free at that step or any earlier one."""
-        return list(accumulate(self.free, max))
+    def extend_room(self, room: list[int], through: int) -> None:
+        """Extend `room`, the most processors free at each step or any earlier one for the first steps, through
+        step `through`."""
+        known = len(room)
+        peaks = accumulate(self.free[known : through + 1], max, initial=room[-1] if known else None)
+        if known:
+            next(peaks)  # the initial value, already in `room`
+        room.extend(peaks)
 
     def overbooked(self) -> bool:
         """Whether more processors are promised than exist at some time."""
@@ -415,8 +448,10 @@ class ConservativeBackfill(Backfill):
         return min(self._reserved.values(), default=None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
-        dry_run = self._dry_runs.pop(_pass_key(now, queue, machine), None)
-        self._dry_runs.clear()
+        dry_run = None
+        if self._dry_runs:  # only a dynP policy plans before a pass
+            dry_run = self._dry_runs.pop(_pass_key(now, queue, machine), None)
+            self._dry_runs.clear()
         if dry_run is not None:
             state, started = dry_run
             self._profile, self._reserved, self._running, self._held_longer = state
@@ -438,10 +473,13 @@ class ConservativeBackfill(Backfill):
         elif compress:
             self._compress(profile, now, queue if self._shortest is None else self._shortest)
         reserved = self._reserved
+        started = []
         for job in queue:
-            if job.index not in reserved:
-                reserved[job.index] = profile.place(job.size, job.t_est)
-        started = [job for job in queue if reserved[job.index] == now]
+            start = reserved.get(job.index)
+            if start is None:
+                start = reserved[job.index] = profile.place(job.size, job.t_est)
+            if start == now:
+                started.append(job)
         for job in started:
             planned_end = now + machine.planned_runtime(job)
             self._hold(profile, now + job.t_est, planned_end, job.size)
@@ -472,7 +510,10 @@ class ConservativeBackfill(Backfill):
     def _learn_from_machine(self, profile: Profile, now: int, machine: Machine) -> bool:
         """Apply completions and expected-end corrections; true if time was given back."""
         gave_back = False
-        for index in self._running.keys() - machine.running.keys():
+        # every job the machine runs was started by a pass of this plan (or was there at its rebuild): the same
+        # count means that none has ended
+        ended = self._running.keys() - machine.running.keys() if len(self._running) != len(machine.running) else ()
+        for index in ended:
             expected_end, size = self._running.pop(index)
             if expected_end > now:
                 profile.release(now, expected_end - now, size)
@@ -489,23 +530,36 @@ class ConservativeBackfill(Backfill):
         """In the order of `jobs`, move each reservation to its earliest feasible start.
 
         A job's own old slot stays feasible, so no job moves later. A job is
-        re-placed only when some step before its reservation has room for it:
-        a prefix maximum of free processors answers that in O(log n), and is
-        refreshed only after a job actually moves.
+        looked at only when some step before its reservation has room for it:
+        a prefix maximum of free processors answers that in O(log n) (kept for
+        the steps before the last move, extended as later jobs need it). Then
+        a scan from the first such step finds whether it can start earlier
+        (`Profile.earlier_slot`); only a job that moves changes the profile.
         """
-        reserved = self._reserved
-        room = profile.prefix_room()
+        reserved, times = self._reserved, profile.times
+        room: list[int] = []  # prefix maxima of the free processors, for the steps before the last move
         for job in jobs:
             old = reserved.get(job.index)
             if old is None or old == now:
                 continue
-            before = bisect_left(profile.times, old) - 1
-            if before < 0 or room[before] < job.size:
+            before = bisect_left(times, old) - 1
+            if before < 0:
                 continue
-            profile.release(old, job.t_est, job.size)
-            start = reserved[job.index] = profile.place(job.size, job.t_est)
-            if start != old:
-                room = profile.prefix_room()
+            size = job.size
+            if len(room) <= before:
+                profile.extend_room(room, before)
+            if room[before] < size:
+                continue
+            first = bisect_left(room, size, 0, before + 1)
+            if profile.free[before] < size and times[first] + job.t_est > times[before]:
+                continue  # a start before `old` must end by the step before it, which lacks room, and cannot
+            start = profile.earlier_slot(size, job.t_est, old, first)
+            if start is None:
+                continue
+            profile.release(old, job.t_est, size)
+            profile.reserve(start, job.t_est, size)
+            reserved[job.index] = start
+            del room[bisect_left(times, start) :]  # the steps before the new start are as they were
 
     def _rebuild(self, now: int, machine: Machine) -> Profile:
         """Plan again from the running jobs alone; `select` then places every waiting job anew.

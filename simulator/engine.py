@@ -28,6 +28,8 @@ from simulator.loop import EventKind, Simulation
 from simulator.machine import ProcessorPool, make_correction, planning_mode
 from simulator.scheduler import QueueScheduler
 
+_ARRIVAL = EventKind.ARRIVAL
+
 
 @dataclass(frozen=True)
 class SimulationConfig:
@@ -123,14 +125,15 @@ class TraceReplay(Simulation[range, QueueScheduler]):
         instant, instants = self._next_instant, self._instants
         if instant + 1 < len(instants):
             first = instants[instant]
-            self.schedule(self.requests[first].submit, EventKind.ARRIVAL, range(first, instants[instant + 1]), first)
+            self.schedule_fixed(self.requests[first].submit, _ARRIVAL, range(first, instants[instant + 1]), first)
             self._next_instant = instant + 1
 
     def admit(self, completed: list[int], arrived: list[range]) -> list[WaitingJob]:
         """Tell the predictor what ended, ask it about what arrived; the planning mode picks each job's estimate."""
         if not (completed or arrived):
             return []
-        requests, estimate, now, start_at = self.requests, self._planning.estimate, self.now, self.start_at
+        requests, now, start_at, t_sched = self.requests, self.now, self.start_at, self.t_sched
+        estimate = self._planning.estimate
         finished = [FinishedJob(requests[index], now, now - start_at[index]) for index in completed]
         indexes = range(0)
         if arrived:  # one batch per submit time: consecutive trace positions
@@ -140,7 +143,7 @@ class TraceReplay(Simulation[range, QueueScheduler]):
         jobs = []
         for index, prediction in zip(indexes, predictions, strict=True):
             request = requests[index]
-            self.t_sched[index] = prediction.t_sched
+            t_sched[index] = prediction.t_sched
             t_est = estimate(request.t_req, prediction.t_sched)
             jobs.append(WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est))
         return jobs

@@ -27,13 +27,13 @@ nanoseconds even for thousands of nodes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from simulator.nodes import Allocation, BoolArray, Demand, NodeState, pick
+from simulator.nodes import Allocation, BoolArray, Demand, NodeState, cpus_in_runs, pick, pick_unit_nodes
 
 #: The first window of grouped ends, and its alignment (seconds).
 END_WINDOW = 30
@@ -78,10 +78,9 @@ def guess_end(job: RunningEnd, now: int, kill_wait: int) -> int:
     return end if end > now else now + 1
 
 
-def _batches(
-    ends: Iterable[RunningEnd], touches: BoolArray, nodes_of: dict[int, Allocation], scale: int
-) -> Iterator[list[RunningEnd]]:
-    """The running jobs on `touches` nodes in the groups _will_run_test frees them in (its loop, as written)."""
+def _batches(ends: Iterable[RunningEnd], touches: Callable[[int], bool], scale: int) -> Iterator[list[RunningEnd]]:
+    """The running jobs that `touches` (by key: whether the job holds a usable node) in the groups _will_run_test
+    frees them in (its loop, as written)."""
     queue = iter(ends)
     upcoming = next(queue, None)
     window, boundary = END_WINDOW, -1  # -1: not set until the first job on usable nodes
@@ -89,7 +88,7 @@ def _batches(
         batch: list[RunningEnd] = []
         while upcoming is not None:
             job, upcoming = upcoming, next(queue, None)
-            if not touches[nodes_of[job.key].nodes].any():
+            if not touches(job.key):
                 continue  # no usable node: skipped, and the next job is taken whatever its end
             if boundary < 0:
                 boundary = job.end + (window - job.end % window)
@@ -134,26 +133,69 @@ def earliest_start(
     `state.allocations`); `window_scale` is SchedulerParameters'
     bf_window_linear (0: windows double).
     """
+    if state.table.unit_nodes and cpus_in_runs(demand):
+        return _earliest_on_unit_nodes(demand.min_cpus, state, ends, available, now, kill_wait, window_scale)
     allocation = state.pick(demand, available)
     if allocation is not None:
         return Estimate(now, allocation)
     free = state.free.copy()
-    # a job that only counts CPUs cannot fit before the usable nodes have that many free: no need to try
+    # a job that only counts CPUs cannot fit before the usable nodes have that many free: no need to try (nor to
+    # give back what the batches free until then)
     counted = _counts_cpus_only(demand)
     usable_free = int(free.cpus[available].sum())
-    for batch in _batches(ends, available, state.allocations, window_scale):
+    freed: list[Allocation] = []
+    allocations = state.allocations
+
+    def touches(key: int) -> bool:
+        return bool(available[allocations[key].nodes].any())
+
+    for batch in _batches(ends, touches, window_scale):
         for job in batch:
             held = state.allocations[job.key]
-            free.add(held)
+            freed.append(held)
             if counted:
                 usable_free += int(held.cpus[available[held.nodes]].sum())
         if counted and usable_free < demand.min_cpus:
             continue
+        for held in freed:
+            free.add(held)
+        freed.clear()
         allocation = pick(demand, state.table, free, available)
         if allocation is not None:
             last = batch[-1]
             start = guess_end(last, now, kill_wait) if last.end <= now else last.end
             return Estimate(start, allocation)
+    return None
+
+
+def _earliest_on_unit_nodes(
+    cpus: int,
+    state: NodeState,
+    ends: Iterable[RunningEnd],
+    available: BoolArray,
+    now: int,
+    kill_wait: int,
+    window_scale: int,
+) -> Estimate | None:
+    """`earliest_start` on nodes of one CPU for a job of `cpus` CPUs alone (`nodes.cpus_in_runs`): a node is free
+    or not, so the nodes are bit sets and a batch that leaves fewer than `cpus` usable nodes free is not tried."""
+    usable = to_bits(available)
+    free = to_bits(state.free.cpus > 0) & usable
+    size = state.table.size
+    if free.bit_count() >= cpus and (allocation := pick_unit_nodes(cpus, from_bits(free, size))) is not None:
+        return Estimate(now, allocation)
+    bits_of = state.node_bits
+
+    def touches(key: int) -> bool:
+        return bool(bits_of(key) & usable)
+
+    for batch in _batches(ends, touches, window_scale):
+        for job in batch:
+            free |= bits_of(job.key) & usable
+        if free.bit_count() < cpus or (allocation := pick_unit_nodes(cpus, from_bits(free, size))) is None:
+            continue
+        last = batch[-1]
+        return Estimate(guess_end(last, now, kill_wait) if last.end <= now else last.end, allocation)
     return None
 
 

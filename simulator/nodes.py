@@ -62,6 +62,9 @@ class NodeTable:
             dtype=np.int64,
         )
         self.one_cpu_units = bool((self.unit == 1).all())
+        #: Every node one CPU, all of one weight: a node is free or not, and a job of CPUs alone takes runs of
+        #: free nodes (`pick_unit_nodes`).
+        self.unit_nodes = bool((self.cpus == 1).all()) and self.uniform_weight and self.one_cpu_units
         self.usable = np.array([node.usable for node in nodes], dtype=bool)
         self.partition_masks = {partition.name: self._mask(partition.nodes) for partition in cluster.partitions}
 
@@ -192,6 +195,7 @@ class NodeState:
         self.table = table
         self.free = Free(table.cpus.copy(), table.memory.copy(), table.gpus.copy())
         self.allocations: dict[int, Allocation] = {}
+        self._bits: dict[int, int] = {}  # `node_bits`, by key
 
     @property
     def free_cpus(self) -> IntArray:
@@ -219,8 +223,16 @@ class NodeState:
         self.free_gpus[nodes] -= allocation.gpus
         self.allocations[key] = allocation
 
+    def node_bits(self, key: int) -> int:
+        """The nodes job `key` holds as a bit set (bit i: node i), made once per job."""
+        bits = self._bits.get(key)
+        if bits is None:
+            bits = self._bits[key] = sum(1 << node for node in self.allocations[key].nodes.tolist())
+        return bits
+
     def release(self, key: int) -> Allocation:
         """Take back what job `key` held."""
+        self._bits.pop(key, None)
         allocation = self.allocations.pop(key)
         self.free.add(allocation)
         return allocation
@@ -263,6 +275,8 @@ def offered_cpus(demand: Demand, table: NodeTable, free: Free, available: BoolAr
 
 def pick(demand: Demand, table: NodeTable, free: Free, available: BoolArray) -> Allocation | None:
     """The nodes and resources Slurm would give `demand` (None: not enough is free among `available`)."""
+    if table.unit_nodes and cpus_in_runs(demand):
+        return pick_unit_nodes(demand.min_cpus, available & (free.cpus > 0))
     offered = offered_cpus(demand, table, free, available)
     free_gpus = free.gpus
     usable = np.flatnonzero(offered)
@@ -276,6 +290,52 @@ def pick(demand: Demand, table: NodeTable, free: Free, available: BoolArray) -> 
         return None
     nodes, caps, _ = chosen
     return _allocation(demand, table, nodes, caps, offered[nodes], free_gpus[nodes])
+
+
+def cpus_in_runs(demand: Demand) -> bool:
+    """Whether on nodes of one CPU `demand` is CPUs alone, one per node, taken in runs of free nodes: no memory,
+    GPUs, per-node counts or exclusivity, at most one node required and enough nodes allowed."""
+    return (
+        demand.min_nodes <= 1
+        and demand.max_nodes >= demand.min_cpus
+        and demand.cpus_per_task == 1
+        and not demand.tasks_per_node
+        and not demand.exclusive
+        and not demand.lln
+        and demand.mem_per_cpu is None
+        and demand.mem_per_node is None
+        and not demand.gpu_job
+        and (demand.max_cpus_per_node is None or demand.max_cpus_per_node >= 1)
+    )
+
+
+def pick_unit_nodes(cpus: int, usable: BoolArray) -> Allocation | None:
+    """`pick` on nodes of one CPU for a job of `cpus` CPUs alone (`cpus_in_runs`), on the `usable` free nodes.
+
+    What `_eval_nodes` does there, without the general counters: each node
+    offers one CPU, so a run offers its length; the run taken next is the
+    shortest one that satisfies what is still needed (the first such), else
+    the longest (the first such), and it gives its first nodes.
+    """
+    padded = np.zeros(len(usable) + 2, dtype=np.int8)
+    padded[1:-1] = usable
+    edges = np.flatnonzero(padded[1:] != padded[:-1]).tolist()
+    if sum(edges[1::2]) - sum(edges[::2]) < cpus:
+        return None
+    runs = list(zip(edges[::2], edges[1::2], strict=True))
+    chosen: list[tuple[int, int]] = []
+    needed = cpus
+    while needed > 0:
+        lengths = [stop - start for start, stop in runs]
+        fits = [length for length in lengths if length >= needed]
+        position = lengths.index(min(fits)) if fits else lengths.index(max(lengths))
+        start, stop = runs.pop(position)
+        taken = min(needed, stop - start)
+        chosen.append((start, start + taken))
+        needed -= taken
+    nodes = np.concatenate([np.arange(start, stop, dtype=np.int64) for start, stop in sorted(chosen)])
+    ones, zeros = np.ones(cpus, dtype=np.int64), np.zeros(cpus, dtype=np.int64)
+    return Allocation(nodes=nodes, cpus=ones, memory=zeros, gpus=zeros.copy())
 
 
 class _Chooser:

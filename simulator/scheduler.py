@@ -48,6 +48,10 @@ class QueueScheduler:
         self.backfill = backfill
         self.machine = machine
         self._sizes = SizeCount()  # of the waiting jobs: a pass that cannot start the smallest starts nothing
+        # Chosen once, as the policy and machine are: whether a pass has running ends to correct and an order to
+        # decide (a pass skips calls that would do nothing; the loop makes one per event).
+        self._corrects = machine.planning.overruns
+        self._decides = type(policy).decide is not QueuePolicy.decide
 
     def __len__(self) -> int:
         """How many jobs wait."""
@@ -78,8 +82,10 @@ class QueueScheduler:
         policy, backfill, machine = self.policy, self.backfill, self.machine
         if not len(policy) or (machine.free == 0 and backfill.idle_when_full):
             return []
-        machine.correct_overruns(now)
-        policy.decide(now, self, submitted, completed)
+        if self._corrects:
+            machine.correct_overruns(now)
+        if self._decides:
+            policy.decide(now, self, submitted, completed)
         if machine.free < self._sizes.smallest and backfill.idle_when_full:
             return []
         started = backfill.select(now, policy.ordered(now), machine)

@@ -38,6 +38,7 @@ from simulator.jobs import RunningJob, WaitingJob
 from simulator.machine import PLANNINGS, Correction, Machine, Planning
 from simulator.nodeplan import Estimate, NodeSpace, RunningEnd, earliest_start, from_bits, to_bits
 from simulator.nodes import Allocation, Demand, NodeState, NodeTable
+from simulator.scheduler import SizeCount
 from simulator.slurmpolicy import SlurmGate
 
 #: Seconds between two of slurmctld's time-limit checks (PERIODIC_TIMEOUT, slurmctld/slurmctld.h).
@@ -131,6 +132,8 @@ class SlurmBackfill(Backfill):
         self._tiers = {p.name: p.priority_tier for p in cluster.partitions}
         self._tiered = len(set(self._tiers.values())) > 1
         self._waiting = 0
+        self._fewest_cpus: dict[int, int] = {}  # trace index -> the fewest CPUs the waiting job can start with
+        self._fewest = SizeCount()  # of those: a pass with fewer CPUs free starts nothing
         self._admitted = 0
         self._submitted: set[int] = set()
         self._ended_seen = 0
@@ -146,9 +149,12 @@ class SlurmBackfill(Backfill):
     def admit(self, job: WaitingJob) -> None:
         self._waiting += 1
         self._submitted.add(job.index)
+        fewest = self._fewest_cpus[job.index] = min(wanted.min_cpus for wanted in self.jobs[job.job_id].demands)
+        self._fewest.add(fewest)
 
     def forget(self, job: WaitingJob) -> None:
         self._waiting -= 1
+        self._fewest.remove(self._fewest_cpus.pop(job.index))
 
     def _changes(self) -> tuple[int, int, int]:
         """What the passes compare to know whether anything changed: starts and ends, submissions, priorities."""
@@ -172,21 +178,28 @@ class SlurmBackfill(Backfill):
         if not isinstance(machine, NodeMachine):
             raise TypeError("the slurm scheduler runs on a NodeMachine")
         self._machine, self._now = machine, now
-        if self._tiered:
-            queue = sorted(queue, key=lambda job: -self._tiers[self.jobs[job.job_id].demands[0].partition])
-        ends = machine.running_ends()
         submitted, self._submitted = self._submitted, set()
         self._admitted += len(submitted)
         changes = self._changes()
         settings = self.settings
-        started: list[WaitingJob] = []
-        if machine.ended != self._ended_seen or (now % settings.sched_interval == 0 and self._main_seen != changes):
+        main = machine.ended != self._ended_seen or (now % settings.sched_interval == 0 and self._main_seen != changes)
+        cycle = now % settings.bf_interval == 0 and self._cycle_seen != changes
+        if main:
             self._ended_seen, self._main_seen = machine.ended, changes
+        if cycle:
+            self._cycle_seen = changes
+        # No pass can start a job while fewer CPUs are free than any waiting job needs: skip their work.
+        if not (main or submitted or cycle) or machine.free < self._fewest.smallest:
+            return []
+        if self._tiered:
+            queue = sorted(queue, key=lambda job: -self._tiers[self.jobs[job.job_id].demands[0].partition])
+        ends = machine.running_ends()
+        started: list[WaitingJob] = []
+        if main:
             started = self._main_pass(queue, machine, ends)
         elif submitted:
             started = self._at_submission(queue, submitted, machine, ends)
-        if now % settings.bf_interval == 0 and self._cycle_seen != changes:
-            self._cycle_seen = changes
+        if cycle:
             chosen = {job.index for job in started}
             started += self._cycle(now, [job for job in queue if job.index not in chosen], machine, ends)
         return started
@@ -259,7 +272,12 @@ class SlurmBackfill(Backfill):
         space = NodeSpace(now, settings.bf_window, settings.bf_resolution, self._usable_bits)
         per_user: dict[int, int] = {}
         started: list[WaitingJob] = []
-        for job in queue[: settings.bf_max_job_test]:
+        tested = queue[: settings.bf_max_job_test]
+        # the jobs after the last one that could start now on the CPUs free need not be planned: a reservation
+        # only matters to the jobs after it, and none of those can start
+        fewest, free = self._fewest_cpus, machine.free
+        last = max((position for position, job in enumerate(tested) if fewest[job.index] <= free), default=-1)
+        for job in tested[: last + 1]:
             if settings.bf_max_job_start and len(started) >= settings.bf_max_job_start:
                 break
             queued = self.jobs[job.job_id]
