@@ -50,13 +50,14 @@ AFTER = "lgbm-quantile"
 PRIMARY = f"{AFTER}:target_under=0.062"
 
 
-def measured_specs() -> list[str]:
-    """The SPECs measured: before and after, at each target, and the uncalibrated 0.9 quantile."""
+def measured_specs(also: Sequence[str] = ()) -> list[str]:
+    """The SPECs measured: before and after (and after with each of `also`'s settings), at each target,
+    and the 0.9 quantile of `target_under=0`."""
     specs = []
-    for base in (BEFORE, AFTER):
+    for base in (BEFORE, AFTER, *(_spec(AFTER, settings) for settings in also)):
         specs += [_spec(base, f"target_under={target:g}") for target in TARGETS]
         specs.append(_spec(base, "target_under=0,alpha=0.9"))
-    return specs
+    return list(dict.fromkeys(specs))
 
 
 #: What a calibration served for one job: the estimate it learns from (None: the alpha quantile), the
@@ -92,7 +93,11 @@ class FanOut(Calibration):
             chosen, by_multiplier, indices = calibration.choose(users, accuracy, under, penalty)
             candidate = int(chosen[0])
             estimate = int(np.clip(np.rint(job.t_req * CANDIDATES[candidate]), 1, job.t_req))
-            quantiles = tuple(int(choose_quantile(under, level)[0]) for level in calibration.quantile_levels(indices))
+            quantiles = (  # coverage is measured on the alpha quantile's SPECs only
+                tuple(int(choose_quantile(under, level)[0]) for level in calibration.quantile_levels(indices))
+                if calibration.rates is None
+                else (-1,) * len(INTERVAL_PROBABILITIES)
+            )
             self.served[spec][job.job_id] = (estimate if by_multiplier[0] else None, indices, candidate, quantiles)
         return super().choose(users, accuracy, under, penalty)
 
@@ -209,21 +214,18 @@ def _spec(base: str, settings: str) -> str:
     return f"{base}{',' if ':' in base else ':'}{settings}"
 
 
-def summary(rows: pd.DataFrame) -> str:
-    """A markdown table: per trace, the rate delivered at each target and the 0.9 quantile's coverage,
-    before and after."""
-    head = ["trace", "jobs"]
-    for label in ("before", "after"):
-        head += [f"{label} @{target:.1%}" for target in TARGETS] + [f"{label} q0.9 covers"]
+def summary(rows: pd.DataFrame, bases: Sequence[str]) -> str:
+    """A markdown table: per trace and base SPEC, the rate delivered at each target and the coverage of the
+    0.9 quantile."""
+    head = ["trace", "jobs", "SPEC", *(f"@{target:.1%}" for target in TARGETS), "q0.9 covers"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for trace, group in rows.groupby("trace", sort=False):
         by_spec = group.set_index("spec")
-        cells = [str(trace), f"{int(group['jobs'].iloc[0]):,}"]
-        for base in (BEFORE, AFTER):
+        for base in bases:
             rates = [float(by_spec.loc[_spec(base, f"target_under={t:g}"), "underestimated"]) for t in TARGETS]
             covers = float(by_spec.loc[_spec(base, "target_under=0,alpha=0.9"), "covers_0.9"])
-            cells += [f"{rate:.1%}" for rate in rates] + [f"{covers:.1%}"]
-        lines.append("| " + " | ".join(cells) + " |")
+            cells = [str(trace), f"{int(group['jobs'].iloc[0]):,}", f"`{base}`"]
+            lines.append("| " + " | ".join(cells + [f"{rate:.1%}" for rate in rates] + [f"{covers:.1%}"]) + " |")
     return "\n".join(lines)
 
 
@@ -231,21 +233,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES, help="folder of SWF traces")
     parser.add_argument("--trace", nargs="*", metavar="NAME", help="only these traces (file name prefixes)")
+    parser.add_argument("--also", action="append", default=[], metavar="SETTINGS", help="also measure these")
     parser.add_argument("--workers", type=int, default=1, help="traces replayed at once")
-    parser.add_argument("--csv", type=Path, help="write one row per trace and SPEC")
+    parser.add_argument("--csv", type=Path, help="append one row per trace and SPEC, as each trace is done")
     args = parser.parse_args()
     paths = sorted(args.traces.glob("*.swf*"), key=lambda path: path.stat().st_size)
     if args.trace:
         paths = [path for path in paths if any(path.name.startswith(prefix) for prefix in args.trace)]
     if not paths:
         raise SystemExit(f"{args.traces}: no trace to measure")
-    specs = measured_specs()
+    specs = measured_specs(args.also)
+    done = []
     with ProcessPoolExecutor(args.workers) as pool:
-        results = list(pool.map(trace_rows, paths, [specs] * len(paths)))
-    rows = pd.DataFrame([row for trace in results for row in trace])
-    if args.csv:
-        rows.to_csv(args.csv, index=False, float_format="%.5g")
-    print(summary(rows))
+        for rows in pool.map(trace_rows, paths, [specs] * len(paths)):
+            done += rows
+            if args.csv and rows:
+                header = not args.csv.exists()
+                pd.DataFrame(rows).to_csv(args.csv, mode="a", header=header, index=False, float_format="%.5g")
+    bases = [BEFORE, AFTER, *(_spec(AFTER, settings) for settings in args.also)]
+    print(summary(pd.DataFrame(done), bases))
 
 
 if __name__ == "__main__":

@@ -90,10 +90,14 @@ class TrailingScores:
     def threshold(self, kind: int, level: float) -> int:
         """The smallest index whose finite-sample corrected share of scores above it is at most `level`
         (the last index where none is)."""
+        return self.thresholds(kind, [level])[0]
+
+    def thresholds(self, kind: int, levels: list[float]) -> list[int]:
+        """`threshold` of each of `levels` (one pass over the counts)."""
         total = len(self._entries)
-        above = total - np.cumsum(self.counts[kind, :-1])
-        acceptable = np.flatnonzero((above + 1) / (total + 1) <= level)
-        return int(acceptable[0]) if len(acceptable) else self.size - 1
+        shares = (total - np.cumsum(self.counts[kind, :-1]) + 1) / (total + 1)  # non-increasing
+        found = np.searchsorted(-shares, -np.asarray(levels), side="left")  # first share <= level
+        return [int(index) if index < self.size else self.size - 1 for index in found]
 
     def share_above(self, kind: int, index: int) -> float:
         """The share of the window's scores of `kind` above `index` (jobs the answer at `index` would miss)."""

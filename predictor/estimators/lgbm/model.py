@@ -166,4 +166,8 @@ def runtime_interval(
     estimates = candidate_estimates(np.array([t_req]))[0]
     below = max(int(np.searchsorted(estimates, t_sched, side="right")) - 1, 0)
     p_under = float(np.clip(under[below], 0.0, 1.0))
-    return RuntimeInterval(quantiles, miss_share(p_under) if miss_share is not None else p_under)
+    if miss_share is not None:
+        # A runtime between the candidate below t_sched and t_sched's own may fall either side: the
+        # recalibrated share is read halfway between the two levels, not at the lower bound.
+        p_under = miss_share(float(np.clip((under[max(below - 1, 0)] + under[below]) / 2, 0.0, 1.0)))
+    return RuntimeInterval(quantiles, p_under)

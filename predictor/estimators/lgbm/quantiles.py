@@ -93,9 +93,8 @@ class LevelCalibrator:
         if len(self._scores) < self.min_jobs:
             return None
         if self._indices is None:
-            self._indices = {
-                probability: self._scores.threshold(0, target.level) for probability, target in self._targets.items()
-            }
+            found = self._scores.thresholds(0, [target.level for target in self._targets.values()])
+            self._indices = dict(zip(self._targets, found, strict=True))
         return self._indices
 
     def miss_share(self, model_under: float) -> float:
