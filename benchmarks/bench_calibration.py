@@ -236,7 +236,12 @@ def main() -> None:
     parser.add_argument("--also", action="append", default=[], metavar="SETTINGS", help="also measure these")
     parser.add_argument("--workers", type=int, default=1, help="traces replayed at once")
     parser.add_argument("--csv", type=Path, help="append one row per trace and SPEC, as each trace is done")
+    parser.add_argument("--table", type=Path, metavar="CSV", help="print the table of an earlier run's CSV")
     args = parser.parse_args()
+    bases = [BEFORE, AFTER, *(_spec(AFTER, settings) for settings in args.also)]
+    if args.table:
+        print(summary(pd.read_csv(args.table), bases))
+        return
     paths = sorted(args.traces.glob("*.swf*"), key=lambda path: path.stat().st_size)
     if args.trace:
         paths = [path for path in paths if any(path.name.startswith(prefix) for prefix in args.trace)]
@@ -250,7 +255,6 @@ def main() -> None:
             if args.csv and rows:
                 header = not args.csv.exists()
                 pd.DataFrame(rows).to_csv(args.csv, mode="a", header=header, index=False, float_format="%.5g")
-    bases = [BEFORE, AFTER, *(_spec(AFTER, settings) for settings in args.also)]
     print(summary(pd.DataFrame(done), bases))
 
 
