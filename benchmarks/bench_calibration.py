@@ -101,16 +101,8 @@ class FanOut(Calibration):
             self.served[spec][job.job_id] = (estimate if by_multiplier[0] else None, indices, candidate, quantiles)
         return super().choose(users, accuracy, under, penalty)
 
-    def learn(
-        self,
-        end: int,
-        user: int,
-        scores: JobScores,
-        runtime: int,
-        estimate: int | None,
-        levels: dict[float, int] | None,
-    ) -> None:
-        super().learn(end, user, scores, runtime, estimate, levels)
+    def learn(self, end: int, user: int, scores: JobScores, runtime: int, *served: Any) -> None:
+        super().learn(end, user, scores, runtime, *served)
         job = self.job
         assert job is not None
         for spec, calibration in self.others.items():

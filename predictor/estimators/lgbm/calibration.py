@@ -94,18 +94,10 @@ class TrailingCalibrator:
     `min_jobs` of them there is no calibration (`multiplier()` is None). The
     multiplier is the larger of the one for `target_under` and the one for
     `target_bad`, each adapted at rate `adapt` (0: not at all) by `record`,
-    within a factor `level_range` of its target.
+    within a factor `LEVEL_RANGE` of its target.
     """
 
-    def __init__(
-        self,
-        target_under: float,
-        target_bad: float,
-        window: int,
-        min_jobs: int,
-        adapt: float = 0.0,
-        level_range: float = LEVEL_RANGE,
-    ) -> None:
+    def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int, adapt: float = 0.0) -> None:
         if not 0.0 < target_under < 1.0:
             raise ValueError(f"target_under must be in (0, 1), got {target_under}")
         if not 0.0 < target_bad <= target_under:
@@ -115,8 +107,8 @@ class TrailingCalibrator:
         self.window = window
         self.min_jobs = min_jobs
         self._levels = (
-            AdaptiveLevel(target_under, adapt, level_range),
-            AdaptiveLevel(target_bad, adapt, level_range),
+            AdaptiveLevel(target_under, adapt, LEVEL_RANGE),
+            AdaptiveLevel(target_bad, adapt, LEVEL_RANGE),
         )
         self._scores = TrailingScores(2, len(MULTIPLIERS), window)
         self._multiplier: float | None = None
@@ -190,9 +182,8 @@ class UserCalibrator:
         min_jobs: int,
         min_user_jobs: int | None,
         adapt: float = 0.0,
-        level_range: float = LEVEL_RANGE,
     ) -> None:
-        self._settings = (target_under, target_bad, window, min_jobs, adapt, level_range)
+        self._settings = (target_under, target_bad, window, min_jobs, adapt)
         self.everybody = self._make()
         self.min_user_jobs = min_user_jobs
         self._users: dict[int, TrailingCalibrator] = {}
@@ -314,17 +305,16 @@ class Calibration:
         min_user_jobs: int | None,
         adapt: float,
         recalibrate: bool,
-        level_range: float = LEVEL_RANGE,
     ) -> None:
         self.alpha = alpha
         self.min_jobs = min_jobs
         self.rates = (
-            UserCalibrator(target_under, be_share * target_under, window, min_jobs, min_user_jobs, adapt, level_range)
+            UserCalibrator(target_under, be_share * target_under, window, min_jobs, min_user_jobs, adapt)
             if target_under > 0
             else None
         )
         probabilities = dict.fromkeys((alpha, *INTERVAL_PROBABILITIES))
-        self.levels = LevelCalibrator(probabilities, window, min_jobs, adapt, level_range) if recalibrate else None
+        self.levels = LevelCalibrator(probabilities, window, min_jobs, adapt) if recalibrate else None
 
     @property
     def active(self) -> bool:

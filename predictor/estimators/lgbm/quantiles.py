@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from predictor.estimators.lgbm.conformal import LEVEL_RANGE, AdaptiveLevel, TrailingScores
+from predictor.estimators.lgbm.conformal import AdaptiveLevel, TrailingScores
 
 #: The levels a quantile can be read at (0.001 apart).
 LEVELS = np.linspace(0.0, 1.0, 1001)
@@ -58,14 +58,11 @@ class LevelCalibrator:
         window: int,
         min_jobs: int,
         adapt: float,
-        level_range: float = LEVEL_RANGE,
     ) -> None:
         if min_jobs < 1:
             raise ValueError(f"need min_jobs >= 1, got {min_jobs}")
         self.min_jobs = min_jobs
-        self._targets = {
-            probability: AdaptiveLevel(1.0 - probability, adapt, level_range) for probability in probabilities
-        }
+        self._targets = {probability: AdaptiveLevel(1.0 - probability, adapt) for probability in probabilities}
         self._scores = TrailingScores(1, len(LEVELS), window)
         self._indices: dict[float, int] | None = None
 
