@@ -397,7 +397,7 @@ class LGBMQuantileEstimator(Estimator):
             # P(runtime > t_sched) is recalibrated for the alpha quantile only: the recalibration holds over
             # all jobs, not over those a multiplier picked as predictable (on KTH-SP2 it said 0.090 of them
             # would run longer, 6.0% did; the model's own said 0.060).
-            miss_share = None if calibrated[index] else calibration.miss_share
+            miss_share = None if calibrated[index] or levels is None else calibration.miss_share
             interval = (
                 runtime_interval(under[index], job.t_req, estimate, quantile_levels, miss_share) if intervals else None
             )
