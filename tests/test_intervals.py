@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from kernel.jobs import FinishedJob, JobRequest
@@ -55,7 +56,7 @@ def test_predict_serves_the_interval_and_the_cli_shows_it(capsys) -> None:
 
 def test_lgbms_interval_is_the_distribution_its_estimate_is_read_from() -> None:
     jobs = generate_workload(jobs=3000, procs=128, load=0.7, seed=7).jobs
-    spec = "lgbm-quantile:target_under=0,alpha=0.9,window=10d,retrain=2d,min_train=200,trees=5"
+    spec = "lgbm-quantile:target_under=0,alpha=0.9,window=10d,retrain=2d,min_train=200,trees=5,recalibrate=false"
     estimator = make_estimator(spec)
     seen: list[tuple[int, int, tuple[tuple[float, int], ...], float]] = []
 
@@ -79,6 +80,45 @@ def test_lgbms_interval_is_the_distribution_its_estimate_is_read_from() -> None:
     # The quantiles mean what they say on the jobs that then ran (within the model's error on 3,000 jobs).
     assert shares[0.5] < shares[0.9] < shares[0.95]
     assert abs(shares[0.9] - 0.9) < 0.08 and abs(shares[0.5] - 0.5) < 0.15, shares
+
+
+def _coverage(spec: str) -> tuple[dict[float, float], float, float]:
+    """A causal replay of a synthetic trace: the share of runtimes at or below each interval quantile, the
+    share above the estimate, and the mean P(runtime > t_sched)."""
+    jobs = generate_workload(jobs=4000, procs=128, load=0.7, seed=7).jobs
+    runtimes = dict(zip(jobs["job_id"], jobs["t_act"], strict=True))
+    estimator = make_estimator(spec)
+    covered = dict.fromkeys((0.5, 0.9, 0.95), 0)
+    p_under: list[float] = []
+    under = 0
+
+    def answer(job: JobRequest) -> object:
+        nonlocal under
+        prediction, interval = estimator.predict_with_interval(job)
+        if interval is not None:
+            for probability, runtime in interval.quantiles:
+                covered[probability] += runtimes[job.job_id] <= runtime
+            p_under.append(interval.p_underestimate)
+            under += runtimes[job.job_id] > prediction.t_sched
+        return prediction
+
+    causal_replay(jobs_to_requests(jobs), finished_from_frame(jobs), estimator.observe, answer)
+    assert len(p_under) > 3500
+    return {p: count / len(p_under) for p, count in covered.items()}, under / len(p_under), float(np.mean(p_under))
+
+
+@pytest.mark.slow
+def test_lgbms_recalibrated_quantiles_cover_what_they_claim() -> None:
+    """The model's own 0.9 and 0.95 quantiles cover too much here; read at calibrated levels, each covers
+    its probability, and the estimate (the alpha quantile) is underestimated 1 - alpha of the time."""
+    spec = "lgbm-quantile:target_under=0,alpha=0.9,window=10d,retrain=2d,calibration=5d,min_train=200,trees=5"
+    own, _, _ = _coverage(spec + ",recalibrate=false")
+    assert own[0.9] > 0.93 and own[0.95] > 0.98, own
+    shares, under, mean_p_under = _coverage(spec)
+    for probability, share in shares.items():
+        assert abs(share - probability) < 0.01, shares
+    assert abs(under - 0.1) < 0.01
+    assert abs(mean_p_under - under) < 0.01
 
 
 def test_the_service_serves_lgbms_interval() -> None:

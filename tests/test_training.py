@@ -61,6 +61,7 @@ def test_model_folder_holds_text_model_and_manifest(trained: tuple[Path, dict]) 
         assert 0 < held_out[name]["accuracy_mean"] <= 1
     assert held_out["request"]["underestimated"] == 0
     assert len(manifest["calibration"]["scores"]) > 0
+    assert len(manifest["calibration"]["level_scores"]) == len(manifest["calibration"]["scores"])  # the same jobs
 
 
 def test_loading_round_trips_the_model(trained: tuple[Path, dict]) -> None:
@@ -69,6 +70,7 @@ def test_loading_round_trips_the_model(trained: tuple[Path, dict]) -> None:
     estimator = loaded.estimator()
     assert estimator.get_params() == manifest["params"]
     assert estimator.multiplier() == manifest["calibration"]["multiplier"]
+    assert estimator.level_state() == manifest["calibration"]["level_scores"]
     rows = np.random.default_rng(1).uniform(0, 10, size=(50, len(feature_names()) + CLASSES))  # features, counts
     t_req = np.full(50, 3600)
     fresh = load_model(folder).model

@@ -45,7 +45,7 @@ from predictor.estimators.base import Estimator
 
 #: Bumped when what a snapshot holds changes; an older one is ignored (the events are replayed instead).
 #: Format 1 was a pickle: never read (it could run code), its namespace is rebuilt from its events.
-FORMAT = 2
+FORMAT = 3  # 3: the lgbm calibrations became `Calibration` (multiplier and quantile levels)
 _MAGIC = b"tsched-snapshot\n"
 _LENGTH = struct.Struct("<Q")
 
@@ -59,9 +59,12 @@ _CLASSES = frozenset(
         "predictor.estimators.meanstd:RunningMoments",
         "predictor.estimators.lgbm.estimator:LGBMQuantileEstimator",
         "predictor.estimators.lgbm.sched:LGBMSchedEstimator",
+        "predictor.estimators.lgbm.calibration:Calibration",
         "predictor.estimators.lgbm.calibration:TrailingCalibrator",
         "predictor.estimators.lgbm.calibration:UserCalibrator",
-        "predictor.estimators.lgbm.calibration:_ScoreHistogram",
+        "predictor.estimators.lgbm.conformal:AdaptiveLevel",
+        "predictor.estimators.lgbm.conformal:TrailingScores",
+        "predictor.estimators.lgbm.quantiles:LevelCalibrator",
         "predictor.estimators.lgbm.features:FeatureHistory",
         "predictor.estimators.lgbm.features:_KeySeries",
         "predictor.estimators.lgbm.model:TrainedModel",

@@ -34,15 +34,17 @@ the target: a burst of late-reported misses cannot shut predictions off.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
+from kernel.jobs import INTERVAL_PROBABILITIES
+from predictor.estimators.lgbm.conformal import LEVEL_RANGE, AdaptiveLevel, TrailingScores
+from predictor.estimators.lgbm.quantiles import LEVELS, LevelCalibrator, level_scores
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: The multipliers a calibration can choose from (log-spaced; scores index into it).
 MULTIPLIERS = np.geomspace(0.01, 1e5, 141)
-#: How far adaptation may move a level from its target, as a factor either way (and never to 1 or beyond).
-LEVEL_RANGE = 2.0
 _SCORE_CHUNK = 64
 
 
@@ -85,36 +87,14 @@ def conformity_scores(
     return under, bad
 
 
-class _ScoreHistogram:
-    """Scores of one kind in the window, counted per multiplier, and the level their rate is held to."""
-
-    def __init__(self, target: float, adapt: float) -> None:
-        self.target = target
-        self.adapt = adapt
-        self.level = target
-        self._lowest = target / LEVEL_RANGE
-        self._highest = min(target * LEVEL_RANGE, (1.0 + target) / 2)
-        self.counts = np.zeros(len(MULTIPLIERS) + 1, dtype=np.int64)
-
-    def record(self, missed: bool) -> None:
-        """Adapt the level to the outcome of one served estimate."""
-        level = self.level + self.adapt * (self.target - missed)
-        self.level = min(self._highest, max(self._lowest, level))
-
-    def multiplier_index(self, total: int) -> int:
-        """The smallest multiplier whose finite-sample corrected rate of scores above it is <= the level."""
-        above = total - np.cumsum(self.counts[:-1])
-        acceptable = np.flatnonzero((above + 1) / (total + 1) <= self.level)
-        return int(acceptable[0]) if len(acceptable) else len(MULTIPLIERS) - 1
-
-
 class TrailingCalibrator:
     """The multiplier that held the under- and bad-estimate rates at their targets over recent jobs.
 
     Scores of the jobs that ended in the last `window` seconds count; below
     `min_jobs` of them there is no calibration (`multiplier()` is None). The
     multiplier is the larger of the one for `target_under` and the one for
-    `target_bad`, each adapted at rate `adapt` (0: not at all) by `record`.
+    `target_bad`, each adapted at rate `adapt` (0: not at all) by `record`,
+    within a factor `LEVEL_RANGE` of its target.
     """
 
     def __init__(self, target_under: float, target_bad: float, window: int, min_jobs: int, adapt: float = 0.0) -> None:
@@ -122,15 +102,15 @@ class TrailingCalibrator:
             raise ValueError(f"target_under must be in (0, 1), got {target_under}")
         if not 0.0 < target_bad <= target_under:
             raise ValueError(f"target_bad must be in (0, target_under], got {target_bad}")
-        if not 0.0 <= adapt < 1.0:
-            raise ValueError(f"adapt must be in [0, 1), got {adapt}")
         if min_jobs < 1 or window <= 0:
             raise ValueError(f"need min_jobs >= 1 and a positive window, got {min_jobs} and {window}")
         self.window = window
         self.min_jobs = min_jobs
-        self._under = _ScoreHistogram(target_under, adapt)
-        self._bad = _ScoreHistogram(target_bad, adapt)
-        self._scores: deque[tuple[int, int, int]] = deque()  # (end, under, bad), in the order added
+        self._levels = (
+            AdaptiveLevel(target_under, adapt, LEVEL_RANGE),
+            AdaptiveLevel(target_bad, adapt, LEVEL_RANGE),
+        )
+        self._scores = TrailingScores(2, len(MULTIPLIERS), window)
         self._multiplier: float | None = None
         self._stale = False
 
@@ -138,54 +118,44 @@ class TrailingCalibrator:
         return len(self._scores)
 
     def reset(self) -> None:
-        self._scores.clear()
-        for histogram in (self._under, self._bad):
-            histogram.counts[:] = 0
-            histogram.level = histogram.target
+        self._scores.reset()
+        for level in self._levels:
+            level.reset()
         self._multiplier = None
         self._stale = False
 
     def add(self, end: int, under: int, bad: int) -> None:
         """Record the scores of a job that ended at `end`; forget those that ended before the window."""
-        for score in (under, bad):
-            if not 0 <= score <= len(MULTIPLIERS):
-                raise ValueError(f"calibration score {score} out of range 0..{len(MULTIPLIERS)}")
-        self._scores.append((end, under, bad))
-        self._under.counts[under] += 1
-        self._bad.counts[bad] += 1
-        self.expire(end - self.window)
+        self._scores.add(end, (under, bad))
+        self._stale = True
 
     def record(self, underestimated: bool, bad: bool) -> None:
         """Adapt the levels to a served estimate: did it underestimate its job, and by more than 30 min?"""
-        self._under.record(underestimated)
-        self._bad.record(bad)
+        self._levels[0].record(underestimated)
+        self._levels[1].record(bad)
         self._stale = True
 
     def levels(self) -> tuple[float, float]:
         """The under- and bad-estimate rates currently aimed at."""
-        return self._under.level, self._bad.level
+        return self._levels[0].level, self._levels[1].level
 
     def expire(self, horizon: int) -> None:
         """Forget the scores of jobs that ended before `horizon`."""
-        scores = self._scores
-        while scores and scores[0][0] < horizon:
-            _, old_under, old_bad = scores.popleft()
-            self._under.counts[old_under] -= 1
-            self._bad.counts[old_bad] -= 1
+        self._scores.expire(horizon)
         self._stale = True
 
     def multiplier(self) -> float | None:
         """The calibrated multiplier, or None with fewer than `min_jobs` scores."""
         if self._stale:
-            total = len(self._scores)
-            index = max(self._under.multiplier_index(total), self._bad.multiplier_index(total))
-            self._multiplier = float(MULTIPLIERS[index]) if total >= self.min_jobs else None
+            scores = self._scores
+            index = max(scores.threshold(kind, level.level) for kind, level in enumerate(self._levels))
+            self._multiplier = float(MULTIPLIERS[index]) if len(scores) >= self.min_jobs else None
             self._stale = False
         return self._multiplier
 
     def state(self) -> list[list[int]]:
         """The [end, under, bad] scores in the window, oldest first (for a model manifest)."""
-        return [list(entry) for entry in self._scores]
+        return self._scores.entries()
 
     def restore(self, scores: list[list[int]]) -> None:
         """Reload `state()`."""
@@ -280,3 +250,142 @@ class UserCalibrator:
         self.reset()
         for end, user, under, bad in scores:
             self.add(int(end), int(user), int(under), int(bad))
+
+
+@dataclass(frozen=True)
+class JobScores:
+    """A finished job's calibration scores (None: the calibration that needs it is off).
+
+    `under`, `bad`: indices on `MULTIPLIERS` (`conformity_scores`); `level`: an index on `LEVELS` (`level_scores`).
+    """
+
+    under: int | None
+    bad: int | None
+    level: int | None
+
+
+def job_scores(
+    accuracy: np.ndarray,
+    under: np.ndarray,
+    penalty: np.ndarray,
+    estimates: np.ndarray,
+    runtime: int,
+    *,
+    rates: bool,
+    levels: bool,
+) -> JobScores:
+    """One finished job's scores from its row of the model's arrays and its candidate estimates."""
+    runtimes = np.array([runtime])
+    under_score = bad_score = level_score = None
+    if rates:
+        unders, bads = conformity_scores(accuracy[None], penalty[None], estimates[None], runtimes)
+        under_score, bad_score = int(unders[0]), int(bads[0])
+    if levels:
+        level_score = int(level_scores(under[None], estimates[None], runtimes)[0])
+    return JobScores(under_score, bad_score, level_score)
+
+
+class Calibration:
+    """Everything the lgbm estimators calibrate: the multiplier that holds `target_under` (None: off), and
+    the levels their quantiles and P(runtime > t_sched) are read at (`recalibrate`; else the nominal ones).
+
+    `choose` picks each job's candidate and says what was served; `learn` takes a finished job's scores
+    and the outcome of what was served for it. Both calibrations rest on the jobs that ended in the
+    trailing `window` seconds, at least `min_jobs` of them, and adapt at rate `adapt`.
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        target_under: float,
+        be_share: float,
+        window: int,
+        min_jobs: int,
+        min_user_jobs: int | None,
+        adapt: float,
+        recalibrate: bool,
+    ) -> None:
+        self.alpha = alpha
+        self.min_jobs = min_jobs
+        self.rates = (
+            UserCalibrator(target_under, be_share * target_under, window, min_jobs, min_user_jobs, adapt)
+            if target_under > 0
+            else None
+        )
+        probabilities = dict.fromkeys((alpha, *INTERVAL_PROBABILITIES))
+        self.levels = LevelCalibrator(probabilities, window, min_jobs, adapt) if recalibrate else None
+
+    @property
+    def active(self) -> bool:
+        """Whether finished jobs are scored at all."""
+        return self.rates is not None or self.levels is not None
+
+    def needs_bootstrap(self) -> bool:
+        """Whether a calibration has too few jobs, so that a training should score some for it."""
+        return any(part is not None and len(part) < self.min_jobs for part in (self.rates, self.levels))
+
+    def bootstrap(self, scores: list[tuple[int, int, int, int]], levels: list[tuple[int, int]]) -> None:
+        """Take a new model's bootstrap scores into each calibration that still has too few jobs."""
+        if self.rates is not None and len(self.rates) < self.min_jobs:
+            for end, user, under, bad in scores:
+                self.rates.add(end, user, under, bad)
+        if self.levels is not None and len(self.levels) < self.min_jobs:
+            for end, level in levels:
+                self.levels.add(end, level)
+
+    def multiplier(self, user: int | None = None) -> float | None:
+        """The multiplier for `user`'s jobs, or everybody's (None: uncalibrated, the `alpha` quantile is used)."""
+        if self.rates is None:
+            return None
+        return self.rates.multiplier(user) if user is not None else self.rates.everybody.multiplier()
+
+    def level_indices(self) -> dict[float, int] | None:
+        """Per probability, the index on `LEVELS` its quantile is read at now (None: the nominal level)."""
+        return self.levels.indices() if self.levels is not None else None
+
+    def quantile_levels(self, indices: dict[float, int] | None) -> tuple[float, ...]:
+        """The levels the quantiles of `INTERVAL_PROBABILITIES` are read at, given `level_indices()`."""
+        if indices is None:
+            return INTERVAL_PROBABILITIES
+        return tuple(float(LEVELS[indices[probability]]) for probability in INTERVAL_PROBABILITIES)
+
+    def miss_share(self, model_under: float) -> float:
+        """P(runtime > t_sched), recalibrated where the levels are, from the model's."""
+        return self.levels.miss_share(model_under) if self.levels is not None else model_under
+
+    def choose(
+        self, users: list[int], accuracy: np.ndarray, under: np.ndarray, penalty: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, dict[float, int] | None]:
+        """Per job (row): the chosen candidate, whether the multiplier chose it (else the `alpha` quantile),
+        and the level indices the quantiles were read at (None: nominal levels)."""
+        indices = self.level_indices()
+        alpha = self.alpha if indices is None else float(LEVELS[indices[self.alpha]])
+        by_user = {user: self.multiplier(user) for user in set(users)}
+        multipliers = np.array([np.nan if by_user[user] is None else by_user[user] for user in users])
+        calibrated = ~np.isnan(multipliers)
+        chosen = choose(accuracy, penalty, np.where(calibrated, multipliers, 0.0)[:, None])
+        if not calibrated.all():
+            chosen = np.where(calibrated, chosen, choose_quantile(under, alpha))
+        return chosen, calibrated, indices
+
+    def learn(
+        self,
+        end: int,
+        user: int,
+        scores: JobScores,
+        runtime: int,
+        estimate: int | None,
+        levels: dict[float, int] | None,
+    ) -> None:
+        """Learn from a finished job: its scores, and whether what was served for it missed (`estimate`: the
+        multiplier's choice, None if the `alpha` quantile was served; `levels`: the indices read at)."""
+        if self.rates is not None:
+            if scores.under is not None and scores.bad is not None:
+                self.rates.add(end, user, scores.under, scores.bad)
+            if estimate is not None:
+                self.rates.record(user, estimate < runtime, estimate < runtime - BAD_UNDERESTIMATE_SECONDS)
+        if self.levels is not None and scores.level is not None:
+            self.levels.add(end, scores.level)
+            for probability, index in (levels or {}).items():
+                self.levels.record(probability, scores.level > index)

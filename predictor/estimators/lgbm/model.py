@@ -8,6 +8,7 @@ counts) into, per candidate estimate, the expected accuracy, P(under) and P(BE);
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -82,6 +83,7 @@ class TrainedModel:
         first_end: int,
         jobs: int,
         bootstrap_scores: list[tuple[int, int, int, int]] | None = None,
+        bootstrap_levels: list[tuple[int, int]] | None = None,
     ) -> None:
         if class_ratios.shape != (CLASSES, CLASS_QUANTILES):
             raise ValueError(f"class ratios must be {CLASSES} x {CLASS_QUANTILES}, got {class_ratios.shape}")
@@ -90,7 +92,9 @@ class TrainedModel:
         self.trained_at = trained_at
         self.first_end = first_end
         self.jobs = jobs
+        #: What a fresh estimator's calibrations start from: (end, user, under, bad) and (end, level) scores.
         self.bootstrap_scores = bootstrap_scores or []
+        self.bootstrap_levels = bootstrap_levels or []
         samples = class_ratios[:, :, None]
         candidates = CANDIDATES[None, None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -139,18 +143,31 @@ class TrainedModel:
         return accuracy, under, under + be_weight * bad
 
 
-def runtime_interval(under: np.ndarray, t_req: int, t_sched: int) -> RuntimeInterval:
+def runtime_interval(
+    under: np.ndarray,
+    t_req: int,
+    t_sched: int,
+    levels: Sequence[float] = INTERVAL_PROBABILITIES,
+    miss_share: Callable[[float], float] | None = None,
+) -> RuntimeInterval:
     """The runtime quantiles of one job's distribution (`under`: its P(under) per candidate), and P(runtime >
     t_sched).
 
-    Each quantile is the first candidate estimate at or above it, as the
-    `alpha` quantile is read; P(runtime > t_sched) is read at the largest
-    candidate whose estimate (in whole seconds) is not above t_sched.
+    Each quantile of `INTERVAL_PROBABILITIES` is the first candidate estimate
+    at or above its level in `levels` (the probability itself, or a level
+    calibrated to cover it), as the `alpha` quantile is read; P(runtime >
+    t_sched) is the model's at the largest candidate whose estimate (in whole
+    seconds) is not above t_sched, recalibrated by `miss_share` if given.
     """
     quantiles = tuple(
-        (probability, clamp_estimate(t_req * CANDIDATES[choose_quantile(under, probability)], t_req))
-        for probability in INTERVAL_PROBABILITIES
+        (probability, clamp_estimate(t_req * CANDIDATES[choose_quantile(under, level)], t_req))
+        for probability, level in zip(INTERVAL_PROBABILITIES, levels, strict=True)
     )
     estimates = candidate_estimates(np.array([t_req]))[0]
     below = max(int(np.searchsorted(estimates, t_sched, side="right")) - 1, 0)
-    return RuntimeInterval(quantiles, float(np.clip(under[below], 0.0, 1.0)))
+    p_under = float(np.clip(under[below], 0.0, 1.0))
+    if miss_share is not None:
+        # A runtime between the candidate below t_sched and t_sched's own may fall either side: the
+        # recalibrated share is read halfway between the two levels, not at the lower bound.
+        p_under = miss_share(float(np.clip((under[max(below - 1, 0)] + under[below]) / 2, 0.0, 1.0)))
+    return RuntimeInterval(quantiles, p_under)

@@ -128,6 +128,7 @@ def train(
         "target_under": estimator.target_under,
         "multiplier": estimator.multiplier(),
         "scores": estimator.calibration_state(),
+        "level_scores": estimator.level_state(),
     }
     held_out = _held_out_metrics(estimator, jobs, until)  # goes on calibrating: read the calibration first
 
@@ -256,8 +257,9 @@ class LoadedModel:
         """
         params = {**self.manifest["params"], **(overrides or {})}
         template = make_estimator(LGBMQuantileEstimator.name + ":" + ",".join(f"{k}={v}" for k, v in params.items()))
+        calibration = self.manifest["calibration"]
         return LGBMQuantileEstimator.from_model(
-            self.model, template.get_params(), self.manifest["calibration"]["scores"]
+            self.model, template.get_params(), calibration["scores"], calibration.get("level_scores")
         )
 
 

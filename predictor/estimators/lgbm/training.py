@@ -35,6 +35,7 @@ from predictor.estimators.lgbm.model import (
     class_of,
     class_ratio_quantiles,
 )
+from predictor.estimators.lgbm.quantiles import level_scores
 
 
 @dataclass(frozen=True)
@@ -162,21 +163,16 @@ class Trainer:
             int(np.searchsorted(data.ends, data.bootstrap_from, side="right")) if data.bootstrap_from is not None else 0
         )
         if earlier >= self.min_train:
-            accuracy, _, penalty = self.fit(data.head(earlier)).assess(
+            accuracy, p_under, penalty = self.fit(data.head(earlier)).assess(
                 data.rows[earlier:], data.t_req[earlier:], self.prior_jobs, self.be_weight
             )
-            under, bad = conformity_scores(
-                accuracy, penalty, candidate_estimates(data.t_req[earlier:]), data.runtimes[earlier:]
-            )
+            estimates, runtimes = candidate_estimates(data.t_req[earlier:]), data.runtimes[earlier:]
+            under, bad = conformity_scores(accuracy, penalty, estimates, runtimes)
+            ends = data.ends[earlier:].tolist()
             model.bootstrap_scores = list(
-                zip(
-                    data.ends[earlier:].tolist(),
-                    data.users[earlier:].tolist(),
-                    under.tolist(),
-                    bad.tolist(),
-                    strict=True,
-                )
+                zip(ends, data.users[earlier:].tolist(), under.tolist(), bad.tolist(), strict=True)
             )
+            model.bootstrap_levels = list(zip(ends, level_scores(p_under, estimates, runtimes).tolist(), strict=True))
         return model
 
     def fit(self, data: TrainingData) -> TrainedModel:
