@@ -154,11 +154,11 @@ def check_fresh(result: Agreement) -> None:
     assert result.wait_mae <= LIVE_FLOORS * result.chaos_floor, result.line()
 
 
-#: Issue 26's targets on the multifactor workload: starts in Slurm's order (Spearman), and what a fresh run is
-#: held to where a single run does not reach the target: its mean wait within 15% (as `check_live`; the first
-#: run missed by 6.6% with replicates moving it by 8.1%) and its utilization within 5 points (the first run
-#: missed by 4.1, replicates moving it by 2.9: the makespan is one late 1-CPU job's end, which Slurm started
-#: 3 minutes after the replay did; docs/cluster.md).
+#: Issue 26's targets on the multifactor workload: starts in Slurm's order (Spearman; 0.966 and 0.964 on the
+#: two runs of docs/cluster.md), and what a fresh run is held to where single runs miss the target: its mean
+#: wait within 15% (as `check_live`; the runs missed 5% by -6.6% and +6.3%, replicates moving it by 8.1% and
+#: 5.1%) and its utilization within 5 points (run 2 was within 2, -0.4; run 1 missed by 4.1, replicates moving
+#: it by 2.9: its makespan is one late 1-CPU job's end, which Slurm started 3 minutes after the replay did).
 START_ORDER = 0.95
 MULTIFACTOR_WAIT_SHARE = 0.15
 MULTIFACTOR_POINTS = 5.0
@@ -166,8 +166,8 @@ MULTIFACTOR_POINTS = 5.0
 
 def check_multifactor(result: Agreement) -> None:
     """Issue 26's targets on a fresh multifactor run where one run reaches them: starts in Slurm's order (Spearman
-    at least 0.95); per-job wait error within `LIVE_FLOORS` chaos floors as every fresh run (the first run: 0.96
-    floors); mean wait and utilization within what one run reaches (`MULTIFACTOR_WAIT_SHARE`, `_POINTS`)."""
+    at least 0.95); per-job wait error within `LIVE_FLOORS` chaos floors as every fresh run (the runs: 0.96 and
+    1.05 floors); mean wait and utilization within what one run reaches (`MULTIFACTOR_WAIT_SHARE`, `_POINTS`)."""
     print(result.line())
     assert result.start_order >= START_ORDER, result.line()
     assert result.wait_mae <= LIVE_FLOORS * result.chaos_floor, result.line()
