@@ -1,6 +1,7 @@
-"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed); what it did is checked against the model.
+"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed, multifactor); what it did is checked against
+the model.
 
-tests/slurm/cluster_workloads.py runs the three at once, each on its own
+tests/slurm/cluster_workloads.py runs the four at once, each on its own
 one-host cluster, in about ten minutes; the checks are those the offline
 test applies to the committed captures, plus what only a live run knows:
 what was submitted. Skipped without root or Debian's slurm packages.
@@ -11,13 +12,13 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from slurm.agreement import agreement, check_fresh
+from slurm.agreement import agreement, check_fresh, check_multifactor
 from slurm.checks import Run, check_allocations, check_configuration, check_requests, replay_node_choices
 from slurm.cluster_workloads import Capture, run_all
 from slurm.workload import unavailable
 
 pytestmark = pytest.mark.slurm
-NAMES = ("fcfs", "fcfs-tight", "mixed")
+NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,30 @@ def test_jobs_queued(capture):
     assert len(run.logged) >= len(run.jobs)  # every start, most ends
 
 
-def test_the_slurm_scheduler_replays_the_run(capture, tmp_path):
+@pytest.mark.parametrize("name", [name for name in NAMES if name != "multifactor"])
+def test_the_slurm_scheduler_replays_the_run(captures, name, tmp_path):
     """`tsched simulate --scheduler slurm` on the run's own sacct and slurm.conf places each job as near to
     where Slurm did as its own chaos allows (the committed runs are held to all of issue 24's targets)."""
-    check_fresh(agreement(capture.folder, tmp_path))
+    check_fresh(agreement(captures[name].folder, tmp_path))
+
+
+def test_fair_share_and_the_qos_limit_acted(captures):
+    """The multifactor run is one where priorities mattered: chem, which submits half physics's work, waited
+    less; the `limited` QOS (MaxJobsPerUser=2) had a user at its limit and never over it."""
+    run = Run(captures["multifactor"].folder)
+    waits = {
+        account: [job.wait for job in run.jobs if job.row["Account"] == account] for account in ("physics", "chem")
+    }
+    assert statistics.mean(waits["chem"]) < statistics.mean(waits["physics"]), waits
+    limited = [job for job in run.jobs if job.row["QOS"] == "limited"]
+    at_once = max(
+        sum(other.row["User"] == job.row["User"] and other.start <= job.start < other.end for other in limited)
+        for job in limited
+    )
+    assert at_once == 2
+
+
+def test_the_slurm_scheduler_replays_multifactor(captures, tmp_path):
+    """The multifactor run replayed with its slurm.conf, `sacctmgr show assoc` and `sacctmgr show qos`
+    (`--associations`, `--qos-file`): issue 26's targets where a run reaches them."""
+    check_multifactor(agreement(captures["multifactor"].folder, tmp_path))

@@ -1,4 +1,4 @@
-"""Workloads for checking the node-level simulator against a real Slurm: (a) fcfs, (b) fcfs-tight, (c) mixed.
+"""Workloads for checking the node-level simulator against a real Slurm: fcfs, fcfs-tight, mixed, multifactor.
 
 Each is a plan of `sleep` jobs submitted at set offsets to a one-host cluster
 (one_host_cluster.sh) configured for it, run to the end, and captured in a
@@ -6,8 +6,9 @@ folder: `jobs.sacct` (`sacct --parsable2`, the documented fields and what a
 node-level replay needs besides), the `slurm.conf` and `gres.conf` Slurm ran
 with and its own view of them (`scontrol-nodes.txt`, `scontrol-partitions.txt`),
 and `backfill.log.gz`, slurmctld's log (DebugFlags=Backfill) cut to every start
-and end to the millisecond and each change of a job's planned start. The
-three run at once, each on its own cluster, in about ten minutes of wall
+and end to the millisecond and each change of a job's planned start, and
+the accounts and QOS (`assoc.txt`, `qos.txt`: `sacctmgr show assoc|qos
+--parsable2`). The four run at once, each on its own cluster, in about ten minutes of wall
 time; the live test and the capture of the committed fixtures
 (tests/data/slurm-22.05-cluster/) share this::
 
@@ -22,7 +23,15 @@ time; the live test and the capture of the committed fixtures
   resources, memory consumable (CR_Core_Memory, DefMemPerCPU=1500), a `cpu`
   partition n[1-4] and a `gpu` partition n[4-6] sharing n4, and jobs that
   are memory-bound, exclusive, multi-node, GPU per node and per job, some in
-  a second QOS.
+  a second QOS;
+- multifactor: 6 nodes x 8 CPUs, CR_CPU, priority/multifactor with fair-share
+  (Fair Tree) weighted ten times age, usage halved every 5 minutes and
+  priorities recomputed every minute; accounts physics (alice, bob) and chem
+  (carol) with equal shares, physics submitting about twice chem's work; a
+  QOS `limited` (MaxJobsPerUser=2) that a third of the jobs of 8 CPUs or
+  fewer use, enforced (AccountingStorageEnforce=limits,qos). Issue 26's
+  maintenance reservation and node drained mid-run are left out: the
+  simulator does not model reservations or node events yet.
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ SCHEDULER = "bf_interval=1,bf_resolution=1,bf_max_job_test=1000,default_queue_de
 #: Limits users pick, in minutes.
 ROUND_LIMITS = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60)
 #: Base ports: each workload's cluster runs beside the others.
-PORTS = {"fcfs": 23817, "fcfs-tight": 24817, "mixed": 25817}
+PORTS = {"fcfs": 23817, "fcfs-tight": 24817, "mixed": 25817, "multifactor": 26817}
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ class Workload:
     cpus: int  # per node
     settings: dict[str, str]
     jobs: tuple[PlannedJob, ...]
-    qos: tuple[str, ...] = ()
+    qos: tuple[str, ...] = ()  # `sacctmgr add qos` arguments: a name, then its limits
 
     def offered_load(self) -> float:
         """CPU-seconds asked (runs cut at the limits) over what the machine gives while jobs arrive."""
@@ -195,6 +204,40 @@ def mixed_jobs(seed: int = 37, count: int = 90, mean_gap: float = 4.0) -> list[P
     return jobs
 
 
+#: Fair-share first, age second; usage halves in 5 minutes and priorities are recomputed every minute, so the
+#: accounts' ranking changes within the run; QOS and association limits enforced.
+MULTIFACTOR_PRIORITY = (
+    "PriorityType=priority/multifactor",
+    "PriorityWeightFairshare=10000",
+    "PriorityWeightAge=1000",
+    "PriorityMaxAge=10",
+    "PriorityDecayHalfLife=5",
+    "PriorityCalcPeriod=1",
+    "AccountingStorageEnforce=limits,qos",
+    "DebugFlags=Backfill",
+)
+#: The multifactor workload's QOS: `limited` lets a user run two of its jobs at once (AccountingStorageEnforce).
+LIMITED_QOS = "limited MaxJobsPerUser=2"
+MULTIFACTOR_SIZES = (1, 2, 4, 8, 12, 16, 24)
+MULTIFACTOR_WEIGHTS = (20, 15, 20, 20, 8, 10, 4)
+
+
+def multifactor_jobs(seed: int = 40, count: int = 90, mean_gap: float = 3.8) -> list[PlannedJob]:
+    """Jobs of 1 to 24 CPUs from three users drawn alike: account physics (alice, bob) submits twice the work of
+    chem (carol), so fair-share pushes physics back as its usage grows; a quarter in the `limited` QOS."""
+    rng = random.Random(seed)
+    users = list(USERS)
+    jobs = []
+    for offset in _arrivals(rng, count, mean_gap):
+        size = rng.choices(MULTIFACTOR_SIZES, MULTIFACTOR_WEIGHTS)[0]
+        seconds = int(min(max(rng.lognormvariate(math.log(35), 0.8), 6), 180, _taper(offset)))
+        limited = size <= 8 and rng.random() < 0.35
+        options = ("-n", str(size), "--qos=limited") if limited else ("-n", str(size))
+        kind = "limited" if limited else "multifactor"
+        jobs.append(PlannedJob(offset, rng.choice(users), options, seconds, _users_limit(rng, seconds), kind))
+    return jobs
+
+
 def workloads() -> dict[str, Workload]:
     loose, tight = fcfs_jobs()
     fcfs = {
@@ -219,10 +262,17 @@ def workloads() -> dict[str, Workload]:
         ),
         "TSCHED_SLURM_EXTRA": "PriorityType=priority/basic\nDefMemPerCPU=1500\nDebugFlags=Backfill",
     }
+    multifactor = {
+        **fcfs,
+        "TSCHED_SLURM_NODES": "6",
+        "TSCHED_SLURM_PARTITIONS": "PartitionName=batch Nodes=n[1-6] Default=YES MaxTime=INFINITE State=UP",
+        "TSCHED_SLURM_EXTRA": "\n".join(MULTIFACTOR_PRIORITY),
+    }
     return {
         "fcfs": Workload("fcfs", 8, 8, fcfs, tuple(loose)),
         "fcfs-tight": Workload("fcfs-tight", 8, 8, fcfs, tuple(tight)),
         "mixed": Workload("mixed", 6, 8, mixed, tuple(mixed_jobs()), qos=("long",)),
+        "multifactor": Workload("multifactor", 6, 8, multifactor, tuple(multifactor_jobs()), qos=(LIMITED_QOS,)),
     }
 
 
@@ -285,11 +335,13 @@ def run_workload(workload: Workload, scratch: Path, out: Path, timeout: float = 
     try:
         with running_cluster(scratch, settings) as cluster:
             cluster.add_associations()
-            for qos in workload.qos:
-                cluster.run("sacctmgr", "-i", "add", "qos", qos)
+            for qos, *limits in (spec.split() for spec in workload.qos):
+                cluster.run("sacctmgr", "-i", "add", "qos", qos, *limits)
                 for user in USERS:
                     cluster.run("sacctmgr", "-i", "modify", "user", "where", f"name={user}", "set", f"qos+={qos}")
             out.mkdir(parents=True, exist_ok=True)
+            for what, name in (("assoc", "assoc.txt"), ("qos", "qos.txt")):  # the replay's --associations, --qos-file
+                (out / name).write_text(cluster.run("sacctmgr", "show", what, "--parsable2"))
             for what in ("nodes", "partitions"):  # Slurm's own view of the configuration, to check the reader
                 (out / f"scontrol-{what}.txt").write_text(cluster.run("scontrol", "--oneliner", "show", what))
             capture.submitted = submit_all(cluster, workload)
