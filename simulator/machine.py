@@ -165,6 +165,9 @@ class Machine(ABC):
     """
 
     free: int
+    #: Whether a job may still run at its limit (start + t_req): Slurm kills at the next 30 s limit sweep, after
+    #: OverTimeLimit; the pool's engine ends a job at its limit, before any pass.
+    outlives_limit = False
 
     def __init__(self, planning: Planning = PLANNINGS["none"], correction: Correction | None = None) -> None:
         self.planning = planning
@@ -217,6 +220,9 @@ class Machine(ABC):
             job = self.running.get(index)
             if job is None or job.expected_end != expected_end:
                 continue  # finished, or already corrected
+            if self.outlives_limit and job.start + job.t_req <= now:
+                job.expected_end = job.start + job.t_req  # past its limit, ending at the sweep: planned as with t_req
+                continue
             job.expected_end = self.correction.corrected_end(job, now)
             heapq.heappush(ends, (job.expected_end, index))
 

@@ -69,6 +69,8 @@ class NodeMachine(Machine):
     `free` is the free CPUs over all nodes; `changes` counts starts and ends.
     """
 
+    outlives_limit = True  # killed by the limit sweep, after OverTimeLimit (clusterreplay.ClusterReplay)
+
     def __init__(self, cluster: Cluster, planning: Planning = PLANNINGS["none"], correction: Correction | None = None):
         super().__init__(planning, correction)
         self.cluster = cluster

@@ -157,6 +157,20 @@ def test_jobs_past_their_limit_end_at_the_sweep(tmp_path):
     assert result.jobs["end"].tolist() == [79, 30, 79]  # job 3's limit is at 70: the sweep at 79 ends it
 
 
+@pytest.mark.parametrize("mode", ["regular", "selective"])
+def test_predictions_plan_jobs_that_run_past_their_limit_until_the_sweep(tmp_path, mode):
+    """Under Slurm a job outlives its limit until the limit sweep: a correction of its predicted end must not
+    treat that as an engine error (it did: AssertionError in regular mode); it is planned at its limit."""
+    folder = CAPTURES / "fcfs-tight"
+    out = tmp_path / "jobs.csv"
+    arguments = ["simulate", "--trace", str(folder / "jobs.sacct"), "--cluster", str(folder / "slurm.conf")]
+    options = ["--scheduler", "slurm", "--estimator", "last2", "--mode", mode, "--jobs-csv", str(out)]
+    assert main([*arguments, *options]) == 0
+    jobs = pd.read_csv(out)
+    overran = jobs["end"] > jobs["start"] + jobs["t_req"]
+    assert overran.any() and len(jobs) == 90  # some ran past their limit, as in Slurm, and all were replayed
+
+
 def test_jobs_that_cannot_run_are_left_out_and_counted(tmp_path):
     specs = [(1, 0, 1, 60, 10, cpus(1, "nowhere")), (2, 0, 5, 60, 10, cpus(5, nodes=1)), (3, 0, 1, 60, 10, cpus(1))]
     jobs = frame(specs)
