@@ -28,8 +28,6 @@ from simulator.loop import EventKind, Simulation
 from simulator.machine import ProcessorPool, make_correction, planning_mode
 from simulator.scheduler import QueueScheduler
 
-_ARRIVAL = EventKind.ARRIVAL
-
 
 @dataclass(frozen=True)
 class SimulationConfig:
@@ -125,7 +123,7 @@ class TraceReplay(Simulation[range, QueueScheduler]):
         instant, instants = self._next_instant, self._instants
         if instant + 1 < len(instants):
             first = instants[instant]
-            self.schedule_fixed(self.requests[first].submit, _ARRIVAL, range(first, instants[instant + 1]), first)
+            self.schedule(self.requests[first].submit, EventKind.ARRIVAL, range(first, instants[instant + 1]), first)
             self._next_instant = instant + 1
 
     def admit(self, completed: list[int], arrived: list[range]) -> list[WaitingJob]:

@@ -138,13 +138,6 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
         heapq.heappush(self._heap, event)
         return event
 
-    def schedule_fixed(self, time: int, kind: EventKind, payload: Any = None, rank: int = 0) -> None:
-        """`schedule` for an event that is never cancelled: no `Event` to return (a driver's arrivals, one per
-        submit time, are the most frequent events after completions)."""
-        if time < self.now:
-            raise ValueError(f"cannot schedule an event at {time}, before now ({self.now})")
-        heapq.heappush(self._heap, (time, kind, rank, next(self._ids), payload))
-
     def cancel(self, event: Event) -> None:
         """Drop a scheduled event (it is skipped when its time comes)."""
         self._cancelled.add(event.id)
@@ -158,15 +151,8 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
 
     def run(self, until: int | None = None) -> None:
         """Step until no event is left, or until the next one is at or after `until` (then the clock is there)."""
-        heap, cancelled, round_at = self._heap, self._cancelled, self._round
-        while heap:  # `peek`, inline: the loop asks it once per round
-            if cancelled and heap[0][3] in cancelled:
-                cancelled.discard(heapq.heappop(heap)[3])
-                continue
-            time = heap[0][0]
-            if until is not None and time >= until:
-                break
-            round_at(time)
+        while (time := self.peek()) is not None and (until is None or time < until):
+            self._round(time)
         if until is not None and until > self.now:
             self.now = until
 

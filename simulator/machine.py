@@ -190,11 +190,9 @@ class Machine(ABC):
     def start(self, job: WaitingJob, now: int) -> RunningJob:
         """Allocate `job` now."""
         self._allocate(job)
-        planning = self.planning
-        planned = job.t_est if planning.running_predicted else job.t_req  # planned_runtime, inline: once per start
-        running = RunningJob(job.index, job.size, now, job.t_req, now + planned)
+        running = RunningJob(job.index, job.size, now, job.t_req, now + self.planning.planned_runtime(job))
         self.running[job.index] = running
-        if planning.running_predicted:  # a job that can pass its expected end
+        if self.planning.overruns:
             heapq.heappush(self._ends, (running.expected_end, job.index))
         return running
 
