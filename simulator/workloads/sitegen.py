@@ -85,7 +85,8 @@ def generate_site(
     cluster = site_cluster(nodes)
     rng = np.random.default_rng(seed)
     table = draw_jobs(rng, jobs, cluster.procs)
-    partition_of_app = rng.choice(list(APPLICATION_SHARES), size=int(table["app"].max()) + 1, p=_shares())
+    kinds, shares = list(APPLICATION_SHARES), list(APPLICATION_SHARES.values())
+    partition_of_app = rng.choice(kinds, size=int(table["app"].max()) + 1, p=shares)
     table["partition"] = partition_of_app[table["app"].to_numpy()]
     span = days * DAY
     table["size"] = _sizes(table, load * span, cluster, node_counts(nodes))
@@ -142,10 +143,6 @@ def node_counts(nodes: int) -> dict[int, int]:
     counts = {kind: max(1, round(nodes * share)) for kind, (_, _, _, share) in NODE_KINDS.items()}
     counts[CPU] = nodes - counts[BIGMEM] - counts[GPU]
     return counts
-
-
-def _shares() -> list[float]:
-    return list(APPLICATION_SHARES.values())
 
 
 def _sizes(table: pd.DataFrame, work_per_cpu: float, cluster: Cluster, counts: dict[int, int]) -> np.ndarray:
