@@ -44,6 +44,16 @@ def test_the_model_places_jobs_where_slurm_did(run):
     assert replay.unplaceable == []
 
 
+def test_a_job_fits_once_another_takes_the_other_split_of_its_cpus():
+    """A CI run's mixed workload: Slurm's backfill gave job 44 (`-N 2 -n 12`, two empty 8-CPU nodes n1 and n3)
+    4 CPUs on n1 and 8 on n3, the split the model makes among all the partition's nodes (n4, next to n3, had
+    one CPU free), and started job 79 (4 CPUs) on n1 in the same second; among n1 and n3 alone the model splits
+    8 and 4, so 79 fits only with the other split, and job 70 after it on n1 fits then too."""
+    replay = replay_node_choices(Run(DATA.with_name("slurm-22.05-resplit") / "mixed"))
+    assert replay.resplit == [79]
+    assert replay.unplaceable == [] and replay.tied == [] and replay.differing == []
+
+
 def test_the_sacct_reader_reads_the_runs(run):
     trace = read_trace(run.folder / "jobs.sacct")
     assert len(trace.jobs) == len(run.jobs)

@@ -67,7 +67,7 @@ def test_the_model_places_jobs_where_slurm_did(capture):
     """Every job fits where Slurm put it; the main scheduler's choices are the model's but for a rare race
     with a node that sacct and the log cannot show still busy (a killed job's node completing after KillWait)."""
     replay = replay_node_choices(Run(capture.folder))
-    assert replay.checked >= 5 and replay.unplaceable == [] and len(replay.tied) <= 1, replay.tied
+    assert replay.checked >= 5 and replay.unplaceable == [] and len(replay.tied) <= 1, replay
     assert len(replay.differing) <= max(1, replay.checked // 10), replay.differing
 
 

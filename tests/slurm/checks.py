@@ -221,6 +221,7 @@ class NodeReplay:
     completing: list[tuple[int, list[str]]] = field(default_factory=list)  # job, nodes still completing then
     unplaceable: list[int] = field(default_factory=list)  # jobs the model cannot fit where Slurm put them
     tied: list[int] = field(default_factory=list)  # jobs that fit once a job on their nodes ending that second ends
+    resplit: list[int] = field(default_factory=list)  # jobs that fit once a job on their nodes splits its CPUs anew
 
 
 def _chosen(state: NodeState, wanted: Demand, partition: str, left_out: tuple[int, ...]) -> list[int]:
@@ -260,6 +261,67 @@ def _after_a_tie(
     return state.pick(wanted, own)
 
 
+def _other_split(state: NodeState, wanted: Demand, own: np.ndarray, partition: np.ndarray) -> Allocation | None:
+    """The model's choice among all the partition's nodes, when it is the nodes `own` gives the job but splits
+    the CPUs differently from the choice among `own` alone.
+
+    How many CPUs a job on several nodes takes on each depends on the nodes not chosen too (runs of
+    consecutive usable nodes, `_eval_nodes`), and the backfill scheduler leaves out nodes it holds for other
+    jobs, which sacct does not record: a live mixed run gave `-N 2 -n 12` 4 and 8 CPUs on two empty nodes as
+    the model does among all the nodes (a third, next to the second, had one CPU free), not 8 and 4 as among
+    the two alone; another gave the split of the two alone.
+    """
+    afresh = state.pick(wanted, partition)
+    if afresh is None or not np.array_equal(afresh.nodes, np.flatnonzero(own)):
+        return None
+    alone = state.pick(wanted, own)
+    return None if alone is not None and np.array_equal(alone.cpus, afresh.cpus) else afresh
+
+
+def _after_a_resplit(
+    job: Job, state: NodeState, wanted: Demand, own: np.ndarray, running: list[Job], splits: dict[int, Allocation]
+) -> Allocation | None:
+    """`job` placed on its nodes once a running job on them takes its other split (`_other_split`)."""
+    for other in [o for o in running if o.id in splits and set(o.nodes) & set(job.nodes)]:
+        held = state.release(other.id)
+        try:
+            state.allocate(other.id, splits[other.id])
+        except AssertionError:  # the other split no longer fits beside the jobs started since
+            state.allocate(other.id, held)
+            continue
+        allocation = state.pick(wanted, own)
+        if allocation is not None and allocation.nodes.tolist() == job.nodes:
+            splits[other.id] = held
+            return allocation
+        state.release(other.id)
+        state.allocate(other.id, held)
+    return None
+
+
+def _placed(
+    run: Run,
+    job: Job,
+    state: NodeState,
+    wanted: Demand,
+    own: np.ndarray,
+    running: list[Job],
+    splits: dict[int, Allocation],
+    replay: NodeReplay,
+) -> Allocation | None:
+    """`job` on the nodes Slurm gave it: as the model fits it there, else after a tie or a resplit (counted)."""
+    allocation = state.pick(wanted, own)
+    if allocation is not None and allocation.nodes.tolist() == job.nodes:
+        return allocation
+    allocation = _after_a_tie(run, job, state, wanted, own, running)
+    if allocation is not None and allocation.nodes.tolist() == job.nodes:
+        replay.tied.append(job.id)
+        return allocation
+    allocation = _after_a_resplit(job, state, wanted, own, running, splits)
+    if allocation is not None:
+        replay.resplit.append(job.id)
+    return allocation
+
+
 def replay_node_choices(run: Run) -> NodeReplay:
     """Every start in time order on a model of the nodes, each job on the nodes Slurm gave it.
 
@@ -276,6 +338,9 @@ def replay_node_choices(run: Run) -> NodeReplay:
     (its epilog, a second or so after the job's end; sacct does not say when it
     was done): a choice that differs only that way, nodes freed in the last
     `COMPLETING` seconds left out, is counted in `completing`, not `differing`.
+    A job that fits its nodes only once a job on them ending within the second
+    has ended (`tied`), or once a job on them takes the other split of its
+    CPUs the model makes (`resplit`, `_other_split`), is placed and counted.
     """
     cluster = run.cluster
     table = NodeTable(cluster)
@@ -283,11 +348,13 @@ def replay_node_choices(run: Run) -> NodeReplay:
     replay = NodeReplay()
     running: list[Job] = []
     freed: dict[int, float] = {}  # node -> when a job on it last ended
+    splits: dict[int, Allocation] = {}  # running job -> the split of its CPUs it did not take (`_other_split`)
     for job in sorted(run.jobs, key=lambda job: (run.when("start", job), job.id)):
         started = run.when("start", job)
         for ended in [other for other in running if run.when("end", other) <= started]:
             state.release(ended.id)
             running.remove(ended)
+            splits.pop(ended.id, None)
             freed.update(dict.fromkeys(ended.nodes, run.when("end", ended)[0]))
         partition = cluster.partition(job.row["Partition"])
         wanted = demand(job.request, cluster, partition)
@@ -297,13 +364,13 @@ def replay_node_choices(run: Run) -> NodeReplay:
             _compare(replay, job, state, wanted, recent)
         own = np.zeros(table.size, dtype=bool)
         own[job.nodes] = True
-        allocation = state.pick(wanted, own)
-        if allocation is None or allocation.nodes.tolist() != job.nodes:
-            allocation = _after_a_tie(run, job, state, wanted, own, running)
-            if allocation is None or allocation.nodes.tolist() != job.nodes:
-                replay.unplaceable.append(job.id)
-                continue
-            replay.tied.append(job.id)
+        split = _other_split(state, wanted, own, table.partition_masks[partition.name])
+        allocation = _placed(run, job, state, wanted, own, running, splits, replay)
+        if allocation is None:
+            replay.unplaceable.append(job.id)
+            continue
+        if split is not None:
+            splits[job.id] = split
         state.allocate(job.id, allocation)
         running.append(job)
     return replay
