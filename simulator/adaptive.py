@@ -330,7 +330,9 @@ class AdaptiveEstimator(Estimator):
         elif job.submit >= self._next_tuning:
             self._retune(job.submit, config)
             self._next_tuning = job.submit + self._retrain
-        answers: list[Prediction] = [Prediction(job.t_req, None, 0, True)]
+        # The request by choice, once a replay chose it, is no fallback: it answers from the replayed history.
+        replayed = self._decisions[-1].jobs if self._decisions else 0
+        answers: list[Prediction] = [Prediction(job.t_req, None, replayed, not replayed)]
         if self._last2 is not None:
             answers.append(self._last2.predict(job))
         if self._lgbm is not None:
