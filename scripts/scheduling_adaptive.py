@@ -99,9 +99,10 @@ def summarise(runs: pd.DataFrame) -> str:
 def verdicts(runs: pd.DataFrame, improvement: pd.DataFrame) -> list[str]:
     """Issue 28's targets, as measured: the mean over Gaussier et al.'s traces, and the harm checks elsewhere."""
     lines = []
-    gaussier = [trace for trace in GAUSSIER if trace in improvement.index]
-    if gaussier and ADAPTIVE in improvement.columns:
-        mean = improvement.loc[gaussier].mean()
+    measured = improvement.get(ADAPTIVE, pd.Series(dtype=float)).dropna()
+    gaussier = [trace for trace in GAUSSIER if trace in measured.index]
+    if gaussier:
+        mean = improvement.loc[gaussier].mean()  # over the traces adaptive ran on
         lines.append(
             f"mean AVEbsld improvement over EASY on {', '.join(gaussier)}: "
             + ", ".join(f"{configuration} {100 * mean[configuration]:.1f}%" for configuration in mean.index)
@@ -113,7 +114,7 @@ def verdicts(runs: pd.DataFrame, improvement: pd.DataFrame) -> list[str]:
             "adaptive's average wait below EASY-SJBF's: "
             + ", ".join(f"{trace} {below.loc[trace, 'sum']}/{below.loc[trace, 'count']}" for trace in gaussier)
         )
-    for trace in (trace for trace in improvement.index if trace not in GAUSSIER):
+    for trace in (trace for trace in improvement.index if trace not in GAUSSIER and ADAPTIVE in improvement.columns):
         row = improvement.loc[trace]
         better = np.nanmax([row.get(SJBF, np.nan), row.get(LAST2, np.nan)])
         lines.append(
@@ -135,9 +136,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write every run as CSV (appended to, runs already there kept)")
     parser.add_argument("--from-csv", type=Path, help="summarise these runs instead of simulating")
     args = parser.parse_args()
-    if args.from_csv:
-        print(summarise(pd.read_csv(args.from_csv)))
-        return
+    print(summarise(pd.read_csv(args.from_csv) if args.from_csv else simulate(args)))
+
+
+def simulate(args: argparse.Namespace) -> pd.DataFrame:
+    """Every run asked for that --out does not hold yet, and those it holds."""
     configurations = (*CONFIGURATIONS, LGBM_SCHED) if args.with_lgbm_sched else CONFIGURATIONS
     done = pd.read_csv(args.out) if args.out and args.out.exists() else pd.DataFrame(columns=list(runs_key()))
     have = set(done[list(runs_key())].itertuples(index=False, name=None))
@@ -157,7 +160,7 @@ def main() -> None:
         print(" ".join(f"{key}={value}" for key, value in row.items()), flush=True)
         if args.out:  # every run as it ends: a long sweep cut short keeps what it measured
             pd.DataFrame(rows).to_csv(args.out, index=False)
-    print(summarise(pd.DataFrame(rows)))
+    return pd.DataFrame(rows)
 
 
 def runs_key() -> tuple[str, str, str]:

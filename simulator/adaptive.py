@@ -5,7 +5,7 @@ traces and makes a lightly loaded machine's waits explode; last2 beats it on HPC
 a scheduler uses when the others do harm. `AdaptiveEstimator` keeps several candidate estimates running side by
 side (the request itself, last2, lgbm's runtime distribution read at several levels) and records what each
 answered for every job at its submission. Every `retrain` of trace time it replays the jobs submitted in the
-trailing `window` that have finished, with their actual runtimes, through the scheduler the estimates are for
+trailing `window` (with their actual runtimes where they have finished) through the scheduler the estimates are for
 (policy, backfilling, order, planning mode, correction, machine: the run's), once per candidate and per replicate
 (the first as submitted, the others with every submission moved by up to `jitter` seconds: the replay's own
 noise), and scores each by the `objective` (AVEbsld, average wait or AWRT over the replayed jobs). It then serves
@@ -17,8 +17,11 @@ the candidate that did best, with two rules:
 - it never serves a candidate that did worse than the request on the replay; a current choice that did is dropped
   at once.
 
-Causal: the replay holds only jobs that have finished by the retuning (observed ones), each with the estimates
-the candidates gave at its submission; nothing of a job still running or waiting enters it.
+Causal: the replay holds the jobs submitted in the window, each with the estimates the candidates gave at its
+submission; those that have finished (been observed) with their runtime, those still waiting or running with their
+request, the most they can run, which is known at submission. Leaving the unfinished ones out would hide exactly
+the harm an aggressive estimate does: the wide jobs it starves are the ones still waiting at the retuning (a first
+version did, and chose lgbm's lowest levels on SDSC-SP2, where the longest wait then reached 39 days).
 
 Why here, in the simulator: the estimator is a consumer of the simulator (its replay is `simulator.engine`'s), so
 it cannot live in `predictor`, which the simulator builds on. It is an `Estimator` all the same (scikit-learn's
@@ -147,7 +150,7 @@ class _Recorded:
 
 
 class WindowReplay:
-    """The trailing window's finished jobs, replayable under any candidate's estimates and any replicate.
+    """The trailing window's jobs, replayable under any candidate's estimates and any replicate.
 
     Replicate 0 replays the jobs as submitted; replicate k > 0 moves every submission by up to `jitter` seconds
     (drawn with seeds (k, `seed`)). Candidates whose estimates are all alike share one replay.
@@ -225,7 +228,7 @@ class AdaptiveEstimator(Estimator):
         "candidate families besides the request, joined by '+' (lgbm: its distribution at 0.1-0.5)",
         check=_families,
     )
-    window: str = parameter("28d", "trailing trace time whose finished jobs are replayed", check=_duration("window"))
+    window: str = parameter("28d", "trailing trace time whose submissions are replayed", check=_duration("window"))
     retrain: str = parameter("7d", "trace time between retunings (and lgbm's trainings)", check=_duration("retrain"))
     replicates: int = parameter(3, "replays per candidate: as submitted, then jittered", low=1, high=20)
     jitter: int = parameter(10, "seconds a jittered replay moves each submission by, at most", low=0, high=3600)
@@ -342,10 +345,15 @@ class AdaptiveEstimator(Estimator):
         return answers[self._choice]
 
     def _retune(self, now: int, config: SimulationConfig | None = None) -> None:
-        """Replay the trailing window's finished jobs under every candidate and choose (see `decide`)."""
+        """Replay the jobs submitted in the trailing window under every candidate and choose (see `decide`)."""
         config = config or self.scheduler()
         first = now - self._window
         jobs = [job for job in self._finished if job.request.submit >= first and job.end <= now]
+        jobs += [  # still waiting or running: replayed with the most they can run, their request
+            Replayed(request, estimates, now, request.t_req)
+            for request, estimates in self._pending.values()
+            if first <= request.submit <= now
+        ]
         if len(jobs) < MIN_REPLAY_JOBS:
             return
         replay = WindowReplay(jobs, config, OBJECTIVES[self.objective], self.jitter, now)
