@@ -21,11 +21,7 @@ Causal: the replay holds the jobs submitted in the window, each with the estimat
 submission; those that have finished (been observed) with their runtime, those still waiting or running with their
 request, the most they can run, which is known at submission. Leaving the unfinished ones out would hide exactly
 the harm an aggressive estimate does: the wide jobs it starves are the ones still waiting at the retuning (a first
-version did, and chose lgbm's lowest levels on SDSC-SP2, where the longest wait then reached 39 days). For the
-same reason the replay starts with the queue the window began with: jobs submitted before it and still waiting
-when it began (a finished job's start is its end minus its runtime; an unfinished one submitted up to
-`BACKLOG_WINDOWS` windows back counts as waiting) enter it at the window's start. A replay from an empty queue
-missed the backlog a starving choice builds (a second version: SDSC-SP2 +3.5%, longest wait 61 days).
+version did, and chose lgbm's lowest levels on SDSC-SP2, where the longest wait then reached 39 days).
 
 Why here, in the simulator: the estimator is a consumer of the simulator (its replay is `simulator.engine`'s), so
 it cannot live in `predictor`, which the simulator builds on. It is an `Estimator` all the same (scikit-learn's
@@ -70,9 +66,6 @@ LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5)
 #: The candidate families besides the request, which is always one: the reference no choice may do worse than.
 FAMILIES = ("last2", "lgbm")
 REQUEST = "request"
-#: A job submitted this many windows before a retuning and never reported finished is left out of its replay: a
-#: service may never hear of some jobs' ends.
-BACKLOG_WINDOWS = 3
 #: Fewer finished jobs in the window than this and the replay says too little: the choice stays as it is.
 MIN_REPLAY_JOBS = 50
 
@@ -355,15 +348,11 @@ class AdaptiveEstimator(Estimator):
         """Replay the jobs submitted in the trailing window under every candidate and choose (see `decide`)."""
         config = config or self.scheduler()
         first = now - self._window
-        jobs = [  # submitted in the window, or waiting when it began: the queue it began with
-            job if job.request.submit >= first else job._replace(request=job.request._replace(submit=first))
-            for job in self._finished
-            if job.end <= now and (job.request.submit >= first or job.end - job.runtime > first)
-        ]
+        jobs = [job for job in self._finished if job.request.submit >= first and job.end <= now]
         jobs += [  # still waiting or running: replayed with the most they can run, their request
-            Replayed(request._replace(submit=max(request.submit, first)), estimates, now, request.t_req)
+            Replayed(request, estimates, now, request.t_req)
             for request, estimates in self._pending.values()
-            if now - BACKLOG_WINDOWS * self._window <= request.submit <= now
+            if first <= request.submit <= now
         ]
         if len(jobs) < MIN_REPLAY_JOBS:
             return
