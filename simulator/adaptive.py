@@ -21,7 +21,9 @@ Causal: the replay holds the jobs submitted in the window, each with the estimat
 submission; those that have finished (been observed) with their runtime, those still waiting or running with their
 request, the most they can run, which is known at submission. Leaving the unfinished ones out would hide exactly
 the harm an aggressive estimate does: the wide jobs it starves are the ones still waiting at the retuning (a first
-version did, and chose lgbm's lowest levels on SDSC-SP2, where the longest wait then reached 39 days).
+version did, and chose lgbm's lowest levels on SDSC-SP2, where the longest wait then reached 39 days). Even so,
+on SDSC-SP2 the run as a whole builds a backlog no 28-day replay shows and adaptive does worse than last2
+(docs/scheduling-value.md): the rule "never worse than the request" holds on each replay, not on the run.
 
 Why here, in the simulator: the estimator is a consumer of the simulator (its replay is `simulator.engine`'s), so
 it cannot live in `predictor`, which the simulator builds on. It is an `Estimator` all the same (scikit-learn's
