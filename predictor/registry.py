@@ -55,10 +55,16 @@ def _convert(spec: str, key: str, raw: str, default: Any) -> Any:
 
 def make_estimator(spec: str) -> Estimator:
     """Instantiate the estimator a SPEC names, with its parameters validated."""
-    name, raw_params = parse_spec(spec)
+    name = parse_spec(spec)[0]
     if name not in _ESTIMATORS:
         raise SpecError(f"unknown estimator {name!r} in spec {spec!r}; known: {', '.join(sorted(_ESTIMATORS))}")
-    cls = _load(name)
+    return build(_load(name), spec)
+
+
+def build(cls: type[Estimator], spec: str) -> Estimator:
+    """Instantiate `cls` with the parameters of `spec` (its name is `cls`'s), each converted to the type of its
+    default and validated: how a registry of a higher layer builds the estimators this one cannot know of."""
+    name, raw_params = parse_spec(spec)
     signature = inspect.signature(cls.__init__)
     accepted = {p.name: p.default for p in signature.parameters.values() if p.name != "self"}
     kwargs: dict[str, Any] = {}

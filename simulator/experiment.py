@@ -18,10 +18,10 @@ import pandas as pd
 from kernel.errors import PredictorUnavailable, UsageError
 from kernel.specs import parse_spec
 from predictor.estimators.baselines import OracleEstimator, RequestEstimator
-from predictor.registry import available, make_estimator
 from predictor.session import LocalSession, PredictionSession
 from simulator.cluster import Cluster
 from simulator.engine import SimulationConfig, SimulationResult, simulate
+from simulator.estimators import available, bind_scheduler, make_estimator
 from simulator.summary import RunSummary
 from simulator.workloads.load import scale_load
 from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS, replicate_trace
@@ -158,7 +158,7 @@ def run_simulation(
     if load_factor != 1.0:
         period = scale_load(period, load_factor)
     period = replicate_trace(period, replicate, jitter)
-    session = open_session(spec, trace.jobs, address, namespace, timeout, credentials)
+    session = open_session(bind_scheduler(spec, config), trace.jobs, address, namespace, timeout, credentials)
     try:
         if cluster is None:
             result = simulate(period.jobs, config, session, history)

@@ -350,6 +350,7 @@ def serve(
     limits: Limits | None = None,
     metrics_listen: str | None = None,
     start_forecaster: StartForecaster | None = None,
+    extend_factory: Callable[[EstimatorFactory], EstimatorFactory] | None = None,
 ) -> NoReturn:
     """Serve until SIGTERM or SIGINT, then stop and end the process. Call from the main thread.
 
@@ -360,10 +361,14 @@ def serve(
     (status 128 + signal). SIGHUP reloads the token file. `models_dir` is a
     folder of trained models served by name; `on_ready` is called with the
     bound port (0 on a Unix socket) once the server accepts calls; `start_forecaster` as `start_server`'s.
+    `extend_factory` wraps the factory with the estimators of a higher layer (the composition root passes the
+    simulator's `with_simulated`, which builds `adaptive`).
     """
     limits = limits or Limits()
     security = security or Security()
     factory, models = _trained_models(models_dir)
+    if extend_factory is not None:
+        factory = extend_factory(factory)
     server, port = start_server(
         listen,
         state,

@@ -17,9 +17,9 @@ import numpy as np
 from kernel.durations import slurm_clock
 from kernel.errors import SpecError, UsageError
 from predictor.digests import sha256_of
-from predictor.registry import make_estimator
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
 from simulator.dynp import canonical_policy
+from simulator.estimators import make_estimator
 from simulator.experiment import DEFAULT_MAX_DROPPED_SHARE
 from simulator.machine import CORRECTIONS, MODES
 from simulator.summary import RunSummary

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from kernel.errors import UsageError
-from predictor.registry import make_estimator
 from simulator.engine import SimulationConfig
+from simulator.estimators import make_estimator
 from simulator.evaluation.columns import METRIC_DEFINITIONS, data_dictionary
 from simulator.evaluation.plan import (
     BASELINE_ESTIMATOR,

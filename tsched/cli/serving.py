@@ -281,6 +281,7 @@ def _toml(option: Option, value: Any) -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from predictor.service.server import serve
+    from simulator.estimators import with_simulated
     from simulator.evaluation.plan import split_specs
     from simulator.forecast import FORWARD_SIMULATION
 
@@ -302,6 +303,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         limits=limits,
         metrics_listen=values["metrics_listen"],
         start_forecaster=FORWARD_SIMULATION,
+        extend_factory=with_simulated,
     )
 
 
