@@ -48,7 +48,7 @@ import pandas as pd
 from kernel.durations import parse_duration, required_duration
 from kernel.errors import UsageError
 from kernel.jobs import FinishedJob, JobRequest, Prediction
-from predictor.estimators.base import Estimator, PredictEffect, parameter
+from predictor.estimators.base import Estimator, PredictEffect, Tuning, parameter
 from predictor.estimators.last2 import LastTwoEstimator
 from predictor.estimators.lgbm.calibration import choose_quantile
 from predictor.estimators.lgbm.model import TrainedModel, candidate_estimates
@@ -364,14 +364,7 @@ class AdaptiveEstimator(Estimator):
         means = dict(zip(self._names, np.nanmean(scores, axis=1).tolist(), strict=True))
         self._decisions.append(Decision(now, len(jobs), means, noise, self.choice))
 
-    def tuning(self) -> dict[str, Any]:
-        """What the service shows of it: the choice, and the latest retuning's scores."""
+    def tuning(self) -> Tuning:
+        """The candidate served now, and the latest retuning's scores (the objective's, lower is better)."""
         latest = self._decisions[-1] if self._decisions else None
-        return {
-            "choice": self.choice,
-            "retunings": len(self.decisions),
-            "last_retuning": None if latest is None else latest.time,
-            "replayed_jobs": 0 if latest is None else latest.jobs,
-            "scores": {} if latest is None else latest.scores,
-            "noise": 0.0 if latest is None else latest.noise,
-        }
+        return Tuning(self.choice, len(self._decisions), {} if latest is None else dict(latest.scores))

@@ -3,6 +3,8 @@ estimator contract."""
 
 from __future__ import annotations
 
+import urllib.request
+
 import numpy as np
 import pytest
 
@@ -10,11 +12,16 @@ from kernel.errors import SpecError, UsageError
 from kernel.jobs import JobRequest
 from predictor.estimators.checks import check_estimator, contract_workload
 from predictor.registry import available as predictor_estimators
+from predictor.service.client import PredictorClient
+from predictor.service.remote import RemoteSession
+from predictor.service.server import start_server
+from predictor.service.specs import registry_factory
 from predictor.session import LocalSession
 from simulator.adaptive import MIN_REPLAY_JOBS, AdaptiveEstimator, decide
 from simulator.engine import SimulationConfig, TraceReplay
 from simulator.estimators import available, bind_scheduler, make_estimator, with_simulated
 from simulator.workloads.synthetic import generate_workload
+from tsched.cli import main
 
 #: A cheap adaptive for tests: last2 as the one challenger of the request, short windows, two replicates.
 FAST = "adaptive:candidates=last2,window=14d,retrain=5d,replicates=2"
@@ -128,3 +135,40 @@ def test_the_simulators_registry_holds_the_predictors_and_adaptive() -> None:
 def test_adaptive_passes_the_estimator_contract() -> None:
     spec = "adaptive:candidates=last2,window=10d,retrain=10d,replicates=1,procs=48"  # few replays: it runs many
     check_estimator(make_estimator(spec), contract_workload(), make_estimator)
+
+
+@pytest.mark.slow
+def test_the_service_serves_it_and_shows_its_choice_and_replay_scores(workload, capsys) -> None:
+    """Through `tsched serve`'s factory on a loopback port: the answers are the in-process run's, and Status, the
+    `status` command's table and the metrics show the candidate served and the latest replay's scores."""
+    spec = bind_scheduler(FAST, CONFIG)
+    local, in_process = replay(workload)
+    running, port = start_server(
+        "127.0.0.1:0", estimator_factory=with_simulated(registry_factory), metrics_listen="127.0.0.1:0"
+    )
+    try:
+        session = RemoteSession(f"127.0.0.1:{port}", "site", spec, reset=True, timeout=60)
+        remote = TraceReplay(workload, CONFIG, session).replay()
+        session.close()
+        assert remote.jobs["t_sched"].equals(in_process.jobs["t_sched"])
+        with PredictorClient(f"127.0.0.1:{port}", timeout=60) as client:
+            status = client.status("site")
+        (tuned,) = [row for row in status.estimators if row.choice]
+        tuning = local.tuning()
+        assert (tuned.choice, tuned.retunings, dict(tuned.replay_scores)) == (
+            tuning.choice,
+            tuning.retunings,
+            tuning.scores,
+        )
+        assert tuning.retunings >= 3 and set(tuning.scores) == {"request", "last2"}
+        assert main(["status", "--address", f"127.0.0.1:{port}", "--namespace", "site"]) == 0
+        shown = capsys.readouterr().out
+        assert f"serves {tuning.choice} after {tuning.retunings} retuning(s); latest replay: " in shown
+        assert running.metrics is not None
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{running.metrics.port}/metrics", timeout=30).read()
+        text = scraped.decode()
+        assert f'tsched_tuning_choice{{candidate="{tuning.choice}",estimator="adaptive",namespace="site"}} 1.0' in text
+        assert f'tsched_tuning_retunings{{estimator="adaptive",namespace="site"}} {float(tuning.retunings)}' in text
+        assert text.count("tsched_tuning_replay_score{") == 2
+    finally:
+        running.stop(0).wait()

@@ -62,6 +62,16 @@ _DECLARATION = "tsched.parameter"
 
 
 @dataclasses.dataclass(frozen=True)
+class Tuning:
+    """A self-tuning estimator's state as a service shows it: the candidate it serves, how many times it has
+    retuned, and each candidate's score on its latest replay (the objective it minimises; lower is better)."""
+
+    choice: str
+    retunings: int
+    scores: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
 class Declaration:
     """What a parameter admits: values of its default's type (an int for a float too), numbers finite and
     within [low, high] (open ends where said), or one of `choices`; `check` validates what bounds cannot say
@@ -283,6 +293,10 @@ class Estimator(ABC):
         The interval is None (the default) for an estimator without one, and for a fallback.
         """
         return self.predict(job), None
+
+    def tuning(self) -> Tuning | None:
+        """What a self-tuning estimator serves now and why (`tsched status`, the metrics); None for the others."""
+        return None
 
     def ready(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Bring what `observe` has learned into force now.

@@ -390,6 +390,8 @@ def status_from(message: pb.StatusResponse) -> ServiceStatus:
     return message_view(
         ServiceStatus,
         message,
-        estimators=tuple(message_view(LiveSummary, row) for row in message.estimators),
+        estimators=tuple(
+            message_view(LiveSummary, row, replay_scores=dict(row.replay_scores)) for row in message.estimators
+        ),
         calls=tuple(message_view(CallCount, call) for call in message.calls),
     )

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict, deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from kernel.specs import parse_spec
@@ -59,6 +59,10 @@ class LiveSummary:
     bad_estimates: float
     fallbacks: float
     pending: int
+    #: A self-tuning estimator's `Tuning` (empty, 0 and {} for the others).
+    choice: str = ""
+    retunings: int = 0
+    replay_scores: Mapping[str, float] = field(default_factory=dict)
 
 
 class _Scores:

@@ -36,6 +36,7 @@ from predictor.service.calls import NonBlockingStream, when_done
 from predictor.service.core import PredictorCore
 from predictor.service.live import estimator_labels
 from predictor.service.security import is_local
+from predictor.service.views import NamespaceStatus
 
 log = logging.getLogger("tsched.service")
 
@@ -207,6 +208,32 @@ class StateCollector(Collector):
                     if summary.scored or field == "scored":  # no score yet is no sample ("no data"), never 0
                         family.add_metric([status.name, labels[summary.estimator]], getattr(summary, field))
         yield from (history, clock, answered, fallbacks, pending, *live.values())
+        yield from _tuning_families(statuses)
+
+
+def _tuning_families(statuses: Iterable[NamespaceStatus]) -> Iterator[GaugeMetricFamily]:
+    """A self-tuning estimator's (adaptive's) retunings, the candidate it serves (1) and its latest replay's score
+    per candidate: why the service answers what it does."""
+    per_candidate = ["namespace", "estimator", "candidate"]
+    retunings = GaugeMetricFamily(
+        "tsched_tuning_retunings", "replays of the trailing window so far", labels=["namespace", "estimator"]
+    )
+    choice = GaugeMetricFamily("tsched_tuning_choice", "1 for the candidate served now", labels=per_candidate)
+    scores = GaugeMetricFamily(
+        "tsched_tuning_replay_score",
+        "each candidate's objective on the latest replay (lower is better)",
+        labels=per_candidate,
+    )
+    for status in statuses:
+        tuned = [summary for summary in status.estimators if summary.choice]
+        labels = estimator_labels([summary.estimator for summary in status.estimators])
+        for summary in tuned:
+            label = labels[summary.estimator]
+            retunings.add_metric([status.name, label], summary.retunings)
+            choice.add_metric([status.name, label, summary.choice], 1)
+            for candidate, score in summary.replay_scores.items():
+                scores.add_metric([status.name, label, candidate], score)
+    yield from (retunings, choice, scores)
 
 
 class MetricsEndpoint:

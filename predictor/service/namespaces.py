@@ -14,7 +14,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kernel.durations import SECONDS_PER_DAY
 from kernel.errors import Conflict, FailedPrecondition, InvalidRequest, NotFound, ResourceExhausted
@@ -23,7 +23,7 @@ from predictor.estimators.base import Estimator
 from predictor.history import HistoryDiscardedError
 from predictor.service import records
 from predictor.service.limits import Limits, MemoryWatch
-from predictor.service.live import LiveScores
+from predictor.service.live import LiveScores, LiveSummary
 from predictor.service.quoting import quote
 from predictor.service.specs import ResolvedSpec
 from predictor.service.views import NamespaceStatus, NamespaceView
@@ -244,8 +244,16 @@ class Namespace:
             self.predictions,
             self.fallbacks,
             self.live.pending,
-            tuple(self.live.summaries()),
+            tuple(self._tuned(summary) for summary in self.live.summaries()),
         )
+
+    def _tuned(self, summary: LiveSummary) -> LiveSummary:
+        """`summary` with its estimator's `Tuning`, if it tunes itself."""
+        estimator = self.estimators.get(summary.estimator)
+        tuning = None if estimator is None else estimator.tuning()
+        if tuning is None:
+            return summary
+        return replace(summary, choice=tuning.choice, retunings=tuning.retunings, replay_scores=tuning.scores)
 
 
 class NamespaceTable:

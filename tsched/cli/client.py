@@ -119,12 +119,20 @@ def _estimator_rows(rows: list[dict[str, Any]]) -> list[str]:
     def score(row: dict[str, Any], key: str, form: str, width: int) -> str:
         return f"{row[key]:>{width}{form}}" if row["scored"] else f"{'-':>{width}}"
 
-    return [
+    table = [
         f"{labels[row['estimator']]:<48} {row['scored']:>7} {score(row, 'accuracy', '.3f', 8)} "
         f"{score(row, 'underestimated', '.1%', 7)} {score(row, 'bad_estimates', '.1%', 7)} "
         f"{score(row, 'fallbacks', '.1%', 8)} {row['pending']:>8}"
         for row in rows
     ]
+    return table + [_tuning_line(labels[row["estimator"]], row) for row in rows if row["choice"]]
+
+
+def _tuning_line(label: str, row: dict[str, Any]) -> str:
+    """A self-tuning estimator's choice and its latest replay's scores, best first."""
+    scores = sorted(row["replay_scores"].items(), key=lambda item: item[1])
+    shown = ", ".join(f"{name} {value:.4g}" for name, value in scores) or "none yet"
+    return f"{label}: serves {row['choice']} after {row['retunings']} retuning(s); latest replay: {shown}"
 
 
 def cmd_observe(args: argparse.Namespace) -> int:

@@ -291,7 +291,14 @@ class StatusRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ...) -> None: ...
 
 class EstimatorStatus(_message.Message):
-    __slots__ = ("estimator", "scored", "accuracy", "underestimated", "bad_estimates", "fallbacks", "pending")
+    __slots__ = ("estimator", "scored", "accuracy", "underestimated", "bad_estimates", "fallbacks", "pending", "choice", "retunings", "replay_scores")
+    class ReplayScoresEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     SCORED_FIELD_NUMBER: _ClassVar[int]
     ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -299,6 +306,9 @@ class EstimatorStatus(_message.Message):
     BAD_ESTIMATES_FIELD_NUMBER: _ClassVar[int]
     FALLBACKS_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
+    RETUNINGS_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_SCORES_FIELD_NUMBER: _ClassVar[int]
     estimator: str
     scored: int
     accuracy: float
@@ -306,7 +316,10 @@ class EstimatorStatus(_message.Message):
     bad_estimates: float
     fallbacks: float
     pending: int
-    def __init__(self, estimator: _Optional[str] = ..., scored: _Optional[int] = ..., accuracy: _Optional[float] = ..., underestimated: _Optional[float] = ..., bad_estimates: _Optional[float] = ..., fallbacks: _Optional[float] = ..., pending: _Optional[int] = ...) -> None: ...
+    choice: str
+    retunings: int
+    replay_scores: _containers.ScalarMap[str, float]
+    def __init__(self, estimator: _Optional[str] = ..., scored: _Optional[int] = ..., accuracy: _Optional[float] = ..., underestimated: _Optional[float] = ..., bad_estimates: _Optional[float] = ..., fallbacks: _Optional[float] = ..., pending: _Optional[int] = ..., choice: _Optional[str] = ..., retunings: _Optional[int] = ..., replay_scores: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class CallCount(_message.Message):
     __slots__ = ("rpc", "code", "count")
