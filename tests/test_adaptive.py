@@ -153,6 +153,7 @@ def test_the_service_serves_it_and_shows_its_choice_and_replay_scores(workload, 
         assert remote.jobs["t_sched"].equals(in_process.jobs["t_sched"])
         with PredictorClient(f"127.0.0.1:{port}", timeout=60) as client:
             status = client.status("site")
+        assert {(call.rpc, call.code) for call in status.calls} == {("ResetNamespace", "OK"), ("SyncStream", "OK")}
         (tuned,) = [row for row in status.estimators if row.choice]
         tuning = local.tuning()
         assert (tuned.choice, tuned.retunings, dict(tuned.replay_scores)) == (

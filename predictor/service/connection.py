@@ -197,11 +197,18 @@ class SyncStream:
     def closed(self) -> bool:
         return self._closed.is_set()
 
-    def close(self) -> None:
-        """End the stream (the server finishes it cleanly) and stop the watchdog."""
-        if not self._closed.is_set():
-            self._closed.set()
-            self._outbox.put(None)
+    def close(self, wait: float = 5.0) -> None:
+        """End the stream and stop the watchdog: half-close it and give the server up to `wait` seconds to finish
+        it, so that the call ends OK instead of cancelled by the channel closing after it (which the server counts
+        as a failed call); a server that has not finished by then is cancelled."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._outbox.put(None)
+        ended = threading.Event()
+        self._responses.add_done_callback(lambda _call: ended.set())
+        if not ended.wait(wait):
+            self._responses.cancel()
 
     def _watch(self, timeout: float) -> None:
         interval = min(0.1, timeout / 4)
