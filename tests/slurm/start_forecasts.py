@@ -1,0 +1,227 @@
+"""Forecasts of start times against Slurm's own (`squeue --start`) on the live runs (issue 26, item 5).
+
+A pending job's planned start, which `squeue --start` prints, is set by
+Slurm's backfill scheduler in each cycle and, with `DebugFlags=Backfill`, logged
+(`_dump_job_sched: JobId=N to start at T`, in the captured `backfill.log.gz`).
+Every job the backfill scheduler planned is asked about at the first cycle
+that planned it (within a second or two of its submission): Slurm's answer is
+that line's start. tsched's is a forward run of its `slurm` scheduler on the
+run's nodes (`simulator.clusterreplay.simulate_cluster`) from the state at that
+moment, as a scheduler would send it to `ForecastStart`:
+
+- the jobs running then (sacct's starts and ends), each to end as the service
+  expects (`predictor.forecasting.running_ends`: at its start plus its
+  estimate, or once it has outlived it at the conditional median of Downey's
+  lifetime model of the jobs ended before, `predictor.lifetimes`);
+- the jobs pending then in submission order, those the cycle planned put in
+  its order (Slurm's priority order) in the places they hold, each to run for
+  its estimate; nothing arrives after.
+
+The forward run plans with the requests, as Slurm does; only the runtimes it
+plays out are the estimates, from an estimator that has seen the jobs that
+ended before the question and nothing else (causal). Its priority is the order
+given (the queue as it stood), with no fair-share or limit of its own. With
+`request` as the estimator this is `squeue --start` on tsched's model.
+
+Run it on captured runs::
+
+    cd tests && python -m slurm.start_forecasts data/slurm-22.05-cluster/fcfs ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from predictor.forecasting import LifetimeLookup, QueueState, StartedJob, running_ends
+from predictor.frames import finished_from_frame, jobs_to_requests
+from predictor.lifetimes import QueueLifetimes
+from predictor.registry import make_estimator
+from predictor.session import LocalSession
+from simulator.cluster import Cluster, SchedulerSettings
+from simulator.clusterconf import read_slurm_conf
+from simulator.clusterreplay import simulate_cluster
+from simulator.engine import SimulationConfig
+from simulator.waiteval import score
+from simulator.workloads.formats import read_trace
+from simulator.workloads.sacctrequests import read_sacct_requests
+
+_PLANNED = re.compile(r"^\[(\S+)\] sched/backfill: _dump_job_sched: JobId=(\d+) to start at (\S+),")
+#: Dump lines this far apart (s) belong to two backfill cycles.
+CYCLE_GAP = 0.5
+#: The estimators compared: the requests (squeue's assumption, on tsched's model), and two that learn.
+ESTIMATORS = ("request", "last2", "percentile")
+
+
+def _seconds(text: str) -> float:
+    form = "%Y-%m-%dT%H:%M:%S.%f" if "." in text else "%Y-%m-%dT%H:%M:%S"
+    return datetime.strptime(text, form).replace(tzinfo=UTC).timestamp()
+
+
+@dataclass(frozen=True)
+class Question:
+    """A job asked about at the first backfill cycle that planned it: when, Slurm's answer, the cycle's order."""
+
+    job_id: int
+    asked_at: int  # whole seconds, rounded up: the state is the one after that instant's log line
+    slurm_start: int
+    order: tuple[int, ...]  # the jobs that cycle planned, in its (priority) order
+
+
+def questions(log: Path) -> list[Question]:
+    """Every job the backfill scheduler planned, at the first cycle that planned it.
+
+    A cycle is a run of dump lines that names no job twice and has no gap of `CYCLE_GAP` seconds or more (with
+    `bf_interval=1` one cycle can follow the last without another line between them).
+    """
+    cycles: list[list[tuple[float, int, int]]] = []
+    previous_was_dump = False
+    for line in gzip.decompress(log.read_bytes()).decode().splitlines():
+        found = _PLANNED.search(line)
+        if found is None:
+            previous_was_dump = False
+            continue
+        entry = (_seconds(found.group(1)), int(found.group(2)), int(_seconds(found.group(3))))
+        current = cycles[-1] if cycles and previous_was_dump else None
+        if current is None or entry[1] in {job for _, job, _ in current} or entry[0] - current[-1][0] >= CYCLE_GAP:
+            cycles.append([entry])
+        else:
+            current.append(entry)
+        previous_was_dump = True
+    asked: dict[int, Question] = {}
+    for cycle in cycles:
+        order = tuple(job for _, job, _ in cycle)
+        for logged, job, start in cycle:
+            if job not in asked:
+                asked[job] = Question(job, int(np.ceil(logged)), start, order)
+    return sorted(asked.values(), key=lambda question: (question.asked_at, question.job_id))
+
+
+def _ordered_by_cluster_alone(cluster: Cluster) -> Cluster:
+    """`cluster` with priority/basic and no limits: the forward run's order is the one it is given."""
+    settings: SchedulerSettings = replace(cluster.scheduler, priority_type="priority/basic")
+    return replace(cluster, scheduler=settings, priority=replace(cluster.priority, accounting_enforce=frozenset()))
+
+
+def _in_priority_order(pending: Sequence[int], cycle: Sequence[int]) -> list[int]:
+    """The `pending` jobs (in submission order) with those the `cycle` planned in its order, in the places they
+    hold in submission order: a cycle may plan only some of the queue (one it cut short, a job held by a limit),
+    and under priority/basic its order is the submission order."""
+    order = list(pending)
+    planned = [job for job in dict.fromkeys(cycle) if job in set(order)]
+    slots = [position for position, job in enumerate(order) if job in set(planned)]
+    for position, job in zip(slots, planned, strict=True):
+        order[position] = job
+    return order
+
+
+class Forecaster:
+    """tsched's forecasts on one captured run (its sacct, slurm.conf and the requests sacct gives)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.cluster = _ordered_by_cluster_alone(read_slurm_conf(folder / "slurm.conf"))
+        trace = read_trace(folder / "jobs.sacct")
+        self.jobs = trace.jobs.set_index("job_id", drop=False)
+        self.requests = read_sacct_requests(folder / "jobs.sacct", self.cluster)
+        self.starts = self.jobs["submit"] + self.jobs["wait"]
+
+    def estimates(self, spec: str, now: int, jobs: pd.DataFrame) -> np.ndarray:
+        """`spec`'s runtime estimates for `jobs`, trained on the jobs that ended at or before `now`."""
+        estimator = make_estimator(spec)
+        estimator.fit(self.jobs.loc[self.jobs["end"] <= now].reset_index(drop=True))
+        # asked now: what ended before now is known, whenever the job was submitted
+        predictions = estimator.predict_many(jobs.reset_index(drop=True).assign(submit=now))
+        return np.array([prediction.t_sched for prediction in predictions], dtype=np.int64)
+
+    def lifetimes(self, now: int) -> LifetimeLookup:
+        """Downey's lifetime models of the jobs that ended at or before `now`, as the service keeps them for
+        `ForecastStart` (a running job that has outlived its estimate ends at its conditional median)."""
+        models = QueueLifetimes()
+        for job in finished_from_frame(self.jobs.loc[self.jobs["end"] <= now].reset_index(drop=True)):
+            models.observe(job)
+        models.refresh(now)
+        return models.frozen()
+
+    def forecast(self, question: Question, spec: str) -> int:
+        """tsched's start of the job asked about, from the state at the question (see the module's docstring)."""
+        now, jobs, starts = question.asked_at, self.jobs, self.starts
+        running = jobs.loc[(starts <= now) & (jobs["end"] > now)]
+        pending = jobs.loc[(jobs["submit"] <= now) & (starts > now)]
+        waiting = pending.loc[_in_priority_order(pending.sort_values("submit", kind="stable").index, question.order)]
+        ages = (now - starts.loc[running.index]).to_numpy()
+        left = np.maximum(running["t_req"].to_numpy() - ages, 1)
+        state = QueueState(
+            now,
+            self.cluster.procs,
+            [
+                StartedJob(job, int(start))
+                for job, start in zip(jobs_to_requests(running), starts.loc[running.index], strict=True)
+            ],
+            [],
+        )
+        ends = running_ends(state, self.estimates(spec, now, running).tolist(), self.lifetimes(now))
+        runs = np.minimum(np.array(ends, dtype=np.int64) - now, left)
+        mini = pd.concat(
+            [
+                running.assign(t_req=left, t_act=runs),
+                waiting.assign(t_act=np.minimum(self.estimates(spec, now, waiting), waiting["t_req"].to_numpy())),
+            ]
+        )
+        original = mini["job_id"].tolist()
+        mini = mini.assign(job_id=np.arange(1, len(mini) + 1), submit=now).drop(columns=["wait", "run", "end"])
+        requests = {number: self.requests[job] for number, job in enumerate(original, start=1)}
+        config = SimulationConfig(self.cluster.procs, "fcfs", "slurm", "none", "request")
+        result = simulate_cluster(
+            mini.reset_index(drop=True), config, LocalSession(make_estimator("request")), self.cluster, requests
+        )
+        row = original.index(question.job_id) + 1
+        return int(result.jobs.set_index("job_id").loc[row, "start"])
+
+
+def evaluate(folder: Path, estimators: Sequence[str] = ESTIMATORS) -> pd.DataFrame:
+    """Per question: when asked, the actual start, Slurm's planned start and each estimator's forecast."""
+    forecaster = Forecaster(folder)
+    rows = []
+    for question in questions(folder / "backfill.log.gz"):
+        if question.job_id not in forecaster.jobs.index:
+            continue
+        row = {
+            "job_id": question.job_id,
+            "asked_at": question.asked_at,
+            "start": int(forecaster.starts.loc[question.job_id]),
+            "squeue": question.slurm_start,
+        }
+        row.update({spec: forecaster.forecast(question, spec) for spec in estimators})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def scores(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Per forecaster, `tsched wait-eval`'s scores (docs/definitions.md) of the forecast wait from the question
+    against the actual one: Downey's correlation, of the logs too, the median and mean absolute error (s), and
+    the share within a factor of 2."""
+    actual = (table["start"] - table["asked_at"]).to_numpy()
+    return pd.DataFrame({column: score((table[column] - table["asked_at"]).to_numpy(), actual) for column in columns}).T
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path, help="captured runs (jobs.sacct, slurm.conf, backfill.log.gz)")
+    args = parser.parse_args(argv)
+    for folder in args.folders:
+        table = evaluate(folder)
+        waited = (table["start"] - table["asked_at"]).mean()
+        print(f"{folder}: {len(table)} questions, mean wait from the question {waited:.0f} s")
+        print(scores(table, ("squeue", *ESTIMATORS)).round(3).to_string())
+
+
+if __name__ == "__main__":
+    main()
