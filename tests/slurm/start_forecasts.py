@@ -57,8 +57,10 @@ from simulator.workloads.sacctrequests import read_sacct_requests
 _PLANNED = re.compile(r"^\[(\S+)\] sched/backfill: _dump_job_sched: JobId=(\d+) to start at (\S+),")
 #: Dump lines this far apart (s) belong to two backfill cycles.
 CYCLE_GAP = 0.5
-#: The estimators compared: the requests (squeue's assumption, on tsched's model), and two that learn.
-ESTIMATORS = ("request", "last2", "percentile")
+#: The estimators compared: the requests (squeue's assumption, on tsched's model), two that learn, and the
+#: jobs' actual runtimes (`ACTUAL`: the ceiling of any estimator, what the forward run itself can reach).
+ACTUAL = "actual"
+ESTIMATORS = ("request", "last2", "percentile", ACTUAL)
 
 
 def _seconds(text: str) -> float:
@@ -134,7 +136,10 @@ class Forecaster:
         self.starts = self.jobs["submit"] + self.jobs["wait"]
 
     def estimates(self, spec: str, now: int, jobs: pd.DataFrame) -> np.ndarray:
-        """`spec`'s runtime estimates for `jobs`, trained on the jobs that ended at or before `now`."""
+        """`spec`'s runtime estimates for `jobs`, trained on the jobs that ended at or before `now`; `ACTUAL`: their
+        actual runtimes (clairvoyant, the reference)."""
+        if spec == ACTUAL:
+            return jobs["t_act"].to_numpy(dtype=np.int64)
         estimator = make_estimator(spec)
         estimator.fit(self.jobs.loc[self.jobs["end"] <= now].reset_index(drop=True))
         # asked now: what ended before now is known, whenever the job was submitted
