@@ -13,6 +13,12 @@ without one asks its processors anywhere) is resolved against its
 partitions once; a job that names a partition the cluster lacks, or that
 does not fit its partition even when the cluster is empty, is left out and
 counted, as the other replays leave out jobs larger than the machine.
+
+A calendar (`simulator.calendar`) adds the site's reservations, which the
+scheduler plans around, and its node events, which the driver applies when
+they happen: a node that goes down ends the jobs on it then (`state`
+NODE_FAIL in the result; Slurm would requeue a batch job, the replay does
+not), a drained one lets them finish; neither takes new jobs until its event ends.
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ import pandas as pd
 
 from kernel.resources import ResourceRequest
 from predictor.session import PredictionSession
+from simulator.calendar import Calendar, NodeEvent, ReservedNodes
 from simulator.cluster import Cluster, Node, Partition, SelectSettings
 from simulator.engine import SimulationConfig, SimulationResult, TraceReplay
 from simulator.jobs import WaitingJob
+from simulator.loop import EventKind
 from simulator.machine import make_correction, planning_mode
 from simulator.nodes import NodeState, NodeTable, demand
 from simulator.policies import FCFS, QueuePolicy
@@ -94,16 +102,65 @@ def slurm_scheduler(
     config: SimulationConfig,
     policy: QueuePolicy | None = None,
     gate: SlurmGate | None = None,
+    reserved: ReservedNodes | None = None,
 ) -> QueueScheduler:
     """Slurm's scheduler over `cluster`'s nodes for the `queued` jobs, planning as `config`'s mode says; in
-    `policy`'s order (default FCFS: priority/basic), asking `gate` about limits (`simulator.slurmpolicy`)."""
+    `policy`'s order (default FCFS: priority/basic), asking `gate` about limits (`simulator.slurmpolicy`),
+    around the `reserved` nodes."""
     machine = NodeMachine(cluster, planning_mode(config.mode), make_correction(config.correction))
-    return QueueScheduler(FCFS() if policy is None else policy, SlurmBackfill(cluster, queued, gate), machine)
+    backfill = SlurmBackfill(cluster, queued, gate, reserved)
+    return QueueScheduler(FCFS() if policy is None else policy, backfill, machine)
+
+
+#: A job's end in the result's `state` column, as sacct names it.
+COMPLETED, TIMEOUT, NODE_FAIL = "COMPLETED", "TIMEOUT", "NODE_FAIL"
 
 
 class ClusterReplay(TraceReplay):
     """A trace replayed under the `slurm` scheduler (`slurm_scheduler`): jobs killed at their limit by the
-    30 s sweep."""
+    30 s sweep, and the `events` of the nodes applied as they happen."""
+
+    def __init__(
+        self,
+        jobs: pd.DataFrame,
+        config: SimulationConfig,
+        session: PredictionSession,
+        history: pd.DataFrame | None,
+        scheduler: QueueScheduler,
+        events: tuple[NodeEvent, ...] = (),
+    ) -> None:
+        super().__init__(jobs, config, session, history, scheduler)
+        self.states = [COMPLETED] * len(self.requests)
+        self.nodes: list[tuple[int, ...]] = [()] * len(self.requests)  # where each job ran
+        for event in events:
+            if event.end is not None and event.end <= self.now:
+                continue  # over before the first submission
+            self.schedule(max(event.start, self.now), EventKind.EXTERNAL, (True, event), 1)
+            if event.end is not None:
+                self.schedule(event.end, EventKind.EXTERNAL, (False, event), 0)  # a return goes first
+
+    @property
+    def machine(self) -> NodeMachine:
+        machine = self.scheduler.machine
+        if not isinstance(machine, NodeMachine):
+            raise TypeError("a ClusterReplay runs on a NodeMachine")
+        return machine
+
+    def external(self, payload: tuple[bool, NodeEvent]) -> None:
+        """A node event begins (`out`) or ends: a node going down ends the jobs on it now."""
+        out, event = payload
+        machine = self.machine
+        if not out:
+            machine.put_back(event.node)
+            return
+        if event.state == "down":
+            for index in machine.jobs_on(event.node):
+                if self.end_at[index] == self.now:
+                    continue  # it ends now anyway
+                self.end_now(index)
+                self.end_at[index] = self.now
+                self.states[index] = NODE_FAIL
+        machine.take_out(event.node)
 
     def admit(self, completed: list[int], arrived: list[range]) -> list[WaitingJob]:
         """Tell accounting (priority usage, limits' counts) the round's ends, at their time, then admit."""
@@ -124,6 +181,14 @@ class ClusterReplay(TraceReplay):
         runs = self.jobs["run" if "run" in self.jobs else "t_act"].tolist()  # t_act stops at the limit
         return killed, [int(run) for run in runs], sweep_phase(self.jobs)
 
+    def replay(self) -> SimulationResult:
+        """The run, each job with how it ended (`state`) and the nodes it ran on (`nodes`, comma-separated)."""
+        result = super().replay()
+        result.jobs["state"] = self.states
+        names = [node.name for node in self.machine.cluster.nodes]
+        result.jobs["nodes"] = [",".join(names[index] for index in held) for held in self.nodes]
+        return result
+
     def completion_time(self, job: WaitingJob) -> int:
         """The job's end: as the trace says, or the first limit sweep at or after its limit."""
         index, now = job.index, self.now
@@ -133,6 +198,8 @@ class ClusterReplay(TraceReplay):
         if limit is not None and end >= now + limit:
             due = now + limit
             end = due + (phase - due) % LIMIT_SWEEP
+            self.states[index] = TIMEOUT
+        self.nodes[index] = tuple(self.machine.state.allocations[index].nodes.tolist())
         self.start_at[index] = now
         self.end_at[index] = end
         return end
@@ -147,6 +214,7 @@ def simulate_cluster(
     history: pd.DataFrame | None = None,
     accounting: SiteAccounting | None = None,
     names: Mapping[str, Mapping[int, str]] | None = None,
+    calendar: Calendar | None = None,
 ) -> SimulationResult:
     """Replay `jobs` on `cluster` under the `slurm` scheduler; `config` says the planning mode.
 
@@ -154,7 +222,9 @@ def simulate_cluster(
     jobs belong to `accounting`'s associations by their user and account
     (`names`: the trace's names behind its ids); the result's jobs then carry
     `priority` (at submission, as sacct's Priority) and `pending_reason` (the
-    last limit that held the job, empty if none).
+    last limit that held the job, empty if none). `calendar` holds the site's
+    reservations and node events; every result has each job's `state`
+    (COMPLETED, TIMEOUT or NODE_FAIL).
     """
     queued, skipped = queued_jobs(jobs, cluster, requests)
     kept = jobs.loc[np.isin(jobs["job_id"].to_numpy(), list(queued))]
@@ -164,8 +234,12 @@ def simulate_cluster(
         kept = site.jobs
         for reason in site.left_out.values():
             skipped[f"held by {reason} (can never start)"] = skipped.get(f"held by {reason} (can never start)", 0) + 1
-    scheduler = slurm_scheduler(cluster, queued, config, site.policy if site else None, site.gate if site else None)
-    result = ClusterReplay(kept, config, session, history, scheduler).replay()
+    calendar = calendar or Calendar()
+    reserved = ReservedNodes(calendar.reservations, cluster.scheduler.bf_resolution)
+    policy, gate = (site.policy, site.gate) if site else (None, None)
+    scheduler = slurm_scheduler(cluster, queued, config, policy, gate, reserved)
+    replay = ClusterReplay(kept, config, session, history, scheduler, calendar.events)
+    result = replay.replay()
     for reason, count in skipped.items():
         result.skipped[reason] = result.skipped.get(reason, 0) + count
     if site is not None:

@@ -19,6 +19,7 @@ from kernel.errors import PredictorUnavailable, UsageError
 from kernel.specs import parse_spec
 from predictor.estimators.baselines import OracleEstimator, RequestEstimator
 from predictor.session import LocalSession, PredictionSession
+from simulator.calendar import Calendar
 from simulator.cluster import Cluster
 from simulator.engine import SimulationConfig, SimulationResult, simulate
 from simulator.estimators import available, bind_scheduler, make_estimator
@@ -134,6 +135,7 @@ def run_simulation(
     requests: Mapping[int, ResourceRequest] | None = None,
     max_dropped_share: float = DEFAULT_MAX_DROPPED_SHARE,
     accounting: SiteAccounting | None = None,
+    calendar: Calendar | None = None,
 ) -> tuple[RunSummary, SimulationResult]:
     """Simulate `trace` (or one `month` of it, warmed up with the jobs that finished before it).
 
@@ -147,7 +149,8 @@ def run_simulation(
     `max_fallback_share` of the jobs fell back is refused (PredictorUnavailable).
     With a `cluster`, the `slurm` scheduler replays the jobs on its nodes, each
     job with its request from `requests` (by job id; `simulator.clusterreplay`), its
-    account's shares and limits from `accounting` (`simulator.slurmpolicy`).
+    account's shares and limits from `accounting` (`simulator.slurmpolicy`), its
+    reservations and node events from `calendar` (`simulator.calendar`).
     A `config` without a mode gets the CLI's default (`mode_for`: selective, or
     none for `request`). A period whose jobs larger than the machine (dropped) are more than
     `max_dropped_share` of it is refused before it runs (UsageError).
@@ -166,7 +169,7 @@ def run_simulation(
             from simulator.clusterreplay import simulate_cluster
 
             result = simulate_cluster(
-                period.jobs, config, session, cluster, requests or {}, history, accounting, trace.names
+                period.jobs, config, session, cluster, requests or {}, history, accounting, trace.names, calendar
             )
     finally:
         session.close()

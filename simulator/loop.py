@@ -117,6 +117,7 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
         self._ids = count()
         self._cancelled: set[int] = set()
         self._wake: Event | None = None
+        self._ends: dict[int, tuple[int, int]] = {}  # a running job's completion: (time, event id), by job index
 
     @abstractmethod
     def admit(self, completed: list[int], arrived: list[Arrival]) -> list[WaitingJob]:
@@ -136,7 +137,19 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
             raise ValueError(f"cannot schedule an event at {time}, before now ({self.now})")
         event = Event(time, kind, rank, next(self._ids), payload)
         heapq.heappush(self._heap, event)
+        if kind is _COMPLETION:
+            self._ends[payload] = (time, event.id)
         return event
+
+    def end_now(self, index: int) -> None:
+        """End the running job `index` in this round instead of at its completion (a node under it failed)."""
+        time, number = self._ends[index]
+        if time == self.now:
+            return
+        self._cancelled.add(number)
+        number = next(self._ids)
+        heapq.heappush(self._heap, (self.now, _COMPLETION, index, number, index))
+        self._ends[index] = (self.now, number)
 
     def cancel(self, event: Event) -> None:
         """Drop a scheduled event (it is skipped when its time comes)."""
@@ -175,8 +188,11 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
             observer.admitted(now, completed, submitted)
         started = scheduler.schedule(now, bool(submitted), bool(completed))
         heap, ids, completion_time = self._heap, self._ids, self.completion_time
+        ends = self._ends
         for job in started:  # `schedule`'s event, made as a plain tuple; an end is never before now
-            heapq.heappush(heap, (completion_time(job), _COMPLETION, job.index, next(ids), job.index))
+            end, number = completion_time(job), next(ids)
+            heapq.heappush(heap, (end, _COMPLETION, job.index, number, job.index))
+            ends[job.index] = (end, number)
         wake = scheduler.wake_time()
         if wake is not None or self._wake is not None:
             self._rearm(now, wake)
@@ -196,6 +212,7 @@ class Simulation(ABC, Generic[Arrival, Scheduler]):
             if number in cancelled:
                 cancelled.discard(number)
             elif kind is _COMPLETION:
+                del self._ends[payload]
                 finish(payload)
                 completed.append(payload)
             elif kind is _ARRIVAL:

@@ -19,6 +19,10 @@ the submission order; partitions' `PriorityTier` goes first), a
   its window, or reserves the whole nodes of its grouped start estimate
   (`simulator.nodeplan`) within `bf_window`, at `bf_resolution`.
 
+Advance reservations (`simulator.calendar`) keep their nodes from every job
+whose limit would overlap them, in both passes; nodes that are down or
+drained (`NodeMachine.take_out`) take no job.
+
 It sees estimates only: a job's limit (or t_sched, as the planning mode
 says) and the running jobs' expected ends; the driver decides when jobs end
 (`simulator.clusterreplay`, with slurmctld's limit sweep).
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.backfill import Backfill
+from simulator.calendar import ReservedNodes
 from simulator.cluster import Cluster, Partition
 from simulator.jobs import RunningJob, WaitingJob
 from simulator.machine import PLANNINGS, Correction, Machine, Planning
@@ -66,7 +71,9 @@ class NodeMachine(Machine):
 
     A pass places a job on nodes when it chooses it (`place`), so that the
     next job of the pass sees them taken; `start` confirms the placement.
-    `free` is the free CPUs over all nodes; `changes` counts starts and ends.
+    `free` is the free CPUs over all nodes; `changes` counts starts, ends and
+    nodes leaving or returning to service; `in_service` is the nodes that take
+    jobs now (a bit set).
     """
 
     outlives_limit = True  # killed by the limit sweep, after OverTimeLimit (clusterreplay.ClusterReplay)
@@ -79,8 +86,30 @@ class NodeMachine(Machine):
         self.free = int(self.table.cpus[self.table.usable].sum())
         self.changes = 0
         self.ended = 0
+        self.in_service = to_bits(self.table.usable)
+        self._out_of_service = np.zeros(self.table.size, dtype=np.int64)  # events holding each node out now
         self._placed: set[int] = set()
         self._over_time: dict[int, int | None] = {}
+
+    def take_out(self, node: int) -> None:
+        """A node goes down or drains: no job starts on it until every event that took it out has ended."""
+        self._out_of_service[node] += 1
+        self.in_service &= ~(1 << node)
+        self.changes += 1
+        self.ended += 1  # slurmctld runs its main pass after a node update, as after a job's end
+
+    def put_back(self, node: int) -> None:
+        """An event that took `node` out has ended."""
+        self._out_of_service[node] -= 1
+        if not self._out_of_service[node] and self.table.usable[node]:
+            self.in_service |= 1 << node
+        self.changes += 1
+        self.ended += 1
+
+    def jobs_on(self, node: int) -> list[int]:
+        """The running jobs (trace positions) that hold CPUs on `node`."""
+        allocations = self.state.allocations
+        return [index for index in self.running if node in allocations[index].nodes.tolist()]
 
     def place(self, index: int, allocation: Allocation, over_time: int | None) -> None:
         """Give `allocation` to the job at trace position `index`, which this pass starts."""
@@ -120,16 +149,22 @@ class SlurmBackfill(Backfill):
     name = "slurm"
     idle_when_full = False  # a job may need no CPU that is not free, but a reservation still counts
 
-    def __init__(self, cluster: Cluster, jobs: Mapping[int, QueuedJob], gate: SlurmGate | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        jobs: Mapping[int, QueuedJob],
+        gate: SlurmGate | None = None,
+        reserved: ReservedNodes | None = None,
+    ) -> None:
         super().__init__()
         self.cluster = cluster
         self.gate = gate  # accounting: limits that hold jobs, priorities recalculated (simulator.slurmpolicy)
         self.settings = cluster.scheduler
+        self.reserved = reserved if reserved is not None else ReservedNodes((), cluster.scheduler.bf_resolution)
         self.jobs = jobs
         table = NodeTable(cluster)
         self._size = table.size
         self._partition_bits = {name: to_bits(mask) for name, mask in table.partition_masks.items()}
-        self._usable_bits = to_bits(table.usable)
         self._over_time = {p.name: over_time_minutes(cluster, p) for p in cluster.partitions}
         self._tiers = {p.name: p.priority_tier for p in cluster.partitions}
         self._tiered = len(set(self._tiers.values())) > 1
@@ -160,8 +195,9 @@ class SlurmBackfill(Backfill):
 
     def _changes(self) -> tuple[int, int, int]:
         """What the passes compare to know whether anything changed: starts and ends, submissions, priorities."""
-        gate = self.gate
-        return (0 if self._machine is None else self._machine.changes, self._admitted, gate.version if gate else 0)
+        gate, reserved = self.gate, self.reserved
+        machine = 0 if self._machine is None else self._machine.changes
+        return (machine + reserved.changes_by(self._now), self._admitted, gate.version if gate else 0)
 
     def wake_time(self) -> int | None:
         """The next backfill cycle or periodic main pass, if a job waits and something changed since the last."""
@@ -174,6 +210,8 @@ class SlurmBackfill(Backfill):
             times.append(_next(self._now, self.settings.sched_interval))
         if self.gate is not None and (recalculation := self.gate.wake_time()) is not None:
             times.append(recalculation)
+        if self.reserved and (boundary := self.reserved.next_boundary(self._now)) is not None:
+            times.append(boundary)
         return min(times, default=None)
 
     def select(self, now: int, queue: list[WaitingJob], machine: Machine) -> list[WaitingJob]:
@@ -231,9 +269,12 @@ class SlurmBackfill(Backfill):
     def _first_fit(
         self, job: WaitingJob, demands: tuple[Demand, ...], machine: NodeMachine, ends: list[RunningEnd], blocked: int
     ) -> bool:
-        """Start `job` now in the first of its partitions it fits in, off the `blocked` nodes; whether it did."""
+        """Start `job` now in the first of its partitions it fits in, off the `blocked` nodes and the nodes of
+        reservations its limit would overlap; whether it did."""
+        if self.reserved:
+            blocked |= self.reserved.blocked(self._now, self._now + job.t_est)
         for wanted in demands:
-            nodes = self._partition_bits[wanted.partition] & ~blocked
+            nodes = self._partition_bits[wanted.partition] & machine.in_service & ~blocked
             allocation = machine.state.pick(wanted, from_bits(nodes, self._size))
             if allocation is not None:
                 insort(ends, self._start(job, wanted, allocation, machine))
@@ -271,7 +312,7 @@ class SlurmBackfill(Backfill):
     ) -> list[WaitingJob]:
         """One backfill cycle: each job in priority order starts now or reserves whole nodes for later."""
         settings = self.settings
-        space = NodeSpace(now, settings.bf_window, settings.bf_resolution, self._usable_bits)
+        space = NodeSpace(now, settings.bf_window, settings.bf_resolution, machine.in_service)
         per_user: dict[int, int] = {}
         started: list[WaitingJob] = []
         tested = queue[: settings.bf_max_job_test]
@@ -314,6 +355,11 @@ class SlurmBackfill(Backfill):
         start_from: int | None = now
         while start_from is not None:
             free, later = space.free_over(start_from, start_from + limit, partition)
+            if self.reserved and (held := self.reserved.blocked(start_from, start_from + limit)) & partition:
+                free &= ~held
+                after = self.reserved.retry_after(start_from)
+                if after and after < space.window_end and (not later or after < later):
+                    later = after
             retry = later if later > start_from else None
             estimate = None
             if free.bit_count() >= wanted.min_nodes:

@@ -77,6 +77,7 @@ class RunSummary:
     max_wait: float
     p95_wait_widest: float
     dynp: dict[str, Any] | None
+    node_failures: int
     predictor_fallbacks: int
     predictor_fallback_share: float
     prediction: dict[str, float]
@@ -109,6 +110,7 @@ class RunSummary:
             skipped={**skipped, **result.skipped},
             **metrics,
             dynp=result.dynp,
+            node_failures=int((result.jobs["state"] == "NODE_FAIL").sum()) if "state" in result.jobs else 0,
             predictor_fallbacks=result.predictor_fallbacks,
             predictor_fallback_share=result.predictor_fallbacks / max(jobs, 1),
             prediction=prediction_metrics(result.jobs),
@@ -137,7 +139,9 @@ class RunSummary:
             [
                 f"trace      {self.trace}" + (f"  month {self.month}" if self.month else ""),
                 f"scheduler  {self._scheduler()}",
-                f"jobs       {self.jobs}" + (f"  (skipped: {self._skipped()})" if self.skipped else ""),
+                f"jobs       {self.jobs}"
+                + (f"  (skipped: {self._skipped()})" if self.skipped else "")
+                + (f"  ({self.node_failures} ended by a node failure)" if self.node_failures else ""),
                 f"wait       {self.avg_wait:.0f} s average   weighted wait {self.weighted_wait:.0f} s   "
                 f"longest {self.max_wait:.0f} s   widest tenth's 95th percentile {self.p95_wait_widest:.0f} s",
                 f"response   {self.avg_response:.0f} s average   weighted by width (ARTwW) {self.artww:.0f} s   "

@@ -33,6 +33,7 @@ JSON_KEYS = [
     "skipped",
     *SCHEDULING_METRICS,
     "dynp",
+    "node_failures",
     "predictor_fallbacks",
     "predictor_fallback_share",
     "prediction",

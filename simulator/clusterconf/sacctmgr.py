@@ -140,7 +140,7 @@ def equal_shares(owners: Iterable[tuple[str, str]]) -> Accounts:
 def read_associations(path: str | Path, cluster: str | None = None) -> Accounts:
     """The association tree of `sacctmgr show assoc --parsable2` (of `cluster` when the dump holds several)."""
     source = str(path)
-    rows, notes = _rows(Path(path), ("Account", "User"), ASSOC_COMMAND)
+    rows, notes = parsable_rows(Path(path), ("Account", "User"), ASSOC_COMMAND)
     clusters = sorted({row.get("Cluster", "") for _, row in rows} - {""})
     if len(clusters) > 1:
         if cluster not in clusters:
@@ -225,7 +225,7 @@ def _inherit(assoc: Association, parent: Association) -> Association:
 def read_qos(path: str | Path) -> dict[str, Qos]:
     """Each QOS of `sacctmgr show qos --parsable2`, by name."""
     source = str(path)
-    rows, _ = _rows(Path(path), ("Name",), QOS_COMMAND)
+    rows, _ = parsable_rows(Path(path), ("Name",), QOS_COMMAND)
     table: dict[str, Qos] = {}
     for line, row in rows:
         where = Where(source, line)
@@ -240,7 +240,9 @@ def read_qos(path: str | Path) -> dict[str, Qos]:
     return table
 
 
-def _rows(path: Path, required: tuple[str, ...], command: str) -> tuple[list[tuple[int, dict[str, str]]], list[str]]:
+def parsable_rows(
+    path: Path, required: tuple[str, ...], command: str
+) -> tuple[list[tuple[int, dict[str, str]]], list[str]]:
     """The file's rows by field name, with their line numbers; refuse a file that is not the command's output."""
     source = str(path)
     try:

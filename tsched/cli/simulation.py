@@ -90,6 +90,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     credentials = credentials_from(args) if args.address else None
     cluster, requests = simulated_cluster(args, procs)
     accounting = site_accounting(args, cluster)
+    calendar = site_calendar(args, cluster)
     summary, result = run_simulation(
         trace,
         config,
@@ -107,6 +108,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         requests=requests,
         max_dropped_share=args.max_dropped_share,
         accounting=accounting,
+        calendar=calendar,
     )
     show(args.json, summary.to_dict(), summary.describe)
     if args.jobs_csv:
@@ -143,6 +145,21 @@ def site_accounting(args: argparse.Namespace, cluster: Any) -> Any:
 
     accounts = read_associations(args.associations, cluster.name) if args.associations else None
     return SiteAccounting(accounts, read_qos(args.qos_file) if args.qos_file else {})
+
+
+def site_calendar(args: argparse.Namespace, cluster: Any) -> Any:
+    """The reservations (`--reservations`) and node events (`--node-events`) of `--scheduler slurm`'s cluster,
+    in the trace's time zone; None without either. What is read but not modelled is said on standard error."""
+    if not (args.reservations or args.node_events):
+        return None
+    if cluster is None:
+        raise UsageError("--reservations and --node-events: only --scheduler slurm has nodes to hold or take out")
+    from simulator.clusterconf.calendarfiles import read_calendar
+
+    calendar, notes = read_calendar(cluster, args.reservations, args.node_events, args.timezone or "UTC")
+    for note in notes:
+        print(f"tsched: warning: {note}", file=sys.stderr)
+    return calendar
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -323,7 +340,19 @@ def cluster_group() -> Group:
         "the site's QOS: `sacctmgr show qos --parsable2` output (priorities, usage factors and limits)",
         metavar="FILE",
     )
-    return Group("the cluster", (scheduler, cluster, associations, qos))
+    reservations = Option(
+        "--reservations",
+        "the site's advance reservations: `scontrol show reservation` output (local times, see --timezone); their "
+        "nodes are kept from every job whose limit would overlap them",
+        metavar="FILE",
+    )
+    events = Option(
+        "--node-events",
+        "nodes that went down or drained: `sacctmgr show event --parsable2 start=YYYY-MM-DD` output; a node down "
+        "ends its jobs (NODE_FAIL), a drained one lets them finish, neither takes new jobs until the event ends",
+        metavar="FILE",
+    )
+    return Group("the cluster", (scheduler, cluster, associations, qos, reservations, events))
 
 
 def replay_group() -> Group:
