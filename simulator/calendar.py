@@ -73,9 +73,6 @@ class Calendar:
     reservations: tuple[Reservation, ...] = ()
     events: tuple[NodeEvent, ...] = ()
 
-    def __bool__(self) -> bool:
-        return bool(self.reservations or self.events)
-
 
 class ReservedNodes:
     """The reservations as the scheduler tests a job against them (`job_test_resv`, `find_resv_end`)."""

@@ -234,7 +234,7 @@ def simulate_cluster(
         kept = site.jobs
         for reason in site.left_out.values():
             skipped[f"held by {reason} (can never start)"] = skipped.get(f"held by {reason} (can never start)", 0) + 1
-    calendar = calendar or Calendar()
+    calendar = calendar if calendar is not None else Calendar()
     reserved = ReservedNodes(calendar.reservations, cluster.scheduler.bf_resolution)
     policy, gate = (site.policy, site.gate) if site else (None, None)
     scheduler = slurm_scheduler(cluster, queued, config, policy, gate, reserved)

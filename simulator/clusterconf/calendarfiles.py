@@ -145,10 +145,11 @@ def _node_indices(text: str, cluster: Cluster, where: Where, field: str) -> tupl
         names = expand_hostlist(text)
     except ValueError as error:
         raise where.error(field, str(error)) from None
-    unknown = [name for name in names if name not in {node.name for node in cluster.nodes}]
-    if unknown:
-        raise where.error(field, f"node {unknown[0]} is not in cluster {cluster.name}")
-    return tuple(sorted({cluster.node_index(name) for name in names}))
+    try:
+        return tuple(sorted({cluster.node_index(name) for name in names}))
+    except KeyError:
+        unknown = next(name for name in names if name not in {node.name for node in cluster.nodes})
+        raise where.error(field, f"node {unknown} is not in cluster {cluster.name}") from None
 
 
 def read_node_events(path: str | Path, cluster: Cluster, zone: ZoneInfo) -> tuple[NodeEvent, ...]:
