@@ -18,7 +18,10 @@ it (NODE_FAIL). Times are Unix seconds, as the sacct reader keeps them.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+import pandas as pd
 
 #: What a node event does: `down` kills the jobs on the node, `drain` lets them finish; both keep new jobs off.
 EVENT_STATES = ("down", "drain")
@@ -72,6 +75,40 @@ class Calendar:
 
     reservations: tuple[Reservation, ...] = ()
     events: tuple[NodeEvent, ...] = ()
+
+    def drains_as_requested(self, runs: Iterable[tuple[int, int, int]]) -> Calendar:
+        """The calendar with each busy node's drain moved back to when it was asked for, as the scheduler lived it.
+
+        slurmctld records a drain (`sacctmgr show event`) when the node is
+        drained: a node busy at the request records it at its last job's end,
+        though it took no new job from the request on. When a job of `runs`
+        (node, start, end: the trace's jobs where they ran) ended on the node
+        within a second of the event's start, the drain begins a second after
+        the last job to start there before it: the request came after that
+        start, and the replay keeps the node from new jobs as Slurm did. A live
+        run here asked at 15:21:10 and recorded 15:22:04; this reads 15:20:33.
+        """
+        starts: dict[int, list[int]] = {}
+        ends: dict[int, set[int]] = {}
+        for node, start, end in runs:
+            starts.setdefault(node, []).append(start)
+            ends.setdefault(node, set()).add(end)
+        moved = []
+        for event in self.events:
+            recorded = event.start
+            if event.state == "drain" and ends.get(event.node, set()) & {recorded - 1, recorded, recorded + 1}:
+                before = [start for start in starts[event.node] if start < recorded]
+                moved.append(replace(event, start=min(max(before, default=recorded - 1) + 1, recorded)))
+            else:
+                moved.append(event)
+        return replace(self, events=tuple(sorted(moved, key=lambda event: (event.start, event.node))))
+
+
+def node_runs(jobs: pd.DataFrame, nodes: Mapping[int, tuple[int, ...]]) -> list[tuple[int, int, int]]:
+    """(node, start, end) for each of the trace's `jobs` (submit, wait, end) on each of the `nodes` it ran on (by
+    job id): what `Calendar.drains_as_requested` reads a busy node's drain from."""
+    columns = jobs[["job_id", "submit", "wait", "end"]].itertuples(index=False)
+    return [(node, int(submit + wait), int(end)) for job, submit, wait, end in columns for node in nodes.get(job, ())]
 
 
 class ReservedNodes:

@@ -308,6 +308,9 @@ def test_the_documented_toml_example_reads(tmp_path):
     assert cluster.summary() == (
         "mixed: 5 nodes, 56 CPUs, 173 GB, 8 GPUs; partitions cpu* (4 nodes); select/cons_tres by core and memory"
     )
+    priority = cluster.priority
+    assert (priority.weight_fairshare, priority.weight_age, priority.max_age) == (10_000, 1000, 7 * 24 * 3600)
+    assert "SMALL_RELATIVE_TO_TIME" in priority.flags and priority.limits_enforced
 
 
 def test_a_processor_pool_is_what_an_swf_trace_runs_on():

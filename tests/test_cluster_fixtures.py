@@ -1,4 +1,4 @@
-"""The captured runs of a real Slurm (tests/data/slurm-22.05-cluster/) read and checked offline.
+"""The captured runs of a real Slurm (tests/data/slurm-22.05-*/) read and checked offline.
 
 Each folder is one of tests/slurm/cluster_workloads.py's workloads as the
 project's one-host Slurm 22.05 ran it: the slurm.conf it ran with and its own
@@ -52,6 +52,34 @@ def test_a_job_fits_once_another_takes_the_other_split_of_its_cpus():
     replay = replay_node_choices(Run(DATA.with_name("slurm-22.05-resplit") / "mixed"))
     assert replay.resplit == [79]
     assert replay.unplaceable == [] and replay.tied == [] and replay.differing == []
+
+
+def test_the_backfill_scheduler_chose_the_models_nodes():
+    """A CI-machine run kept with every backfill cycle's plans (`plans.log.gz`): the backfill scheduler started 84
+    of its 90 jobs, each on the nodes the model chooses off those its cycle held for the jobs ahead of it (30
+    starts had some held); the main scheduler started the other 6. Without the held nodes the model would have
+    chosen other nodes for 9 of them (8 only by leaving recently freed nodes out, counted as `completing`)."""
+    run = Run(DATA.with_name("slurm-22.05-plans") / "fcfs")
+    replay = replay_node_choices(run)
+    assert (replay.checked, replay.backfilled) == (6, 84)
+    assert replay.differing == [] and replay.completing == [] and replay.unplaceable == []
+    assert run.held is not None and sum(bool(nodes) for nodes in run.held.values()) == 30
+    run.held = dict.fromkeys(run.held, ())
+    unheld = replay_node_choices(run)
+    assert len(unheld.differing) + len(unheld.completing) == 9
+
+
+def test_the_calendar_keeps_jobs_off_the_nodes_slurm_kept_them_off():
+    """The multifactor run with a maintenance reservation of n5-n6 and n3 drained (tests/data/slurm-22.05-calendar):
+    every start, by either scheduler, is on the model's nodes once the reserved nodes a job's limit overlaps and
+    the drained node are left out (`reservations.txt`, the log's `update_node`); without them 13 choices differ."""
+    run = Run(DATA.with_name("slurm-22.05-calendar") / "multifactor")
+    replay = replay_node_choices(run)
+    assert replay.checked + replay.backfilled == len(run.jobs) == 90
+    assert replay.differing == [] and replay.completing == [] and replay.unplaceable == []
+    run.reservations, run.node_states = (), []
+    blind = replay_node_choices(run)
+    assert len(blind.differing) + len(blind.completing) == 13
 
 
 def test_the_sacct_reader_reads_the_runs(run):

@@ -19,6 +19,8 @@ from slurm.workload import unavailable
 
 pytestmark = pytest.mark.slurm
 NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor")
+#: Starts whose nodes may differ from the model's in one run (none did in 360 starts of four runs, docs/cluster.md).
+DIFFERING = 2
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +66,17 @@ def test_what_slurm_gave_fits_the_model(capture):
 
 
 def test_the_model_places_jobs_where_slurm_did(capture):
-    """Every job fits where Slurm put it; the main scheduler's choices are the model's but for a rare race
-    with a node that sacct and the log cannot show still busy (a killed job's node completing after KillWait)."""
-    replay = replay_node_choices(Run(capture.folder))
-    assert replay.checked >= 5 and replay.unplaceable == [] and len(replay.tied) <= 1, replay
-    assert len(replay.differing) <= max(1, replay.checked // 10), replay.differing
+    """Every job fits where Slurm put it, and every start's nodes, by the main scheduler or by backfill (off the
+    nodes its cycle held), are the model's choice but for a rare race with a node that sacct and the log cannot
+    show still busy (a killed job's node completing after KillWait).
+
+    Which scheduler starts a job is a race (the main pass after an end against the next backfill cycle): the
+    main scheduler started 4 to 25 of a run's 90 jobs, fewer on a loaded machine, so both are checked."""
+    run = Run(capture.folder)
+    replay = replay_node_choices(run)
+    assert replay.checked + replay.backfilled == len(run.jobs), replay
+    assert replay.unplaceable == [] and len(replay.tied) <= 1, replay
+    assert len(replay.differing) <= DIFFERING, replay.differing
 
 
 def test_jobs_queued(capture):

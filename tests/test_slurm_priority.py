@@ -35,6 +35,7 @@ from simulator.slurmpolicy import SiteAccounting
 from tsched.cli import main
 
 CAPTURES = Path(__file__).parent / "data" / "slurm-22.05-cluster"
+DATA = CAPTURES.parent
 
 
 def tree(shares_a: int = 2, shares_b: int = 1) -> Accounts:
@@ -387,6 +388,28 @@ def test_slurm_conf_priority_keys(tmp_path: Path) -> None:
     path.write_text(conf + "PriorityWeightAge=lots\n")
     with pytest.raises(ClusterConfigError, match=r"slurm\.conf line \d+: priorityweightage: 'lots' is not"):
         read_slurm_conf(path)
+
+
+def test_the_toml_priority_table_reads_as_the_slurm_conf_keys(tmp_path: Path) -> None:
+    """The live multifactor workload's Priority* keys (tests/data/slurm-22.05-calendar) written as a TOML cluster's
+    [priority] table give the same settings; a bad value names the file, the table and the key."""
+    conf = read_slurm_conf(DATA / "slurm-22.05-calendar" / "multifactor" / "slurm.conf")
+    table = (
+        '[priority]\nweight_fairshare = 10000\nweight_age = 1000\nmax_age = 10\ndecay_half_life = "0-00:05"\n'
+        'calc_period = 1\nenforce = ["limits", "qos"]\n'
+    )
+    head = '[[nodes]]\nnames = "n[1-6]"\ncpus = 8\n[[partitions]]\nname = "batch"\nnodes = "ALL"\ndefault = true\n'
+    path = tmp_path / "multifactor.toml"
+    path.write_text(head + '[scheduler]\npriority_type = "priority/multifactor"\n' + table)
+    cluster = read_cluster_toml(path)
+    assert cluster.priority == conf.priority and cluster.priority.limits_enforced
+    assert cluster.scheduler.priority_type == conf.scheduler.priority_type == "priority/multifactor"
+    path.write_text(head + table.replace("calc_period = 1", "calc_period = 0"))
+    with pytest.raises(ClusterConfigError, match=r"multifactor\.toml \[priority\]: prioritycalcperiod: '0' is below"):
+        read_cluster_toml(path)
+    path.write_text(head + "[priority]\nweight_luck = 1\n")
+    with pytest.raises(ClusterConfigError, match=r"\[priority\]: weight_luck: is not a key here"):
+        read_cluster_toml(path)
 
 
 def test_replay_orders_by_fairshare_and_holds_by_limits(tmp_path: Path) -> None:

@@ -31,9 +31,17 @@ MB or with a unit)::
 
     [scheduler]
     parameters = "bf_interval=30,bf_window=1440,bf_resolution=60"   # SchedulerParameters
-    priority_type = "priority/basic"
+    priority_type = "priority/multifactor"                          # or "priority/basic" (the default)
     over_time_limit = 0                # minutes
     kill_wait = 30                     # seconds
+
+    [priority]                         # priority/multifactor's Priority* keys, read as slurm.conf's
+    weight_fairshare = 10000           # PriorityWeightFairshare; also weight_age, weight_job_size,
+    weight_age = 1000                  # weight_partition, weight_qos, weight_assoc, weight_tres
+    max_age = "7-0"                    # PriorityMaxAge (Slurm time or minutes); decay_half_life, calc_period
+    usage_reset_period = "NONE"        # PriorityUsageResetPeriod
+    flags = ["SMALL_RELATIVE_TO_TIME"] # PriorityFlags; favor_small, fair_share_dampening_factor
+    enforce = "limits,qos"             # AccountingStorageEnforce: QOS and association limits hold jobs
 
 Unknown keys are errors naming the file, the table and the key.
 """
@@ -47,6 +55,7 @@ from typing import Any
 
 from simulator.cluster import Cluster, Node, natural_key
 from simulator.clusterconf.hostlist import expand_hostlist
+from simulator.clusterconf.prioritykeys import priority_settings
 from simulator.clusterconf.settings import (
     ClusterConfigError,
     Value,
@@ -104,6 +113,24 @@ SCHEDULER_KEYS = {
     "over_time_limit": "overtimelimit",
     "kill_wait": "killwait",
 }
+#: TOML key -> slurm.conf key (lower case) of the [priority] table.
+PRIORITY_KEYS = {
+    "weight_age": "priorityweightage",
+    "weight_assoc": "priorityweightassoc",
+    "weight_fairshare": "priorityweightfairshare",
+    "weight_job_size": "priorityweightjobsize",
+    "weight_partition": "priorityweightpartition",
+    "weight_qos": "priorityweightqos",
+    "weight_tres": "priorityweighttres",
+    "decay_half_life": "prioritydecayhalflife",
+    "calc_period": "prioritycalcperiod",
+    "max_age": "prioritymaxage",
+    "usage_reset_period": "priorityusageresetperiod",
+    "favor_small": "priorityfavorsmall",
+    "flags": "priorityflags",
+    "fair_share_dampening_factor": "fairsharedampeningfactor",
+    "enforce": "accountingstorageenforce",
+}
 TOP_KEYS = {
     "name",
     "select",
@@ -115,6 +142,7 @@ TOP_KEYS = {
     "nodes",
     "partitions",
     "scheduler",
+    "priority",
 }
 
 
@@ -147,6 +175,13 @@ def _slurm_values(table: Mapping[str, Any], keys: Mapping[str, str], where: Wher
             text = f"gpu:{text}"
         values[keys[key]] = Value(text, where)
     return values
+
+
+def _table(document: Mapping[str, Any], key: str, where: Where) -> Mapping[str, Any]:
+    table = document.get(key, {})
+    if not isinstance(table, dict):
+        raise where.error(key, f"must be a table ([{key}])")
+    return table
 
 
 def _tables(document: Mapping[str, Any], key: str, source: str) -> list[tuple[Where, Mapping[str, Any]]]:
@@ -200,9 +235,7 @@ def read_cluster_toml(path: str | Path) -> Cluster:
         partitions.append(make_partition(values["partitionname"].text, indices, values, notes))
     if not partitions:
         raise ClusterConfigError(f"{source}: no [[partitions]]: jobs could not run anywhere")
-    scheduler_table = document.get("scheduler", {})
-    if not isinstance(scheduler_table, dict):
-        raise top.error("scheduler", "must be a table ([scheduler])")
+    scheduler_table, priority_table = (_table(document, key, top) for key in ("scheduler", "priority"))
     select_type = Value(_text(document.get("select_type", "select/cons_tres"), top, "select_type"), top)
     select_params = Value(_text(document["select"], top, "select"), top) if "select" in document else None
     memory = {
@@ -218,6 +251,9 @@ def read_cluster_toml(path: str | Path) -> Cluster:
             select=select_settings(select_type, select_params),
             scheduler=scheduler_settings(
                 _slurm_values(scheduler_table, SCHEDULER_KEYS, Where(f"{source} [scheduler]")), notes
+            ),
+            priority=priority_settings(
+                _slurm_values(priority_table, PRIORITY_KEYS, Where(f"{source} [priority]")), notes
             ),
             memory=memory_defaults(memory),
             source=source,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 from kernel.errors import TraceError
@@ -26,22 +27,38 @@ from simulator.workloads.tres import sacct_request
 REQUEST_FIELDS = ("ReqTRES", "AllocTRES", "ReqMem", "Partition", "QOS", "SubmitLine", "NodeList")
 
 
-def read_sacct_requests(path: str | Path, cluster: Cluster | None = None) -> dict[int, ResourceRequest]:
-    """Job id -> request, for every job allocation of the dump (TraceError naming the line and field)."""
+def _allocations(path: str | Path, needed: tuple[str, ...]) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """(line, job id, fields) of every job allocation of the dump; job steps and jobs never allocated left out."""
     source = str(path)
     text = read_trace_bytes(Path(path), source).decode("utf-8", errors="replace")
     rows = csv.DictReader(io.StringIO(text), delimiter="|", quoting=csv.QUOTE_NONE)
-    missing = [name for name in ("JobIDRaw", "ReqTRES") if name not in (rows.fieldnames or ())]
+    missing = [name for name in ("JobIDRaw", *needed) if name not in (rows.fieldnames or ())]
     if missing:
         raise TraceError(f"{source}: line 1: no {' or '.join(missing)} field: the requests cannot be read")
-    requests: dict[int, ResourceRequest] = {}
     for row in rows:
         job = row["JobIDRaw"] or ""
-        if not job.isdigit() or not row.get("AllocTRES", "x"):
-            continue  # a job step, or a job that never got an allocation
-        fields = {name: row.get(name) or "" for name in REQUEST_FIELDS}
+        if job.isdigit() and row.get("AllocTRES", "x"):
+            yield rows.line_num, int(job), {name: row.get(name) or "" for name in REQUEST_FIELDS}
+
+
+def read_sacct_nodes(path: str | Path, cluster: Cluster) -> dict[int, tuple[int, ...]]:
+    """Job id -> the indices of the cluster's nodes it ran on (NodeList), for the jobs that ran on known nodes."""
+    nodes: dict[int, tuple[int, ...]] = {}
+    for _, job, fields in _allocations(path, ()):
         try:
-            requests[int(job)] = sacct_request(
+            nodes[job] = tuple(cluster.node_index(name) for name in expand_hostlist(fields["NodeList"]))
+        except (KeyError, ValueError):
+            continue  # "None assigned", or nodes the cluster lacks: the job says nothing about its nodes
+    return nodes
+
+
+def read_sacct_requests(path: str | Path, cluster: Cluster | None = None) -> dict[int, ResourceRequest]:
+    """Job id -> request, for every job allocation of the dump (TraceError naming the line and field)."""
+    source = str(path)
+    requests: dict[int, ResourceRequest] = {}
+    for line, job, fields in _allocations(path, ("ReqTRES",)):
+        try:
+            requests[job] = sacct_request(
                 fields["ReqTRES"],
                 alloc_tres=fields["AllocTRES"],
                 req_mem=fields["ReqMem"],
@@ -51,7 +68,7 @@ def read_sacct_requests(path: str | Path, cluster: Cluster | None = None) -> dic
                 submit_line=fields["SubmitLine"],
             )
         except ValueError as error:
-            raise TraceError(f"{source}: line {rows.line_num}: job {job}: {error}") from None
+            raise TraceError(f"{source}: line {line}: job {job}: {error}") from None
     return requests
 
 

@@ -81,6 +81,16 @@ class Agreement:
         )
 
 
+#: The files a capture may hold beside its sacct and slurm.conf, and the options that give them to the replay (the
+#: calendar's local times are UTC, `tsched simulate`'s default zone, as the capture's sacct).
+CAPTURED_FILES = (
+    ("--associations", "assoc.txt"),
+    ("--qos-file", "qos.txt"),
+    ("--reservations", "reservations.txt"),
+    ("--node-events", "events.txt"),
+)
+
+
 def replay(folder: Path, out: Path, replicate: int = 0) -> tuple[pd.DataFrame, dict[str, object]]:
     """The command's per-job CSV and JSON summary for the run in `folder` (replicate N: submissions moved)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -88,7 +98,7 @@ def replay(folder: Path, out: Path, replicate: int = 0) -> tuple[pd.DataFrame, d
     arguments = ["simulate", "--trace", str(folder / "jobs.sacct"), "--cluster", str(folder / "slurm.conf")]
     arguments += ["--scheduler", "slurm", "--json", str(summary), "--jobs-csv", str(csv)]
     arguments += ["--replicate", str(replicate), "--jitter", "1"]
-    for option, name in (("--associations", "assoc.txt"), ("--qos-file", "qos.txt")):
+    for option, name in CAPTURED_FILES:
         if (folder / name).exists():
             arguments += [option, str(folder / name)]
     assert main(arguments) == 0

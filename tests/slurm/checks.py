@@ -23,17 +23,39 @@ from pathlib import Path
 import numpy as np
 
 from kernel.resources import ResourceRequest
+from simulator.calendar import Reservation
 from simulator.cluster import Cluster
 from simulator.clusterconf import read_slurm_conf
+from simulator.clusterconf.calendarfiles import read_reservations, time_zone
 from simulator.clusterconf.hostlist import expand_hostlist
 from simulator.nodes import Allocation, Demand, NodeState, NodeTable, demand
 from simulator.workloads.tres import parse_tres, sacct_request, submit_options
 
 _LOGGED = re.compile(r"^\[(\S+)\] .*?(Allocate|Started|_job_complete):? JobId=(\d+)")
+_BACKFILLED = re.compile(
+    r"^\[(\S+)\] sched/backfill: (?:_start_job: Started JobId=(\d+)"
+    r"|_dump_job_sched: JobId=(\d+) to start at (\S+), end at (\S+) on nodes (\S+))"
+)
+_NODE_STATE = re.compile(r"^\[(\S+)\] update_node: node (\S+) state set to (\S+)")
+#: Backfill lines this far apart (s) belong to two cycles (bf_interval=1: a cycle a second, each a few ms long).
+CYCLE_GAP = 0.5
 
 
 def _utc(text: str) -> int:
     return int(datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp())
+
+
+def _logged_at(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A backfill cycle's reservation for a job it could not start: whole nodes over [begin, end]."""
+
+    begin: int
+    end: int
+    nodes: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -120,10 +142,69 @@ class Run:
         for line in gzip.decompress(path.read_bytes()).decode().splitlines() if path.exists() else []:
             found = _LOGGED.search(line)
             if found:
-                when = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
+                when = _logged_at(found.group(1))
                 kind = "end" if found.group(2) == "_job_complete" else "start"
                 times.setdefault((kind, int(found.group(3))), when)
         return times
+
+    @cached_property
+    def held(self) -> dict[int, tuple[int, ...]] | None:
+        """Job the backfill scheduler started -> the nodes its cycle held then for jobs ahead of it.
+
+        A cycle walks the queue in priority order and reserves whole nodes for
+        each job it cannot start (`_dump_job_sched` logs the reservation); a job
+        it starts may not use the nodes of a reservation its limit reaches
+        (`node_space[j].begin_time <= end_time`, so one beginning as it would
+        end counts). None if the run kept no log of every cycle's plans
+        (`plans.log.gz`: the committed captures keep only changes of plan).
+        """
+        path = self.folder / "plans.log.gz"
+        if not path.exists():
+            return None
+        limits = {job.id: int(job.row["TimelimitRaw"]) * 60 for job in self.jobs}
+        held: dict[int, tuple[int, ...]] = {}
+        plans: list[Plan] = []
+        last = 0.0
+        for line in gzip.decompress(path.read_bytes()).decode().splitlines():
+            found = _BACKFILLED.search(line)
+            if not found:
+                continue
+            when = _logged_at(found.group(1))
+            if when - last > CYCLE_GAP:
+                plans = []
+            last = when
+            if found.group(2):
+                now = int(when)
+                end = now + limits[int(found.group(2))]
+                held[int(found.group(2))] = tuple(
+                    sorted({node for plan in plans if plan.begin <= end and plan.end > now for node in plan.nodes})
+                )
+            else:
+                nodes = tuple(self.cluster.node_index(name) for name in expand_hostlist(found.group(6)))
+                plans.append(Plan(_utc(found.group(4)), _utc(found.group(5)), nodes))
+        return held
+
+    @cached_property
+    def node_states(self) -> list[tuple[float, int, bool]]:
+        """(when, node, whether it takes jobs) for each state an administrator set (`scontrol update`), as logged."""
+        changes = []
+        path = self.folder / "backfill.log.gz"
+        for line in gzip.decompress(path.read_bytes()).decode().splitlines() if path.exists() else []:
+            found = _NODE_STATE.search(line)
+            if found:
+                taking = not found.group(3).startswith(("DRAIN", "DOWN", "FAIL"))
+                changes.append((_logged_at(found.group(1)), self.cluster.node_index(found.group(2)), taking))
+        return changes
+
+    @cached_property
+    def reservations(self) -> tuple[Reservation, ...]:
+        """The reservations Slurm printed when they were made (`reservations.txt`, times in UTC), if any."""
+        path = self.folder / "reservations.txt"
+        return read_reservations(path, self.cluster, time_zone("UTC"), []) if path.exists() else ()
+
+    def reserved(self, start: int, end: int) -> tuple[int, ...]:
+        """The reserved nodes a job running from `start` to `end` may not use (`job_test_resv`: they overlap)."""
+        return tuple(node for resv in self.reservations if resv.start < end and resv.end > start for node in resv.nodes)
 
     def when(self, kind: str, job: Job) -> tuple[float, int]:
         """When a job started or ended: the log's time if it has one, else sacct's second (ends before starts)."""
@@ -217,6 +298,7 @@ class NodeReplay:
     """Slurm's starts replayed on the model's nodes: where the model disagrees with what Slurm did."""
 
     checked: int = 0  # starts by Slurm's main scheduler whose nodes the model chose afresh
+    backfilled: int = 0  # starts by its backfill scheduler whose nodes the model chose afresh, off the nodes held
     differing: list[tuple[int, list[str], list[str]]] = field(default_factory=list)  # job, Slurm's, the model's
     completing: list[tuple[int, list[str]]] = field(default_factory=list)  # job, nodes still completing then
     unplaceable: list[int] = field(default_factory=list)  # jobs the model cannot fit where Slurm put them
@@ -231,16 +313,19 @@ def _chosen(state: NodeState, wanted: Demand, partition: str, left_out: tuple[in
     return [] if fresh is None else fresh.nodes.tolist()
 
 
-def _compare(replay: NodeReplay, job: Job, state: NodeState, wanted: Demand, recent: list[int]) -> None:
-    """Whether the model chooses Slurm's nodes, with none, or some, of the `recent`ly freed nodes left out."""
+def _compare(
+    replay: NodeReplay, job: Job, state: NodeState, wanted: Demand, recent: list[int], held: tuple[int, ...] = ()
+) -> None:
+    """Whether the model chooses Slurm's nodes off the `held` ones, with none, or some, of the `recent`ly freed
+    nodes left out too."""
     partition = job.row["Partition"]
-    plain = _chosen(state, wanted, partition, ())
+    plain = _chosen(state, wanted, partition, held)
     if plain == job.nodes:
         return
     names = [node.name for node in job.cluster.nodes]
     for size in range(1, len(recent) + 1):
         for left_out in combinations(recent, size):
-            if _chosen(state, wanted, partition, left_out) == job.nodes:
+            if _chosen(state, wanted, partition, held + left_out) == job.nodes:
                 replay.completing.append((job.id, [names[i] for i in left_out]))
                 return
     replay.differing.append((job.id, [names[i] for i in job.nodes], [names[i] for i in plain]))
@@ -330,7 +415,10 @@ def replay_node_choices(run: Run) -> NodeReplay:
     GPUs it holds on each. A job Slurm's main scheduler started is also placed
     afresh among all its partition's nodes: the main scheduler ignores the
     backfill scheduler's reservations (which sacct does not record), so
-    select/cons_tres's choice, which `pick` reproduces, decides alone. Events
+    select/cons_tres's choice, which `pick` reproduces, decides alone. With a
+    log of every backfill cycle's plans (`Run.held`), a job the backfill
+    scheduler started is placed afresh too, off the nodes its cycle held for
+    the jobs ahead of it. Events
     go in the order slurmctld logged them (to the millisecond); without a log,
     ends at a second come before starts at it, and starts go in job order.
 
@@ -349,6 +437,9 @@ def replay_node_choices(run: Run) -> NodeReplay:
     running: list[Job] = []
     freed: dict[int, float] = {}  # node -> when a job on it last ended
     splits: dict[int, Allocation] = {}  # running job -> the split of its CPUs it did not take (`_other_split`)
+    held = run.held
+    states = list(run.node_states)
+    drained: set[int] = set()
     for job in sorted(run.jobs, key=lambda job: (run.when("start", job), job.id)):
         started = run.when("start", job)
         for ended in [other for other in running if run.when("end", other) <= started]:
@@ -358,10 +449,17 @@ def replay_node_choices(run: Run) -> NodeReplay:
             freed.update(dict.fromkeys(ended.nodes, run.when("end", ended)[0]))
         partition = cluster.partition(job.row["Partition"])
         wanted = demand(job.request, cluster, partition)
+        while states and states[0][0] <= started[0]:
+            _, node, taking = states.pop(0)
+            (drained.discard if taking else drained.add)(node)
+        recent = [node for node, when in freed.items() if started[0] - when < COMPLETING]
+        kept = (*drained, *run.reserved(job.start, job.start + int(job.row["TimelimitRaw"]) * 60))
         if "SchedMain" in job.row["Flags"]:
             replay.checked += 1
-            recent = [node for node, when in freed.items() if started[0] - when < COMPLETING]
-            _compare(replay, job, state, wanted, recent)
+            _compare(replay, job, state, wanted, recent, kept)
+        elif held is not None and job.id in held:
+            replay.backfilled += 1
+            _compare(replay, job, state, wanted, recent, (*kept, *held[job.id]))
         own = np.zeros(table.size, dtype=bool)
         own[job.nodes] = True
         split = _other_split(state, wanted, own, table.partition_masks[partition.name])

@@ -5,8 +5,10 @@ Each is a plan of `sleep` jobs submitted at set offsets to a one-host cluster
 folder: `jobs.sacct` (`sacct --parsable2`, the documented fields and what a
 node-level replay needs besides), the `slurm.conf` and `gres.conf` Slurm ran
 with and its own view of them (`scontrol-nodes.txt`, `scontrol-partitions.txt`),
-and `backfill.log.gz`, slurmctld's log (DebugFlags=Backfill) cut to every start
-and end to the millisecond and each change of a job's planned start, and
+`backfill.log.gz`, slurmctld's log (DebugFlags=Backfill) cut to every start
+and end to the millisecond and each change of a job's planned start,
+`plans.log.gz`, the same with every cycle's plans (which nodes each cycle held
+for the jobs ahead of one it started, for the check of backfill's choices), and
 the accounts and QOS (`assoc.txt`, `qos.txt`: `sacctmgr show assoc|qos
 --parsable2`). The four run at once, each on its own cluster, in about ten minutes of wall
 time; the live test and the capture of the committed fixtures
@@ -29,9 +31,12 @@ time; the live test and the capture of the committed fixtures
   priorities recomputed every minute; accounts physics (alice, bob) and chem
   (carol) with equal shares, physics submitting about twice chem's work; a
   QOS `limited` (MaxJobsPerUser=2) that a third of the jobs of 8 CPUs or
-  fewer use, enforced (AccountingStorageEnforce=limits,qos). Issue 26's
-  maintenance reservation and node drained mid-run are left out: the
-  simulator does not model reservations or node events yet.
+  fewer use, enforced (AccountingStorageEnforce=limits,qos); and a calendar:
+  a maintenance reservation of n5-n6 made before the first submission for a
+  minute from 200 s on, and n3 drained from 120 s to 240 s. Slurm's own view of
+  them is captured as a site would give it to `tsched simulate`:
+  `reservations.txt` (`scontrol show reservation`, taken when it is made) and
+  `events.txt` (`sacctmgr show event --parsable2` at the end).
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ FIELDS = (*SACCT_FIELDS[:-1], "ReqMem", "NodeList", "SubmitLine", "JobName")
 SCHEDULER = "bf_interval=1,bf_resolution=1,bf_max_job_test=1000,default_queue_depth=1000,sched_min_interval=100000"
 #: Limits users pick, in minutes.
 ROUND_LIMITS = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60)
+#: The environment of commands whose local times the captures keep (the replays read them with `--timezone UTC`).
+UTC = {"TZ": "UTC"}
 #: Base ports: each workload's cluster runs beside the others.
 PORTS = {"fcfs": 23817, "fcfs-tight": 24817, "mixed": 25817, "multifactor": 26817}
 
@@ -91,6 +98,16 @@ class PlannedJob:
 
 
 @dataclass(frozen=True)
+class NodeStep:
+    """An administrator's `scontrol update nodename=NODE state=STATE` at an offset (seconds after the first
+    submission)."""
+
+    offset: float
+    node: str
+    state: str  # drain, resume
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     nodes: int
@@ -98,6 +115,8 @@ class Workload:
     settings: dict[str, str]
     jobs: tuple[PlannedJob, ...]
     qos: tuple[str, ...] = ()  # `sacctmgr add qos` arguments: a name, then its limits
+    reservation: tuple[str, ...] = ()  # `scontrol create reservation` arguments, made before the first submission
+    node_steps: tuple[NodeStep, ...] = ()
 
     def offered_load(self) -> float:
         """CPU-seconds asked (runs cut at the limits) over what the machine gives while jobs arrive."""
@@ -218,6 +237,17 @@ MULTIFACTOR_PRIORITY = (
 )
 #: The multifactor workload's QOS: `limited` lets a user run two of its jobs at once (AccountingStorageEnforce).
 LIMITED_QOS = "limited MaxJobsPerUser=2"
+#: The multifactor workload's calendar: a maintenance of two nodes (whole nodes held from jobs whose limits
+#: would reach it) and a node drained for two minutes while jobs arrive.
+MAINTENANCE = (
+    "ReservationName=maintenance",
+    "StartTime=now+200",
+    "Duration=1",
+    "Nodes=n[5-6]",
+    "Users=root",
+    "Flags=MAINT,IGNORE_JOBS",
+)
+DRAIN = (NodeStep(120, "n3", "drain"), NodeStep(240, "n3", "resume"))
 MULTIFACTOR_SIZES = (1, 2, 4, 8, 12, 16, 24)
 MULTIFACTOR_WEIGHTS = (20, 15, 20, 20, 8, 10, 4)
 
@@ -272,18 +302,32 @@ def workloads() -> dict[str, Workload]:
         "fcfs": Workload("fcfs", 8, 8, fcfs, tuple(loose)),
         "fcfs-tight": Workload("fcfs-tight", 8, 8, fcfs, tuple(tight)),
         "mixed": Workload("mixed", 6, 8, mixed, tuple(mixed_jobs()), qos=("long",)),
-        "multifactor": Workload("multifactor", 6, 8, multifactor, tuple(multifactor_jobs()), qos=(LIMITED_QOS,)),
+        "multifactor": Workload(
+            "multifactor",
+            6,
+            8,
+            multifactor,
+            tuple(multifactor_jobs()),
+            qos=(LIMITED_QOS,),
+            reservation=MAINTENANCE,
+            node_steps=DRAIN,
+        ),
     }
 
 
 def submit_all(cluster: Cluster, workload: Workload) -> list[Submitted]:
-    """Submit the plan at its offsets (late submissions go at once); what was submitted, in order."""
+    """Submit the plan at its offsets, updating nodes at theirs (late ones go at once); what was submitted."""
     began = time.monotonic()
     submitted = []
-    for job in workload.jobs:
+    timeline = sorted([*workload.jobs, *workload.node_steps], key=lambda item: item.offset)
+    for job in timeline:
         delay = job.offset - (time.monotonic() - began)
         if delay > 0:
             time.sleep(delay)
+        if isinstance(job, NodeStep):
+            reason = ["reason=tsched-maintenance"] if job.state == "drain" else []
+            cluster.run("scontrol", "update", f"nodename={job.node}", f"state={job.state}", *reason)
+            continue
         job_id = cluster.sbatch(job.user, *job.command, command=f"sleep {job.seconds}")
         nodes, partition = int(job.option("-N", "1")), job.option("-p", "batch")
         submitted.append(
@@ -293,20 +337,24 @@ def submit_all(cluster: Cluster, workload: Workload) -> list[Submitted]:
 
 
 #: Log lines worth keeping: starts by either scheduler, ends (to the millisecond, which sacct's seconds cannot
-#: order), limits hit, and each change of a job's planned start.
-_STARTED = re.compile(r"sched: Allocate JobId=|_start_job: Started JobId=|_job_complete: JobId=\d+ done|Time limit")
+#: order), limits hit, nodes an administrator drained or resumed, and each change of a job's planned start.
+_STARTED = re.compile(
+    r"sched: Allocate JobId=|_start_job: Started JobId=|_job_complete: JobId=\d+ done|Time limit"
+    r"|update_node: node \S+ state set to"
+)
 _PLANNED = re.compile(r"_dump_job_sched: JobId=(\d+) to start at (\S+), end at (\S+) on nodes (\S+)")
 
 
-def backfill_log(text: str) -> str:
-    """slurmctld's log cut to starts, ends and changes of planned starts (a backfill cycle a second repeats itself)."""
+def backfill_log(text: str, every_cycle: bool = False) -> str:
+    """slurmctld's log cut to starts, ends and plans: each change of a job's planned start, or `every_cycle`'s
+    plans (a backfill cycle a second repeats itself, so the changes alone are a tenth of the size)."""
     kept, last = [], {}
     for line in text.splitlines():
         if _STARTED.search(line):
             kept.append(line)
             continue
         planned = _PLANNED.search(line)
-        if planned and last.get(planned.group(1)) != planned.groups()[1:]:
+        if planned and (every_cycle or last.get(planned.group(1)) != planned.groups()[1:]):
             last[planned.group(1)] = planned.groups()[1:]
             kept.append(line)
     return "\n".join(kept) + "\n"
@@ -344,13 +392,22 @@ def run_workload(workload: Workload, scratch: Path, out: Path, timeout: float = 
                 (out / name).write_text(cluster.run("sacctmgr", "show", what, "--parsable2"))
             for what in ("nodes", "partitions"):  # Slurm's own view of the configuration, to check the reader
                 (out / f"scontrol-{what}.txt").write_text(cluster.run("scontrol", "--oneliner", "show", what))
+            if workload.reservation:  # as a site keeps it when the maintenance is planned (gone once it ends)
+                cluster.run("scontrol", "create", "reservation", *workload.reservation)
+                (out / "reservations.txt").write_text(cluster.run("scontrol", "show", "reservation", env=UTC))
+            first = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
             capture.submitted = submit_all(cluster, workload)
             cluster.wait_idle(timeout=timeout)
             (out / "jobs.sacct").write_text(cluster.sacct(FIELDS, timezone="UTC"))
+            if workload.node_steps:
+                events = cluster.run("sacctmgr", "show", "event", "--parsable2", f"start={first}", env=UTC)
+                (out / "events.txt").write_text(events)
             for name in ("slurm.conf", "gres.conf"):
                 shutil.copyfile(scratch / "etc" / name, out / name)
-            with gzip.open(out / "backfill.log.gz", "wt") as log:  # repetitive: a tenth of its size
-                log.write(backfill_log((scratch / "log" / "slurmctld.log").read_text()))
+            text = (scratch / "log" / "slurmctld.log").read_text()
+            for name, every_cycle in (("backfill.log.gz", False), ("plans.log.gz", True)):
+                with gzip.open(out / name, "wt") as log:
+                    log.write(backfill_log(text, every_cycle))
     except BaseException as error:  # reported by the caller, after the other clusters have stopped
         capture.error = error
     capture.seconds = time.monotonic() - began

@@ -90,7 +90,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     credentials = credentials_from(args) if args.address else None
     cluster, requests = simulated_cluster(args, procs)
     accounting = site_accounting(args, cluster)
-    calendar = site_calendar(args, cluster)
+    calendar = site_calendar(args, cluster, trace)
     summary, result = run_simulation(
         trace,
         config,
@@ -147,18 +147,25 @@ def site_accounting(args: argparse.Namespace, cluster: Any) -> Any:
     return SiteAccounting(accounts, read_qos(args.qos_file) if args.qos_file else {})
 
 
-def site_calendar(args: argparse.Namespace, cluster: Any) -> Any:
+def site_calendar(args: argparse.Namespace, cluster: Any, trace: Any) -> Any:
     """The reservations (`--reservations`) and node events (`--node-events`) of `--scheduler slurm`'s cluster,
-    in the trace's time zone; None without either. What is read but not modelled is said on standard error."""
+    in the trace's time zone, a busy node's drain moved back to its request where a sacct trace says where its
+    jobs ran (`Calendar.drains_as_requested`); None without either. What is read but not modelled is said on
+    standard error."""
     if not (args.reservations or args.node_events):
         return None
     if cluster is None:
         raise UsageError("--reservations and --node-events: only --scheduler slurm has nodes to hold or take out")
+    from simulator.calendar import node_runs
     from simulator.clusterconf.calendarfiles import read_calendar
+    from simulator.workloads.formats import detect_format
+    from simulator.workloads.sacctrequests import read_sacct_nodes
 
     calendar, notes = read_calendar(cluster, args.reservations, args.node_events, args.timezone or "UTC")
     for note in notes:
         print(f"tsched: warning: {note}", file=sys.stderr)
+    if calendar.events and args.trace not in (None, STDIN) and (args.format or detect_format(args.trace)) == "sacct":
+        calendar = calendar.drains_as_requested(node_runs(trace.jobs, read_sacct_nodes(args.trace, cluster)))
     return calendar
 
 
