@@ -77,38 +77,46 @@ class Calendar:
     events: tuple[NodeEvent, ...] = ()
 
     def drains_as_requested(self, runs: Iterable[tuple[int, int, int]]) -> Calendar:
-        """The calendar with each busy node's drain moved back to when it was asked for, as the scheduler lived it.
+        """The calendar with each busy node's drain moved back to the earliest time it can have been asked for.
 
         slurmctld records a drain (`sacctmgr show event`) when the node is
         drained: a node busy at the request records it at its last job's end,
         though it took no new job from the request on. When a job of `runs`
         (node, start, end: the trace's jobs where they ran) ended on the node
-        within a second of the event's start, the drain begins a second after
-        the last job to start there before it: the request came after that
-        start, and the replay keeps the node from new jobs as Slurm did. A live
-        run here asked at 15:21:10 and recorded 15:22:04; this reads 15:20:33.
+        within a second of the event's start and none still ran there, the
+        drain begins a second after the last job to start there before it: the
+        request came after that start, and the replay keeps the node from new
+        jobs as Slurm did. A live run here asked at 15:21:10 and recorded
+        15:22:04; this reads 15:20:33. An idle node drained within a second of
+        a job's end is moved back too: the dump cannot tell the two apart.
         """
-        starts: dict[int, list[int]] = {}
-        ends: dict[int, set[int]] = {}
+        by_node: dict[int, list[tuple[int, int]]] = {}
         for node, start, end in runs:
-            starts.setdefault(node, []).append(start)
-            ends.setdefault(node, set()).add(end)
-        moved = []
-        for event in self.events:
-            recorded = event.start
-            if event.state == "drain" and ends.get(event.node, set()) & {recorded - 1, recorded, recorded + 1}:
-                before = [start for start in starts[event.node] if start < recorded]
-                moved.append(replace(event, start=min(max(before, default=recorded - 1) + 1, recorded)))
-            else:
-                moved.append(event)
+            by_node.setdefault(node, []).append((start, end))
+        moved = (_drain_as_requested(event, by_node.get(event.node, [])) for event in self.events)
         return replace(self, events=tuple(sorted(moved, key=lambda event: (event.start, event.node))))
 
 
+def _drain_as_requested(event: NodeEvent, runs: list[tuple[int, int]]) -> NodeEvent:
+    """`event` moved back as `Calendar.drains_as_requested` says, given the node's (start, end) runs."""
+    recorded = event.start
+    if event.state != "drain" or not any(abs(end - recorded) <= 1 for _, end in runs):
+        return event
+    if any(start < recorded < end - 1 for start, end in runs):
+        return event  # a job still ran: the record is not the drain's completion
+    last_start = max((start for start, _ in runs if start < recorded), default=recorded - 1)
+    return replace(event, start=min(last_start + 1, recorded))
+
+
 def node_runs(jobs: pd.DataFrame, nodes: Mapping[int, tuple[int, ...]]) -> list[tuple[int, int, int]]:
-    """(node, start, end) for each of the trace's `jobs` (submit, wait, end) on each of the `nodes` it ran on (by
-    job id): what `Calendar.drains_as_requested` reads a busy node's drain from."""
-    columns = jobs[["job_id", "submit", "wait", "end"]].itertuples(index=False)
-    return [(node, int(submit + wait), int(end)) for job, submit, wait, end in columns for node in nodes.get(job, ())]
+    """(node, start, end) for each of the trace's `jobs` (submit, wait, run) on each of the `nodes` it ran on (by
+    job id), end as the job ran (a TIMEOUT past its limit too): what `Calendar.drains_as_requested` reads."""
+    columns = jobs[["job_id", "submit", "wait", "run"]].itertuples(index=False)
+    return [
+        (node, int(submit + max(wait, 0)), int(submit + max(wait, 0) + run))
+        for job, submit, wait, run in columns
+        for node in nodes.get(job, ())
+    ]
 
 
 class ReservedNodes:

@@ -199,6 +199,21 @@ def test_a_busy_nodes_drain_starts_after_its_last_job_started():
     assert moved.events == (NodeEvent(2, 31, 300, "drain"), NodeEvent(3, 40, 60, "down"), events[1])
 
 
+def test_a_drain_recorded_while_a_job_still_ran_keeps_its_time():
+    """A job ended on the node when the drain was recorded, but another still ran there: the node was not
+    drained then, so the record is not a drain's completion and is not moved."""
+    runs = [(4, 0, 100), (4, 10, 200)]
+    events = (NodeEvent(4, 100, 300, "drain"),)
+    assert Calendar(events=events).drains_as_requested(runs).events == events
+
+
+def test_a_timed_out_job_holds_its_node_until_it_was_killed():
+    """A TIMEOUT job ran past its limit (t_act is cut at the request, `run` is not): its run on the node ends when
+    it ended, so a drain recorded at that end is read as its node's."""
+    jobs = pd.DataFrame({"job_id": [7, 8], "submit": [0, 5], "wait": [10, -1], "run": [130, 20], "t_act": [120, 20]})
+    assert node_runs(jobs, {7: (0, 1), 8: (2,)}) == [(0, 10, 140), (1, 10, 140), (2, 5, 25)]
+
+
 def test_a_live_runs_drain_is_read_back_to_before_its_request():
     """The calendar capture (tests/data/slurm-22.05-calendar): n3 was asked to drain at 15:21:10 (the log), busy
     with job 14 until 15:22:04, which sacctmgr records as the drain's start; the last job to start on n3 before
@@ -234,3 +249,17 @@ def test_a_second_calendar_run_meets_every_issue_26_agreement_target(tmp_path):
     result = agreement(DATA / "slurm-22.05-calendar-run2" / "multifactor", tmp_path)
     assert abs(result.wait_error) <= 0.05 and abs(result.utilization_points) <= 2, result.line()
     assert result.wait_mae <= result.chaos_floor and result.start_order >= START_ORDER, result.line()
+
+
+def test_a_dump_without_nodelist_replays_drains_as_recorded_and_says_so(tmp_path, capsys):
+    """Where the sacct dump does not say where jobs ran, no drain can be read back to its request: the replay
+    runs with the drain as sacctmgr recorded it and says why on standard error."""
+    folder = DATA / "slurm-22.05-calendar" / "multifactor"
+    rows = [line.split("|") for line in (folder / "jobs.sacct").read_text().splitlines()]
+    column = rows[0].index("NodeList")
+    dump = written(tmp_path, "jobs.sacct", "\n".join("|".join(row[:column] + row[column + 1 :]) for row in rows) + "\n")
+    files = ["--reservations", str(folder / "reservations.txt"), "--node-events", str(folder / "events.txt")]
+    arguments = ["simulate", "--trace", str(dump), "--cluster", str(folder / "slurm.conf"), "--scheduler", "slurm"]
+    assert main([*arguments, *files, "--json", str(tmp_path / "out.json")]) == 0
+    error = capsys.readouterr().err
+    assert "no NodeList field" in error and "drains start as recorded" in error

@@ -21,6 +21,9 @@ pytestmark = pytest.mark.slurm
 NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor")
 #: Starts whose nodes may differ from the model's in one run (none did in 360 starts of four runs, docs/cluster.md).
 DIFFERING = 2
+#: Starts that are the model's only once nodes freed in the last seconds are left out: 2 of 450 in five live runs;
+#: a tenth of a run's jobs would be a rule of the model's, not a race.
+COMPLETING = 9
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +80,7 @@ def test_the_model_places_jobs_where_slurm_did(capture):
     assert replay.checked + replay.backfilled == len(run.jobs), replay
     assert replay.unplaceable == [] and len(replay.tied) <= 1, replay
     assert len(replay.differing) <= DIFFERING, replay.differing
+    assert len(replay.completing) <= COMPLETING, replay.completing
 
 
 def test_jobs_queued(capture):

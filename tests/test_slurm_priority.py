@@ -405,7 +405,10 @@ def test_the_toml_priority_table_reads_as_the_slurm_conf_keys(tmp_path: Path) ->
     assert cluster.priority == conf.priority and cluster.priority.limits_enforced
     assert cluster.scheduler.priority_type == conf.scheduler.priority_type == "priority/multifactor"
     path.write_text(head + table.replace("calc_period = 1", "calc_period = 0"))
-    with pytest.raises(ClusterConfigError, match=r"multifactor\.toml \[priority\]: prioritycalcperiod: '0' is below"):
+    with pytest.raises(ClusterConfigError, match=r"multifactor\.toml \[priority\]: calc_period: '0' is below"):
+        read_cluster_toml(path)
+    path.write_text(head + table.replace('decay_half_life = "0-00:05"', "favor_small = 3"))
+    with pytest.raises(ClusterConfigError, match=r"\[priority\]: favor_small: "):
         read_cluster_toml(path)
     path.write_text(head + "[priority]\nweight_luck = 1\n")
     with pytest.raises(ClusterConfigError, match=r"\[priority\]: weight_luck: is not a key here"):

@@ -40,14 +40,17 @@ class ClusterConfigError(TschedError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Where:
-    """A place in a configuration file, for error messages."""
+    """A place in a configuration file, for error messages; `names` maps slurm.conf's lower-case keys to the
+    file's own (a TOML table's), so that an error names the key the user wrote."""
 
     source: str
     line: int | None = None
+    names: tuple[tuple[str, str], ...] = ()
 
     def error(self, key: str, message: str) -> ClusterConfigError:
         place = self.source if self.line is None else f"{self.source} line {self.line}"
-        return ClusterConfigError(f"{place}: {key}: {message}")
+        written = dict(self.names).get(key.lower(), key)
+        return ClusterConfigError(f"{place}: {written}: {message}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,9 @@ def _text(value: object, where: Where, key: str) -> str:
 
 
 def _slurm_values(table: Mapping[str, Any], keys: Mapping[str, str], where: Where) -> dict[str, Value]:
-    """A TOML table's values under slurm.conf's lower-case keys (unknown keys raise)."""
+    """A TOML table's values under slurm.conf's lower-case keys (unknown keys raise); their errors name the TOML
+    key."""
+    where = replace(where, names=tuple((slurm_key, toml_key) for toml_key, slurm_key in keys.items()))
     values: dict[str, Value] = {}
     for key, raw in table.items():
         if key not in keys:

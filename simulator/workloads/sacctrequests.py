@@ -27,14 +27,15 @@ from simulator.workloads.tres import sacct_request
 REQUEST_FIELDS = ("ReqTRES", "AllocTRES", "ReqMem", "Partition", "QOS", "SubmitLine", "NodeList")
 
 
-def _allocations(path: str | Path, needed: tuple[str, ...]) -> Iterator[tuple[int, int, dict[str, str]]]:
-    """(line, job id, fields) of every job allocation of the dump; job steps and jobs never allocated left out."""
+def _allocations(path: str | Path, needed: tuple[str, ...], what: str) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """(line, job id, fields) of every job allocation of the dump; job steps and jobs never allocated left out.
+    A dump without a field of `needed` is an error saying that `what` cannot be read."""
     source = str(path)
     text = read_trace_bytes(Path(path), source).decode("utf-8", errors="replace")
     rows = csv.DictReader(io.StringIO(text), delimiter="|", quoting=csv.QUOTE_NONE)
     missing = [name for name in ("JobIDRaw", *needed) if name not in (rows.fieldnames or ())]
     if missing:
-        raise TraceError(f"{source}: line 1: no {' or '.join(missing)} field: the requests cannot be read")
+        raise TraceError(f"{source}: line 1: no {' or '.join(missing)} field: {what} cannot be read")
     for row in rows:
         job = row["JobIDRaw"] or ""
         if job.isdigit() and row.get("AllocTRES", "x"):
@@ -44,7 +45,7 @@ def _allocations(path: str | Path, needed: tuple[str, ...]) -> Iterator[tuple[in
 def read_sacct_nodes(path: str | Path, cluster: Cluster) -> dict[int, tuple[int, ...]]:
     """Job id -> the indices of the cluster's nodes it ran on (NodeList), for the jobs that ran on known nodes."""
     nodes: dict[int, tuple[int, ...]] = {}
-    for _, job, fields in _allocations(path, ()):
+    for _, job, fields in _allocations(path, ("NodeList",), "where the jobs ran"):
         try:
             nodes[job] = tuple(cluster.node_index(name) for name in expand_hostlist(fields["NodeList"]))
         except (KeyError, ValueError):
@@ -56,7 +57,7 @@ def read_sacct_requests(path: str | Path, cluster: Cluster | None = None) -> dic
     """Job id -> request, for every job allocation of the dump (TraceError naming the line and field)."""
     source = str(path)
     requests: dict[int, ResourceRequest] = {}
-    for line, job, fields in _allocations(path, ("ReqTRES",)):
+    for line, job, fields in _allocations(path, ("ReqTRES",), "the requests"):
         try:
             requests[job] = sacct_request(
                 fields["ReqTRES"],

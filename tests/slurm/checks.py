@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from kernel.resources import ResourceRequest
-from simulator.calendar import Reservation
+from simulator.calendar import Reservation, ReservedNodes
 from simulator.cluster import Cluster
 from simulator.clusterconf import read_slurm_conf
 from simulator.clusterconf.calendarfiles import read_reservations, time_zone
@@ -80,6 +80,11 @@ class Job:
     @property
     def wait(self) -> int:
         return self.start - _utc(self.row["Eligible"])
+
+    @property
+    def limit(self) -> int:
+        """The time limit in seconds (sacct gives minutes)."""
+        return int(self.row["TimelimitRaw"]) * 60
 
     @cached_property
     def nodes(self) -> list[int]:
@@ -138,8 +143,7 @@ class Run:
     def logged(self) -> dict[tuple[str, int], float]:
         """("start" or "end", job) -> when slurmctld logged it, in seconds with milliseconds (if it did)."""
         times: dict[tuple[str, int], float] = {}
-        path = self.folder / "backfill.log.gz"
-        for line in gzip.decompress(path.read_bytes()).decode().splitlines() if path.exists() else []:
+        for line in self._log("backfill.log.gz"):
             found = _LOGGED.search(line)
             if found:
                 when = _logged_at(found.group(1))
@@ -158,14 +162,13 @@ class Run:
         end counts). None if the run kept no log of every cycle's plans
         (`plans.log.gz`: the committed captures keep only changes of plan).
         """
-        path = self.folder / "plans.log.gz"
-        if not path.exists():
+        if not (self.folder / "plans.log.gz").exists():
             return None
-        limits = {job.id: int(job.row["TimelimitRaw"]) * 60 for job in self.jobs}
+        limits = {job.id: job.limit for job in self.jobs}
         held: dict[int, tuple[int, ...]] = {}
         plans: list[Plan] = []
         last = 0.0
-        for line in gzip.decompress(path.read_bytes()).decode().splitlines():
+        for line in self._log("plans.log.gz"):
             found = _BACKFILLED.search(line)
             if not found:
                 continue
@@ -188,8 +191,7 @@ class Run:
     def node_states(self) -> list[tuple[float, int, bool]]:
         """(when, node, whether it takes jobs) for each state an administrator set (`scontrol update`), as logged."""
         changes = []
-        path = self.folder / "backfill.log.gz"
-        for line in gzip.decompress(path.read_bytes()).decode().splitlines() if path.exists() else []:
+        for line in self._log("backfill.log.gz"):
             found = _NODE_STATE.search(line)
             if found:
                 taking = not found.group(3).startswith(("DRAIN", "DOWN", "FAIL"))
@@ -204,7 +206,13 @@ class Run:
 
     def reserved(self, start: int, end: int) -> tuple[int, ...]:
         """The reserved nodes a job running from `start` to `end` may not use (`job_test_resv`: they overlap)."""
-        return tuple(node for resv in self.reservations if resv.start < end and resv.end > start for node in resv.nodes)
+        blocked = ReservedNodes(self.reservations, resolution=1).blocked(start, end)
+        return tuple(node for node in range(len(self.cluster.nodes)) if blocked >> node & 1)
+
+    def _log(self, name: str) -> list[str]:
+        """The lines of one of the capture's gzipped logs; none if the run did not keep it."""
+        path = self.folder / name
+        return gzip.decompress(path.read_bytes()).decode().splitlines() if path.exists() else []
 
     def when(self, kind: str, job: Job) -> tuple[float, int]:
         """When a job started or ended: the log's time if it has one, else sacct's second (ends before starts)."""
@@ -413,14 +421,15 @@ def replay_node_choices(run: Run) -> NodeReplay:
     Placing a job on its own nodes (the model choosing among those only) checks
     that they had room for it in the model too and gives the CPUs, memory and
     GPUs it holds on each. A job Slurm's main scheduler started is also placed
-    afresh among all its partition's nodes: the main scheduler ignores the
-    backfill scheduler's reservations (which sacct does not record), so
-    select/cons_tres's choice, which `pick` reproduces, decides alone. With a
-    log of every backfill cycle's plans (`Run.held`), a job the backfill
-    scheduler started is placed afresh too, off the nodes its cycle held for
-    the jobs ahead of it. Events
-    go in the order slurmctld logged them (to the millisecond); without a log,
-    ends at a second come before starts at it, and starts go in job order.
+    afresh among its partition's nodes that were neither drained (the log's
+    `update_node` lines) nor in a reservation its limit reaches: the main
+    scheduler ignores the backfill scheduler's reservations (which sacct does
+    not record), so select/cons_tres's choice, which `pick` reproduces,
+    decides alone. With a log of every backfill cycle's plans (`Run.held`), a
+    job the backfill scheduler started is placed afresh too, off the nodes its
+    cycle held for the jobs ahead of it as well. Events go in the order
+    slurmctld logged them (to the millisecond); without a log, ends at a second
+    come before starts at it, and starts go in job order.
 
     A node is not given to a job while it is still completing the last one
     (its epilog, a second or so after the job's end; sacct does not say when it
@@ -453,7 +462,7 @@ def replay_node_choices(run: Run) -> NodeReplay:
             _, node, taking = states.pop(0)
             (drained.discard if taking else drained.add)(node)
         recent = [node for node, when in freed.items() if started[0] - when < COMPLETING]
-        kept = (*drained, *run.reserved(job.start, job.start + int(job.row["TimelimitRaw"]) * 60))
+        kept = (*drained, *run.reserved(job.start, job.start + job.limit))
         if "SchedMain" in job.row["Flags"]:
             replay.checked += 1
             _compare(replay, job, state, wanted, recent, kept)

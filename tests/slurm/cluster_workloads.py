@@ -68,7 +68,7 @@ FIELDS = (*SACCT_FIELDS[:-1], "ReqMem", "NodeList", "SubmitLine", "JobName")
 SCHEDULER = "bf_interval=1,bf_resolution=1,bf_max_job_test=1000,default_queue_depth=1000,sched_min_interval=100000"
 #: Limits users pick, in minutes.
 ROUND_LIMITS = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60)
-#: The environment of commands whose local times the captures keep (the replays read them with `--timezone UTC`).
+#: The environment of commands whose local times the captures keep (the replays read them as UTC, the default).
 UTC = {"TZ": "UTC"}
 #: Base ports: each workload's cluster runs beside the others.
 PORTS = {"fcfs": 23817, "fcfs-tight": 24817, "mixed": 25817, "multifactor": 26817}

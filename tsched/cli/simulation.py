@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernel.errors import UsageError
+from kernel.errors import TraceError, UsageError
 from tsched.cli.options import (
     STDIN,
     TRACE_HELP,
@@ -125,13 +125,17 @@ def simulated_cluster(args: argparse.Namespace, procs: int) -> tuple[Any, dict[i
         return None, {}
     from simulator.clusterconf import read_cluster
     from simulator.clusterreplay import single_cpu_nodes
-    from simulator.workloads.formats import detect_format
     from simulator.workloads.sacctrequests import read_sacct_requests
 
     cluster = read_cluster(args.cluster) if args.cluster else single_cpu_nodes(procs)
-    if args.trace in (None, STDIN) or (args.format or detect_format(args.trace)) != "sacct":
-        return cluster, {}
-    return cluster, read_sacct_requests(args.trace, cluster)
+    return cluster, read_sacct_requests(args.trace, cluster) if _sacct_trace(args) else {}
+
+
+def _sacct_trace(args: argparse.Namespace) -> bool:
+    """Whether `--trace` is a sacct dump, the one format that says what jobs asked for and where they ran."""
+    from simulator.workloads.formats import detect_format
+
+    return args.trace not in (None, STDIN) and (args.format or detect_format(args.trace)) == "sacct"
 
 
 def site_accounting(args: argparse.Namespace, cluster: Any) -> Any:
@@ -158,14 +162,20 @@ def site_calendar(args: argparse.Namespace, cluster: Any, trace: Any) -> Any:
         raise UsageError("--reservations and --node-events: only --scheduler slurm has nodes to hold or take out")
     from simulator.calendar import node_runs
     from simulator.clusterconf.calendarfiles import read_calendar
-    from simulator.workloads.formats import detect_format
     from simulator.workloads.sacctrequests import read_sacct_nodes
 
     calendar, notes = read_calendar(cluster, args.reservations, args.node_events, args.timezone or "UTC")
+    if calendar.events and _sacct_trace(args):
+        try:
+            nodes = read_sacct_nodes(args.trace, cluster)
+        except TraceError as error:
+            nodes, notes = {}, [*notes, str(error)]
+        if nodes:
+            calendar = calendar.drains_as_requested(node_runs(trace.jobs, nodes))
+        else:
+            notes.append(f"{args.trace}: no job ran on the cluster's nodes (NodeList): drains start as recorded")
     for note in notes:
         print(f"tsched: warning: {note}", file=sys.stderr)
-    if calendar.events and args.trace not in (None, STDIN) and (args.format or detect_format(args.trace)) == "sacct":
-        calendar = calendar.drains_as_requested(node_runs(trace.jobs, read_sacct_nodes(args.trace, cluster)))
     return calendar
 
 
