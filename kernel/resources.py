@@ -31,8 +31,9 @@ class ResourceRequest:
       neither: the cluster's default (`DefMemPerCPU`/`DefMemPerNode`);
     - GPUs per job (`--gpus`), per node (`--gres=gpu:N`, `--gpus-per-node`) or per task
       (`--gpus-per-task`), of `gpu_type` if given;
-    - `partitions` in the order Slurm tries them (empty: the default partition), `qos`, and
-      `exclusive` (`--exclusive`: whole nodes).
+    - `partitions` in the order Slurm tries them (empty: the default partition), `qos`,
+      `exclusive` (`--exclusive`: whole nodes), and the advance `reservation` it runs in
+      (`--reservation`: only on the reservation's nodes, only while it lasts).
     """
 
     nodes: int | None = None
@@ -49,6 +50,7 @@ class ResourceRequest:
     partitions: tuple[str, ...] = ()
     qos: str | None = None
     exclusive: bool = False
+    reservation: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("nodes", "max_nodes", "tasks", "tasks_per_node", "gpus", "gpus_per_node", "gpus_per_task"):

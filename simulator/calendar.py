@@ -125,18 +125,42 @@ class ReservedNodes:
     def __init__(self, reservations: tuple[Reservation, ...], resolution: int) -> None:
         self.resolution = resolution
         self._held = [(resv.start, resv.end, resv.bits) for resv in reservations]
+        self._named = {resv.name: resv for resv in reservations}
         self.boundaries = sorted({time for resv in reservations for time in (resv.start, resv.end)})
 
     def __bool__(self) -> bool:
         return bool(self._held)
 
     def blocked(self, start: int, end: int) -> int:
-        """The nodes a job running from `start` to `end` may not use."""
+        """The nodes a job that names no reservation, running from `start` to `end`, may not use."""
         nodes = 0
         for begins, ends, bits in self._held:
             if begins < end and ends > start:
                 nodes |= bits
         return nodes
+
+    def named(self, name: str | None) -> Reservation | None:
+        """The reservation a job names, if the calendar holds it."""
+        return self._named.get(name) if name else None
+
+    def usable(self, reservation: Reservation, start: int, end: int) -> int | None:
+        """The nodes a job in `reservation` may use from `start` to `end`: none (None) before the reservation
+        begins or after it ends; else its nodes but those of other reservations overlapping the job, unless it is
+        a maintenance (MAINT) reservation, which overlapping ones do not take from (`job_test_resv`). The job's
+        end is not held to the reservation's: slurmctld kills it then (`ResvOverRun`)."""
+        if start < reservation.start or start > reservation.end:
+            return None
+        return reservation.bits & ~self.blocked_within(reservation, start, end)
+
+    def blocked_within(self, reservation: Reservation, start: int, end: int) -> int:
+        """The nodes of `reservation` that other reservations overlapping `start`-`end` hold."""
+        if "MAINT" in reservation.flags:
+            return 0
+        nodes = 0
+        for other in self._named.values():
+            if other is not reservation and other.start < end and other.end > start:
+                nodes |= other.bits
+        return nodes & reservation.bits
 
     def retry_after(self, start: int) -> int:
         """When the backfill scheduler tries a job again that a reservation kept off nodes at `start`: a second

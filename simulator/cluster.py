@@ -154,8 +154,8 @@ class SelectSettings:
 class SchedulerSettings:
     """The scheduler's configuration, as the `slurm` scheduler reads it (Slurm 22.05's defaults).
 
-    Times in seconds (`bf_window` and `over_time_limit` are minutes in slurm.conf);
-    `over_time_limit=None` is UNLIMITED. Parameters of SchedulerParameters that
+    Times in seconds (`bf_window`, `over_time_limit` and `resv_over_run` are minutes in slurm.conf);
+    `over_time_limit=None` and `resv_over_run=None` are UNLIMITED. Parameters of SchedulerParameters that
     are not modelled are kept in `other`, as given.
     """
 
@@ -180,6 +180,7 @@ class SchedulerSettings:
     sched_max_job_start: int = 0
     over_time_limit: int | None = 0  # minutes
     kill_wait: int = 30
+    resv_over_run: int | None = 0  # minutes a job in a reservation may run past its end; None: UNLIMITED
     other: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

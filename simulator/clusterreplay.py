@@ -92,7 +92,7 @@ def queued_jobs(
         if not fitting:
             skipped["does not fit its partition"] += 1
             continue
-        queued[job_id] = QueuedJob(user, fitting)
+        queued[job_id] = QueuedJob(user, fitting, request.reservation)
     return queued, dict(skipped)
 
 
@@ -112,6 +112,8 @@ def slurm_scheduler(
     return QueueScheduler(FCFS() if policy is None else policy, backfill, machine)
 
 
+#: Why a job left out of the result never started.
+NEVER_STARTED = "never started: its reservation ended first (slurmctld holds such a job)"
 #: A job's end in the result's `state` column, as sacct names it.
 COMPLETED, TIMEOUT, NODE_FAIL = "COMPLETED", "TIMEOUT", "NODE_FAIL"
 
@@ -170,35 +172,50 @@ class ClusterReplay(TraceReplay):
         return super().admit(completed, arrived)
 
     @cached_property
-    def _kills(self) -> tuple[list[int | None], list[int], int]:
-        """Per job: when it is killed after its start (None: never), how long it runs; and the sweep's phase."""
+    def _kills(self) -> tuple[list[int | None], list[int | None], list[int], int]:
+        """Per job: when it is killed after its start (None: never), when for its reservation's end (None:
+        never), how long it runs; and the sweep's phase."""
         backfill = self.scheduler.backfill
         if not isinstance(backfill, SlurmBackfill):
             raise TypeError("a ClusterReplay runs the slurm scheduler")
-        over_time = [backfill.over_time(job_id) for job_id in self.jobs["job_id"].tolist()]
+        job_ids = self.jobs["job_id"].tolist()
+        over_time = [backfill.over_time(job_id) for job_id in job_ids]
         limits = self.jobs["t_req"].tolist()
         killed = [None if over is None else limit + over * 60 for limit, over in zip(limits, over_time, strict=True)]
         runs = self.jobs["run" if "run" in self.jobs else "t_act"].tolist()  # t_act stops at the limit
-        return killed, [int(run) for run in runs], sweep_phase(self.jobs)
+        ended = [backfill.reservation_end(job_id) for job_id in job_ids]
+        return killed, ended, [int(run) for run in runs], sweep_phase(self.jobs)
 
     def replay(self) -> SimulationResult:
-        """The run, each job with how it ended (`state`) and the nodes it ran on (`nodes`, comma-separated)."""
+        """The run, each job with how it ended (`state`) and the nodes it ran on (`nodes`, comma-separated).
+        A job that never started (its reservation ended first: slurmctld holds it) is left out and counted."""
         result = super().replay()
         result.jobs["state"] = self.states
         names = [node.name for node in self.machine.cluster.nodes]
         result.jobs["nodes"] = [",".join(names[index] for index in held) for held in self.nodes]
+        never = [index for index, held in enumerate(self.nodes) if not held]
+        if never:
+            result.jobs = result.jobs.drop(index=never).reset_index(drop=True)
+            result.skipped[NEVER_STARTED] = result.skipped.get(NEVER_STARTED, 0) + len(never)
         return result
 
     def completion_time(self, job: WaitingJob) -> int:
-        """The job's end: as the trace says, or the first limit sweep at or after its limit."""
+        """The job's end: as the trace says, or the first limit sweep at or after its limit, or after its
+        reservation's end (`job_time_limit`: `end_time + ResvOverRun < now`)."""
         index, now = job.index, self.now
-        killed, runs, phase = self._kills
+        killed, reservation_ends, runs, phase = self._kills
         end = now + runs[index]
         limit = killed[index]
         if limit is not None and end >= now + limit:
             due = now + limit
             end = due + (phase - due) % LIMIT_SWEEP
             self.states[index] = TIMEOUT
+        reservation_end = reservation_ends[index]
+        if reservation_end is not None:
+            due = reservation_end + 1
+            if (swept := due + (phase - due) % LIMIT_SWEEP) < end:
+                end = swept
+                self.states[index] = TIMEOUT
         self.nodes[index] = tuple(self.machine.state.allocations[index].nodes.tolist())
         self.start_at[index] = now
         self.end_at[index] = end

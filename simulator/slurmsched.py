@@ -20,8 +20,12 @@ the submission order; partitions' `PriorityTier` goes first), a
   (`simulator.nodeplan`) within `bf_window`, at `bf_resolution`.
 
 Advance reservations (`simulator.calendar`) keep their nodes from every job
-whose limit would overlap them, in both passes; nodes that are down or
-drained (`NodeMachine.take_out`) take no job.
+whose limit would overlap them, in both passes. A job that names one
+(`--reservation`) runs only on its nodes, from its start on; such jobs go
+first in the queue (`sort_job_queue2`), one that does not fit stops the
+other jobs of its reservation but not its partition, and the backfill
+cycle plans none before its reservation begins ("reservation defer").
+Nodes that are down or drained (`NodeMachine.take_out`) take no job.
 
 It sees estimates only: a job's limit (or t_sched, as the planning mode
 says) and the running jobs' expected ends; the driver decides when jobs end
@@ -37,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.backfill import Backfill
-from simulator.calendar import ReservedNodes
+from simulator.calendar import Reservation, ReservedNodes
 from simulator.cluster import Cluster, Partition
 from simulator.jobs import RunningJob, WaitingJob
 from simulator.machine import PLANNINGS, Correction, Machine, Planning
@@ -59,11 +63,12 @@ def over_time_minutes(cluster: Cluster, partition: Partition) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class QueuedJob:
-    """What the scheduler knows of a job beyond `WaitingJob`: its user and its request in each partition it
-    may run in, in the order it asked for them."""
+    """What the scheduler knows of a job beyond `WaitingJob`: its user, its request in each partition it
+    may run in, in the order it asked for them, and the advance reservation it runs in (None: none)."""
 
     user: int
     demands: tuple[Demand, ...]
+    reservation: str | None = None
 
 
 class NodeMachine(Machine):
@@ -167,7 +172,7 @@ class SlurmBackfill(Backfill):
         self._partition_bits = {name: to_bits(mask) for name, mask in table.partition_masks.items()}
         self._over_time = {p.name: over_time_minutes(cluster, p) for p in cluster.partitions}
         self._tiers = {p.name: p.priority_tier for p in cluster.partitions}
-        self._tiered = len(set(self._tiers.values())) > 1
+        self._tiered = len(set(self._tiers.values())) > 1 or any(job.reservation for job in jobs.values())
         self._waiting = 0
         self._fewest_cpus: dict[int, int] = {}  # trace index -> the fewest CPUs the waiting job can start with
         self._fewest = SizeCount()  # of those: a pass with fewer CPUs free starts nothing
@@ -232,7 +237,7 @@ class SlurmBackfill(Backfill):
         if not (main or submitted or cycle) or machine.free < self._fewest.smallest:
             return []
         if self._tiered:
-            queue = sorted(queue, key=lambda job: -self._tiers[self.jobs[job.job_id].demands[0].partition])
+            queue = sorted(queue, key=self._queue_key)
         ends = machine.running_ends()
         started: list[WaitingJob] = []
         if main:
@@ -244,37 +249,58 @@ class SlurmBackfill(Backfill):
             started += self._cycle(now, [job for job in queue if job.index not in chosen], machine, ends)
         return started
 
+    def _queue_key(self, job: WaitingJob) -> tuple[bool, int]:
+        """Jobs in a reservation first, then by their partition's PriorityTier (a stable sort keeps priority)."""
+        queued = self.jobs[job.job_id]
+        return queued.reservation is None, -self._tiers[queued.demands[0].partition]
+
+    def reservation_end(self, job_id: int) -> int | None:
+        """When slurmctld kills the job for its reservation's end (past it by ResvOverRun); None: never."""
+        reservation = self.reserved.named(self.jobs[job_id].reservation)
+        over_run = self.settings.resv_over_run
+        return None if reservation is None or over_run is None else reservation.end + over_run * 60
+
+    def _usable(self, job: WaitingJob, start: int, end: int) -> int | None:
+        """The nodes the reservations let `job` use from `start` to `end` (-1: all); None: none yet or any more
+        (its reservation has not begun or has ended)."""
+        reservation = self.reserved.named(self.jobs[job.job_id].reservation)
+        if reservation is not None:
+            return self.reserved.usable(reservation, start, end)
+        return ~self.reserved.blocked(start, end) if self.reserved else -1
+
     def _at_submission(
         self, queue: list[WaitingJob], submitted: set[int], machine: NodeMachine, ends: list[RunningEnd]
     ) -> list[WaitingJob]:
         """job_allocate() at submission: a new job starts at once if no job ahead of it waits for any of its
-        partitions' nodes (_top_priority) and it fits; the others wait for a pass."""
-        ahead = 0
+        partitions' nodes (_top_priority; a job in a reservation only waits for jobs in the same one, and other
+        jobs not for it) and it fits; the others wait for a pass."""
+        ahead: dict[str | None, int] = {}
         started: list[WaitingJob] = []
         for job in queue:
             if self.gate is not None and self.gate.holds(job):
                 continue
-            demands = self.jobs[job.job_id].demands
+            queued = self.jobs[job.job_id]
             nodes = 0
-            for wanted in demands:
+            for wanted in queued.demands:
                 nodes |= self._partition_bits[wanted.partition]
-            if job.index in submitted and not nodes & ahead:
-                placed = self._first_fit(job, demands, machine, ends, 0)
+            if job.index in submitted and not nodes & ahead.get(queued.reservation, 0):
+                placed = self._first_fit(job, queued.demands, machine, ends, 0)
                 if placed:
                     started.append(job)
                     continue
-            ahead |= nodes
+            ahead[queued.reservation] = ahead.get(queued.reservation, 0) | nodes
         return started
 
     def _first_fit(
         self, job: WaitingJob, demands: tuple[Demand, ...], machine: NodeMachine, ends: list[RunningEnd], blocked: int
     ) -> bool:
-        """Start `job` now in the first of its partitions it fits in, off the `blocked` nodes and the nodes of
-        reservations its limit would overlap; whether it did."""
-        if self.reserved:
-            blocked |= self.reserved.blocked(self._now, self._now + job.t_est)
+        """Start `job` now in the first of its partitions it fits in, off the `blocked` nodes and on the nodes the
+        reservations let it use; whether it did."""
+        usable = self._usable(job, self._now, self._now + job.t_est)
+        if usable is None:
+            return False
         for wanted in demands:
-            nodes = self._partition_bits[wanted.partition] & machine.in_service & ~blocked
+            nodes = self._partition_bits[wanted.partition] & machine.in_service & ~blocked & usable
             allocation = machine.state.pick(wanted, from_bits(nodes, self._size))
             if allocation is not None:
                 insort(ends, self._start(job, wanted, allocation, machine))
@@ -289,22 +315,32 @@ class SlurmBackfill(Backfill):
         return machine.running_end(job.index, self._now + machine.planned_runtime(job), job.t_req)
 
     def _main_pass(self, queue: list[WaitingJob], machine: NodeMachine, ends: list[RunningEnd]) -> list[WaitingJob]:
-        """slurmctld's schedule(): priority order; a job that does not fit stops its partition and its nodes."""
+        """slurmctld's schedule(): priority order; a job that does not fit stops its partition and its nodes, or,
+        in a reservation, the reservation's other jobs (and, before the reservation begins, its nodes)."""
         settings = self.settings
-        blocked, failed = 0, set()
+        blocked, failed, failed_reservations = 0, set(), set()
         started: list[WaitingJob] = []
         for job in queue[: settings.default_queue_depth]:
             if settings.sched_max_job_start and len(started) >= settings.sched_max_job_start:
                 break
-            demands = tuple(d for d in self.jobs[job.job_id].demands if d.partition not in failed)
+            queued = self.jobs[job.job_id]
+            reservation = self.reserved.named(queued.reservation)
+            if reservation is None:
+                demands = tuple(d for d in queued.demands if d.partition not in failed)
+            else:
+                demands = () if reservation.name in failed_reservations else queued.demands
             if not demands or (self.gate is not None and self.gate.holds(job)):
                 continue
             if self._first_fit(job, demands, machine, ends, blocked):
                 started.append(job)
-                continue
-            for wanted in demands:
-                failed.add(wanted.partition)
-                blocked |= self._partition_bits[wanted.partition]
+            elif reservation is not None:
+                failed_reservations.add(reservation.name)
+                if self._now < reservation.start:  # ESLURM_RESERVATION_NOT_USABLE: its nodes leave the pass
+                    blocked |= reservation.bits
+            else:
+                for wanted in demands:
+                    failed.add(wanted.partition)
+                    blocked |= self._partition_bits[wanted.partition]
         return started
 
     def _cycle(
@@ -330,8 +366,9 @@ class SlurmBackfill(Backfill):
                 per_user[queued.user] = per_user.get(queued.user, 0) + 1
                 if per_user[queued.user] > settings.bf_max_job_user:
                     continue
+            reservation = self.reserved.named(queued.reservation)
             for wanted in queued.demands:
-                estimate = self._plan(now, wanted, job.t_est, space, ends, machine.state)
+                estimate = self._plan(now, wanted, job.t_est, space, ends, machine.state, reservation)
                 if estimate is None:
                     continue
                 if estimate.start <= now:
@@ -341,7 +378,14 @@ class SlurmBackfill(Backfill):
         return started
 
     def _plan(
-        self, now: int, wanted: Demand, limit: int, space: NodeSpace, ends: list[RunningEnd], state: NodeState
+        self,
+        now: int,
+        wanted: Demand,
+        limit: int,
+        space: NodeSpace,
+        ends: list[RunningEnd],
+        state: NodeState,
+        reservation: Reservation | None = None,
     ) -> Estimate | None:
         """_attempt_backfill for one job in one partition: a start now, or a reservation made (None: neither).
 
@@ -355,7 +399,12 @@ class SlurmBackfill(Backfill):
         start_from: int | None = now
         while start_from is not None:
             free, later = space.free_over(start_from, start_from + limit, partition)
-            if self.reserved and (held := self.reserved.blocked(start_from, start_from + limit)) & partition:
+            nodes = self._window_nodes(reservation, partition, start_from, start_from + limit)
+            if nodes is None:
+                return None  # "reservation defer": its reservation has not begun, or has ended
+            allowed, held = nodes
+            free &= allowed
+            if held:
                 free &= ~held
                 after = self.reserved.retry_after(start_from)
                 if after and after < space.window_end and (not later or after < later):
@@ -392,6 +441,18 @@ class SlurmBackfill(Backfill):
             space.reserve(begin, end, chosen)
             return Estimate(start, estimate.allocation)
         return None
+
+    def _window_nodes(
+        self, reservation: Reservation | None, partition: int, start: int, end: int
+    ) -> tuple[int, int] | None:
+        """(the partition's nodes a job in `reservation` (None: in none) may use, the ones reservations hold from
+        it) from `start` to `end`; None if its reservation has not begun or has ended then."""
+        if reservation is None:
+            return partition, (self.reserved.blocked(start, end) & partition if self.reserved else 0)
+        usable = self.reserved.usable(reservation, start, end)
+        if usable is None:
+            return None
+        return partition & reservation.bits, reservation.bits & ~usable
 
 
 def _next(now: int, interval: int) -> int:

@@ -3,24 +3,26 @@ calendarfiles) and applied by the `slurm` scheduler and its replay (simulator.ca
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pandas as pd
 import pytest
-from slurm.agreement import START_ORDER, agreement, check_multifactor
-from slurm.checks import Run
+from slurm.agreement import START_ORDER, agreement, check_fresh, check_multifactor
+from slurm.checks import Run, replay_node_choices
 from test_slurm_scheduler import cpus, frame, two_nodes
 
+from kernel.resources import ResourceRequest
 from simulator.calendar import Calendar, NodeEvent, Reservation, ReservedNodes, node_runs
 from simulator.clusterconf import read_cluster
 from simulator.clusterconf.calendarfiles import read_calendar, read_node_events, read_reservations
 from simulator.clusterconf.settings import ClusterConfigError
-from simulator.clusterreplay import NODE_FAIL, SLURM, TIMEOUT, simulate_cluster
+from simulator.clusterreplay import NEVER_STARTED, NODE_FAIL, SLURM, TIMEOUT, simulate_cluster
 from simulator.engine import SimulationConfig
 from simulator.experiment import open_session
 from simulator.workloads.formats import read_trace
-from simulator.workloads.sacctrequests import read_sacct_nodes
+from simulator.workloads.sacctrequests import read_sacct_nodes, read_sacct_requests
 from tsched.cli import main
 
 UTC = ZoneInfo("UTC")
@@ -121,12 +123,12 @@ def test_a_job_ending_as_a_reservation_begins_does_not_overlap_it():
     assert reserved.retry_after(201) == 0
 
 
-def replay(tmp_path: Path, specs: list, calendar: Calendar) -> pd.DataFrame:
+def replay(tmp_path: Path, specs: list, calendar: Calendar, parameters: str = "bf_interval=1,bf_resolution=1"):
     jobs = frame(specs)
     requests = {spec[0]: spec[5] for spec in specs}
     config = SimulationConfig(8, backfill=SLURM)
     session = open_session("request", jobs)
-    result = simulate_cluster(jobs, config, session, two_nodes(tmp_path), requests, calendar=calendar)
+    result = simulate_cluster(jobs, config, session, two_nodes(tmp_path, parameters), requests, calendar=calendar)
     return result.jobs.set_index("job_id")
 
 
@@ -144,6 +146,91 @@ def test_a_reservation_keeps_its_nodes_from_jobs_whose_limit_would_overlap_it(tm
     assert jobs.loc[3, "nodes"] == "n2" and jobs.loc[2, "nodes"] == "n1"
     free = replay(tmp_path, specs, Calendar())
     assert free["start"].to_dict() == {1: 0, 2: 0, 3: 30, 4: 60}
+
+
+def in_reservation(count: int, name: str = "project") -> ResourceRequest:
+    return replace(cpus(count, nodes=1), reservation=name)
+
+
+def test_a_job_in_a_reservation_runs_on_its_nodes_once_it_begins_and_goes_first(tmp_path):
+    """n2 is reserved over [100, 400) for `project`. Job 2 names it: it waits for 100 though n1 is free (and is
+    not planned before: "reservation defer"), then runs on n2 past nothing; job 3, later but in the reservation,
+    goes before job 4 (jobs in a reservation first, sort_job_queue2) on n2; job 4 names none and takes n1."""
+    specs = [
+        (1, 0, 4, 90, 80, cpus(4, nodes=1)),  # n1 until 80
+        (2, 10, 4, 100, 50, in_reservation(4)),  # only n2, only from 100
+        (3, 120, 4, 100, 50, in_reservation(4)),  # n2 after job 2
+        (4, 110, 4, 1000, 50, cpus(4, nodes=1)),  # n1
+    ]
+    calendar = Calendar((Reservation("project", 100, 400, (1,)),))
+    jobs = replay(tmp_path, specs, calendar)
+    assert jobs["start"].to_dict() == {1: 0, 2: 100, 3: 150, 4: 110}
+    assert jobs["nodes"].to_dict() == {1: "n1", 2: "n2", 3: "n2", 4: "n1"}
+
+
+def test_jobs_in_a_reservation_go_before_older_jobs(tmp_path):
+    """Main passes only: job 2 (both nodes, no reservation) cannot start while `project` holds n2 and would stop
+    the partition; job 3, submitted after it but in `project`, goes first in the queue (sort_job_queue2) and
+    starts on n2 when job 1 ends."""
+    specs = [
+        (1, 0, 4, 300, 50, in_reservation(4)),  # n2 until 50
+        (2, 1, 8, 300, 50, cpus(8, nodes=2)),  # after the reservation
+        (3, 2, 4, 300, 50, in_reservation(4)),  # n2 at 50
+    ]
+    calendar = Calendar((Reservation("project", 0, 1000, (1,)),))
+    jobs = replay(tmp_path, specs, calendar, "bf_interval=10000,bf_resolution=1")
+    assert jobs.loc[3, "start"] == 50 and jobs.loc[2, "start"] >= 1000
+
+
+def test_a_job_in_a_reservation_is_killed_when_it_ends(tmp_path):
+    """A job whose limit reaches past its reservation's end may start (job_test_resv does not hold its end to the
+    reservation's) and is killed by the first limit sweep after the end (ResvOverRun=0): TIMEOUT."""
+    specs = [(1, 0, 4, 600, 500, in_reservation(4)), (2, 0, 4, 600, 100, in_reservation(4))]
+    jobs = replay(tmp_path, specs, Calendar((Reservation("project", 0, 200, (0, 1)),)))
+    assert jobs["start"].to_dict() == {1: 0, 2: 0}
+    assert jobs.loc[1, "state"] == "TIMEOUT" and 200 < jobs.loc[1, "end"] <= 230
+    assert jobs.loc[2, ["end", "state"]].tolist() == [100, "COMPLETED"]
+
+
+def test_a_job_whose_reservation_ends_before_it_can_start_is_left_out_and_counted(tmp_path):
+    """Job 2 waits in `project` (n2 only) behind job 1, which the reservation's end kills; by then the
+    reservation is over and slurmctld holds job 2 for good: the result leaves it out and says why."""
+    specs = [(1, 0, 4, 600, 500, in_reservation(4)), (2, 10, 4, 600, 50, in_reservation(4))]
+    jobs = frame(specs)
+    config = SimulationConfig(8, backfill=SLURM)
+    calendar = Calendar((Reservation("project", 0, 100, (1,)),))
+    requests = {spec[0]: spec[5] for spec in specs}
+    result = simulate_cluster(
+        jobs, config, open_session("request", jobs), two_nodes(tmp_path), requests, calendar=calendar
+    )
+    assert result.jobs["job_id"].tolist() == [1] and result.skipped == {NEVER_STARTED: 1}
+
+
+def test_a_job_in_a_reservation_that_does_not_fit_stops_its_reservation_not_its_partition(tmp_path):
+    """Main passes only (no backfill cycle within the run): at 50 job 2, first as it is in `project` (n2, busy
+    until 200), does not fit; that stops the reservation's jobs this pass, not the partition, so job 3 starts
+    on n1 at once. Were the partition stopped, job 3 would wait for job 2's start at 200."""
+    specs = [
+        (1, 0, 4, 300, 200, in_reservation(4)),  # n2 until 200
+        (2, 0, 4, 300, 50, cpus(4, nodes=1)),  # n1 until 50
+        (3, 1, 4, 300, 50, in_reservation(4)),  # waits for n2
+        (4, 1, 4, 300, 50, cpus(4, nodes=1)),  # waits for n1
+    ]
+    calendar = Calendar((Reservation("project", 0, 1000, (1,)),))
+    jobs = replay(tmp_path, specs, calendar, "bf_interval=10000,bf_resolution=1")
+    assert jobs["start"].to_dict() == {1: 0, 2: 0, 3: 200, 4: 50}
+
+
+def test_a_reservation_a_job_names_keeps_other_reservations_out(tmp_path):
+    """job_test_resv takes the nodes of other reservations overlapping the job from its own, unless its own is a
+    maintenance reservation; `ReservedNodes.usable`."""
+    project = Reservation("project", 0, 500, (0, 1))
+    maintenance = Reservation("maintenance", 100, 200, (1,), frozenset({"MAINT"}))
+    reserved = ReservedNodes((project, maintenance), resolution=1)
+    assert reserved.usable(project, 0, 100) == 0b11 and reserved.usable(project, 0, 150) == 0b01
+    assert reserved.usable(project, 600, 700) is None and reserved.usable(maintenance, 50, 60) is None
+    assert reserved.usable(maintenance, 150, 400) == 0b10
+    assert reserved.named("project") is project and reserved.named(None) is None
 
 
 def test_a_drained_node_takes_no_new_job_and_keeps_its_running_one(tmp_path):
@@ -263,3 +350,72 @@ def test_a_dump_without_nodelist_replays_drains_as_recorded_and_says_so(tmp_path
     assert main([*arguments, *files, "--json", str(tmp_path / "out.json")]) == 0
     error = capsys.readouterr().err
     assert "no NodeList field" in error and "drains start as recorded" in error
+
+
+RESERVATION = DATA / "slurm-22.05-reservation" / "reservation"
+
+
+def test_the_jobs_of_a_project_reservation_ran_where_the_model_places_them(monkeypatch):
+    """The reservation workload (tests/slurm/cluster_workloads.py, a live run on Slurm 22.05): 96 starts, among
+    them six jobs that name the project's reservation of n1-n2; every start is the model's choice. Placed as if
+    they named no reservation, those six differ (the project's jobs may use only its nodes, and may use them)."""
+    run = Run(RESERVATION)
+    replay = replay_node_choices(run)
+    assert replay.checked + replay.backfilled == len(run.jobs) == 96, replay
+    assert replay.differing == [] and replay.unplaceable == [], replay
+    monkeypatch.setattr(ReservedNodes, "named", lambda self, name: None)
+    unreserved = replay_node_choices(Run(RESERVATION))
+    assert sorted(job for job, _, _ in unreserved.differing) == [4, 10, 13, 23, 31, 59]
+
+
+def test_a_jobs_reservation_is_read_from_sacct_or_else_its_submit_line():
+    """sacct's Reservation names the project for five of the six jobs that ran in it; for job 4, which started as
+    the reservation began, it is empty, and the submit line's `--reservation=project` says it. The four project
+    jobs that never started (held once the reservation ended, then cancelled) are not allocations."""
+    requests = read_sacct_requests(RESERVATION / "jobs.sacct", read_cluster(RESERVATION / "slurm.conf"))
+    assert sorted(job for job, request in requests.items() if request.reservation == "project") == [
+        4,
+        10,
+        13,
+        23,
+        31,
+        59,
+    ]
+    assert {17, 48, 69, 74}.isdisjoint(requests) and len(requests) == 96
+
+
+def test_the_reservation_run_is_replayed_within_two_chaos_floors(tmp_path, capsys):
+    """Replayed with its calendar as a site would: per-job wait error 27.0 s against a chaos floor of 18.1 s (the
+    live test's bound is two floors), mean wait +1.2%, utilization +1.7 points, start order 0.942
+    (docs/cluster.md). Without `--reservations` the replay says that six jobs named a reservation it lacks."""
+    result = agreement(RESERVATION, tmp_path)
+    check_fresh(result)
+    assert abs(result.wait_error) <= 0.05 and abs(result.utilization_points) <= 2, result.line()
+    arguments = ["simulate", "--trace", str(RESERVATION / "jobs.sacct"), "--cluster", str(RESERVATION / "slurm.conf")]
+    assert main([*arguments, "--scheduler", "slurm", "--json", str(tmp_path / "out.json")]) == 0
+    assert "6 job(s) ran in reservation(s) project" in capsys.readouterr().err
+
+
+def test_resv_over_run_lets_a_job_run_past_its_reservation(tmp_path):
+    """ResvOverRun (minutes, slurm.conf or the TOML [scheduler] table) moves the reservation kill later; UNLIMITED
+    lets the job run to its limit."""
+    specs = [(1, 0, 4, 900, 500, in_reservation(4))]
+    calendar = Calendar((Reservation("project", 0, 200, (0, 1)),))
+    for over_run, end, state in (
+        ('"5"', 500, "COMPLETED"),
+        ('"2"', None, "TIMEOUT"),
+        ('"UNLIMITED"', 500, "COMPLETED"),
+    ):
+        path = tmp_path / "cluster.toml"
+        path.write_text(
+            '[[nodes]]\nnames = "n[1-2]"\ncpus = 4\n[[partitions]]\nname = "batch"\nnodes = "ALL"\ndefault = true\n'
+            f'[scheduler]\nparameters = "bf_interval=1,bf_resolution=1"\nresv_over_run = {over_run}\n'
+        )
+        jobs = frame(specs)
+        session = open_session("request", jobs)
+        cluster = read_cluster(path)
+        result = simulate_cluster(
+            jobs, SimulationConfig(8, backfill=SLURM), session, cluster, {1: specs[0][5]}, calendar=calendar
+        )
+        job = result.jobs.iloc[0]
+        assert job["state"] == state and ((end is None and 320 < job["end"] <= 350) or job["end"] == end), over_run

@@ -31,7 +31,7 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Capture]:
     reason = unavailable()
     if reason:
         pytest.skip(reason)
-    runs = run_all(tmp_path_factory.mktemp("clusters"))
+    runs = run_all(tmp_path_factory.mktemp("clusters"), NAMES)
     failed = {name: repr(capture.error) for name, capture in runs.items() if capture.error is not None}
     assert not failed, failed
     return runs

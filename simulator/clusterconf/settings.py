@@ -405,7 +405,8 @@ def scheduler_parameters(value: Value, notes: list[str]) -> dict[str, Any]:
 
 
 def scheduler_settings(values: Mapping[str, Value], notes: list[str]) -> SchedulerSettings:
-    """SchedulerType, PriorityType, SchedulerParameters, OverTimeLimit and KillWait (lower-case keys)."""
+    """SchedulerType, PriorityType, SchedulerParameters, OverTimeLimit, KillWait and ResvOverRun (lower-case
+    keys)."""
     settings: dict[str, Any] = {}
     if "schedulertype" in values:
         settings["scheduler_type"] = values["schedulertype"].text.strip().lower()
@@ -417,6 +418,8 @@ def scheduler_settings(values: Mapping[str, Value], notes: list[str]) -> Schedul
         settings["over_time_limit"] = _integer(values["overtimelimit"], "OverTimeLimit", unlimited=True)
     if "killwait" in values:
         settings["kill_wait"] = _required(values["killwait"], "KillWait")
+    if "resvoverrun" in values:
+        settings["resv_over_run"] = _integer(values["resvoverrun"], "ResvOverRun", unlimited=True)
     return replace(SchedulerSettings(), **settings)
 
 

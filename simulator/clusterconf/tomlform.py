@@ -113,6 +113,7 @@ SCHEDULER_KEYS = {
     "priority_type": "prioritytype",
     "over_time_limit": "overtimelimit",
     "kill_wait": "killwait",
+    "resv_over_run": "resvoverrun",
 }
 #: TOML key -> slurm.conf key (lower case) of the [priority] table.
 PRIORITY_KEYS = {

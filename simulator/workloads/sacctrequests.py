@@ -24,7 +24,7 @@ from simulator.workloads.trace import read_trace_bytes
 from simulator.workloads.tres import sacct_request
 
 #: Fields a request is read from; only ReqTRES (and the job id) must be there.
-REQUEST_FIELDS = ("ReqTRES", "AllocTRES", "ReqMem", "Partition", "QOS", "SubmitLine", "NodeList")
+REQUEST_FIELDS = ("ReqTRES", "AllocTRES", "ReqMem", "Partition", "QOS", "Reservation", "SubmitLine", "NodeList")
 
 
 def _allocations(path: str | Path, needed: tuple[str, ...], what: str) -> Iterator[tuple[int, int, dict[str, str]]]:
@@ -65,6 +65,7 @@ def read_sacct_requests(path: str | Path, cluster: Cluster | None = None) -> dic
                 req_mem=fields["ReqMem"],
                 partition=fields["Partition"],
                 qos=fields["QOS"],
+                reservation=fields["Reservation"],
                 node_cpus=_node_cpus(fields["NodeList"], cluster),
                 submit_line=fields["SubmitLine"],
             )

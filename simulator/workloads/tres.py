@@ -130,6 +130,7 @@ _OPTIONS = {
     "--gpus-per-node",
     "--gpus-per-task",
     "--partition",
+    "--reservation",
     "--qos",
 }
 
@@ -195,6 +196,8 @@ def request_from_options(options: dict[str, str], base: ResourceRequest) -> Reso
         changes["partitions"] = tuple(part for part in options["--partition"].split(",") if part)
     if "--qos" in options:
         changes["qos"] = options["--qos"]
+    if "--reservation" in options:  # sacct's Reservation is empty for some jobs that ran in one (seen on 22.05)
+        changes["reservation"] = options["--reservation"] or None
     if "--exclusive" in options:
         changes["exclusive"] = True
     return replace(base, **changes)
@@ -222,6 +225,7 @@ def sacct_request(
     req_mem: str = "",
     partition: str = "",
     qos: str = "",
+    reservation: str = "",
     node_cpus: int | None = None,
     submit_line: str = "",
 ) -> ResourceRequest:
@@ -250,6 +254,7 @@ def sacct_request(
             partitions=tuple(part for part in partition.split(",") if part),
             qos=qos or None,
             exclusive=_exclusive(cpus, given.get("cpu"), node_cpus),
+            reservation=reservation or None,
         ),
         **_memory_fields(memory, per, cpus, nodes == spread == 1),
         **_gpu_fields(asked or given, nodes, fixed or spread == 1),

@@ -120,6 +120,7 @@ class Job:
             req_mem=self.row["ReqMem"],
             partition=self.row["Partition"],
             qos=self.row["QOS"],
+            reservation=self.row.get("Reservation") or "",
             node_cpus=node_cpus,
             submit_line=submit_line,
         )
@@ -204,9 +205,12 @@ class Run:
         path = self.folder / "reservations.txt"
         return read_reservations(path, self.cluster, time_zone("UTC"), []) if path.exists() else ()
 
-    def reserved(self, start: int, end: int) -> tuple[int, ...]:
-        """The reserved nodes a job running from `start` to `end` may not use (`job_test_resv`: they overlap)."""
-        blocked = ReservedNodes(self.reservations, resolution=1).blocked(start, end)
+    def reserved(self, job: Job) -> tuple[int, ...]:
+        """The nodes the reservations keep `job` from over its limit (`job_test_resv`): those of the reservations
+        it overlaps, or, if it names one, every node but the ones it may use there."""
+        reserved, start, end = ReservedNodes(self.reservations, resolution=1), job.start, job.start + job.limit
+        own = reserved.named(job.request.reservation)
+        blocked = reserved.blocked(start, end) if own is None else ~(reserved.usable(own, start, end) or 0)
         return tuple(node for node in range(len(self.cluster.nodes)) if blocked >> node & 1)
 
     def _log(self, name: str) -> list[str]:
@@ -462,7 +466,7 @@ def replay_node_choices(run: Run) -> NodeReplay:
             _, node, taking = states.pop(0)
             (drained.discard if taking else drained.add)(node)
         recent = [node for node, when in freed.items() if started[0] - when < COMPLETING]
-        kept = (*drained, *run.reserved(job.start, job.start + job.limit))
+        kept = (*drained, *run.reserved(job))
         if "SchedMain" in job.row["Flags"]:
             replay.checked += 1
             _compare(replay, job, state, wanted, recent, kept)

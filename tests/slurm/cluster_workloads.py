@@ -36,7 +36,14 @@ time; the live test and the capture of the committed fixtures
   minute from 200 s on, and n3 drained from 120 s to 240 s. Slurm's own view of
   them is captured as a site would give it to `tsched simulate`:
   `reservations.txt` (`scontrol show reservation`, taken when it is made) and
-  `events.txt` (`sacctmgr show event --parsable2` at the end).
+  `events.txt` (`sacctmgr show event --parsable2` at the end);
+- reservation: the multifactor workload with a project's reservation too, of
+  n1-n2 from 60 s to 240 s for alice and bob, and ten more jobs of theirs that
+  name it (`--reservation=project`, `project_jobs`): some wait for it to
+  begin though other nodes are free, some are killed at its end, and some
+  never start (slurmctld holds them once it has ended; the capture cancels
+  them). Not in the live test's set (`tests/test_slurm_cluster.py`): run with
+  `--only reservation`.
 """
 
 from __future__ import annotations
@@ -64,14 +71,14 @@ from simulator.workloads.sacct import SACCT_FIELDS
 from slurm.workload import USERS, Cluster, Submitted, create_local_users, running_cluster, unavailable
 
 #: The documented command's fields and what a node-level replay reads besides (before JobName, the free text).
-FIELDS = (*SACCT_FIELDS[:-1], "ReqMem", "NodeList", "SubmitLine", "JobName")
+FIELDS = (*SACCT_FIELDS[:-1], "ReqMem", "NodeList", "Reservation", "SubmitLine", "JobName")
 SCHEDULER = "bf_interval=1,bf_resolution=1,bf_max_job_test=1000,default_queue_depth=1000,sched_min_interval=100000"
 #: Limits users pick, in minutes.
 ROUND_LIMITS = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60)
 #: The environment of commands whose local times the captures keep (the replays read them as UTC, the default).
 UTC = {"TZ": "UTC"}
 #: Base ports: each workload's cluster runs beside the others.
-PORTS = {"fcfs": 23817, "fcfs-tight": 24817, "mixed": 25817, "multifactor": 26817}
+PORTS = {"fcfs": 23817, "fcfs-tight": 24817, "mixed": 25817, "multifactor": 26817, "reservation": 27817}
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,7 @@ class Workload:
     settings: dict[str, str]
     jobs: tuple[PlannedJob, ...]
     qos: tuple[str, ...] = ()  # `sacctmgr add qos` arguments: a name, then its limits
-    reservation: tuple[str, ...] = ()  # `scontrol create reservation` arguments, made before the first submission
+    reservations: tuple[tuple[str, ...], ...] = ()  # `scontrol create reservation` arguments, made before it runs
     node_steps: tuple[NodeStep, ...] = ()
 
     def offered_load(self) -> float:
@@ -247,6 +254,15 @@ MAINTENANCE = (
     "Users=root",
     "Flags=MAINT,IGNORE_JOBS",
 )
+#: A project's reservation of two nodes for three minutes, for alice and bob, whose jobs that name it
+#: (`PROJECT_JOBS`) run only there, only then.
+PROJECT = (
+    "ReservationName=project",
+    "StartTime=now+60",
+    "Duration=3",
+    "Nodes=n[1-2]",
+    "Users=tsched-alice,tsched-bob",
+)
 DRAIN = (NodeStep(120, "n3", "drain"), NodeStep(240, "n3", "resume"))
 MULTIFACTOR_SIZES = (1, 2, 4, 8, 12, 16, 24)
 MULTIFACTOR_WEIGHTS = (20, 15, 20, 20, 8, 10, 4)
@@ -265,6 +281,20 @@ def multifactor_jobs(seed: int = 40, count: int = 90, mean_gap: float = 3.8) -> 
         options = ("-n", str(size), "--qos=limited") if limited else ("-n", str(size))
         kind = "limited" if limited else "multifactor"
         jobs.append(PlannedJob(offset, rng.choice(users), options, seconds, _users_limit(rng, seconds), kind))
+    return jobs
+
+
+def project_jobs(seed: int = 41) -> list[PlannedJob]:
+    """Ten jobs of alice and bob that name the project's reservation: some submitted before it begins (they wait
+    for it though other nodes are free), most during it, the last ones with limits past its end (killed then)."""
+    rng = random.Random(seed)
+    jobs = []
+    for offset in (15, 40, 55, 75, 95, 120, 150, 180, 205, 220):
+        size = rng.choice((2, 4, 8, 8, 12, 16))
+        seconds = rng.randint(15, 80)
+        limit = 5 if offset >= 205 else _users_limit(rng, seconds)
+        user = rng.choice(("tsched-alice", "tsched-bob"))
+        jobs.append(PlannedJob(offset, user, ("-n", str(size), "--reservation=project"), seconds, limit, "project"))
     return jobs
 
 
@@ -309,7 +339,17 @@ def workloads() -> dict[str, Workload]:
             multifactor,
             tuple(multifactor_jobs()),
             qos=(LIMITED_QOS,),
-            reservation=MAINTENANCE,
+            reservations=(MAINTENANCE,),
+            node_steps=DRAIN,
+        ),
+        "reservation": Workload(
+            "reservation",
+            6,
+            8,
+            multifactor,
+            tuple(sorted([*multifactor_jobs(), *project_jobs()], key=lambda job: job.offset)),
+            qos=(LIMITED_QOS,),
+            reservations=(MAINTENANCE, PROJECT),
             node_steps=DRAIN,
         ),
     }
@@ -392,8 +432,9 @@ def run_workload(workload: Workload, scratch: Path, out: Path, timeout: float = 
                 (out / name).write_text(cluster.run("sacctmgr", "show", what, "--parsable2"))
             for what in ("nodes", "partitions"):  # Slurm's own view of the configuration, to check the reader
                 (out / f"scontrol-{what}.txt").write_text(cluster.run("scontrol", "--oneliner", "show", what))
-            if workload.reservation:  # as a site keeps it when the maintenance is planned (gone once it ends)
-                cluster.run("scontrol", "create", "reservation", *workload.reservation)
+            for reservation in workload.reservations:
+                cluster.run("scontrol", "create", "reservation", *reservation)
+            if workload.reservations:  # as a site keeps them when they are planned (gone once they end)
                 (out / "reservations.txt").write_text(cluster.run("scontrol", "show", "reservation", env=UTC))
             first = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
             capture.submitted = submit_all(cluster, workload)

@@ -136,9 +136,13 @@ class Cluster:
         raise RuntimeError(f"jobs {job_ids} did not all start within {timeout}s")
 
     def wait_idle(self, timeout: float) -> None:
-        """Until no job is queued or running, and the accounting has every job's end."""
+        """Until no job is queued or running, and the accounting has every job's end. A job held because its
+        reservation ended before it could start (state RD, ResvDelHold) never runs: it is cancelled."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            held = self.run("squeue", "-h", "-t", "RD", "-o", "%i").split()
+            if held:
+                self.run("scancel", *held)
             queued = self.run("squeue", "-h", "-o", "%i").split()
             states = {line.split(" ")[0] for line in self.sacct(["State"]).splitlines()[1:]}
             if not queued and not states & {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING"}:

@@ -91,6 +91,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cluster, requests = simulated_cluster(args, procs)
     accounting = site_accounting(args, cluster)
     calendar = site_calendar(args, cluster, trace)
+    warn_unknown_reservations(requests, calendar)
     summary, result = run_simulation(
         trace,
         config,
@@ -177,6 +178,20 @@ def site_calendar(args: argparse.Namespace, cluster: Any, trace: Any) -> Any:
     for note in notes:
         print(f"tsched: warning: {note}", file=sys.stderr)
     return calendar
+
+
+def warn_unknown_reservations(requests: dict[int, Any], calendar: Any) -> None:
+    """Say on standard error how many jobs name a reservation the calendar does not hold: they go first in the
+    queue, as in Slurm, but are placed as if they named none."""
+    held = {reservation.name for reservation in calendar.reservations} if calendar is not None else set()
+    unknown = sorted({request.reservation for request in requests.values()} - held - {None})
+    if unknown:
+        count = sum(request.reservation in unknown for request in requests.values())
+        print(
+            f"tsched: warning: {count} job(s) ran in reservation(s) {', '.join(unknown)}, which --reservations does "
+            "not hold: they are placed as if they named none",
+            file=sys.stderr,
+        )
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
