@@ -10,9 +10,12 @@ a job that names no reservation may not use a reservation's nodes if its
 time limit would overlap the reservation (`resv.start < job end` and
 `resv.end > job start`: a job ending exactly as the reservation begins fits);
 the backfill scheduler then tries the job again after the first reservation
-to end (`find_resv_end`, rounded up to `bf_resolution`). A drained node takes
-no new job and keeps its running ones; a node that goes down kills the jobs on
-it (NODE_FAIL). Times are Unix seconds, as the sacct reader keeps them.
+to end (`find_resv_end`, rounded up to `bf_resolution`). A job that names a
+reservation may use only its nodes, less those of other reservations it
+overlaps unless its own is a maintenance, and only from its start
+(`ReservedNodes.usable`). A drained node takes no new job and keeps its
+running ones; a node that goes down kills the jobs on it (NODE_FAIL). Times
+are Unix seconds, as the sacct reader keeps them.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ EVENT_STATES = ("down", "drain")
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """Whole nodes held from `start` to `end` for the jobs that name the reservation (none are modelled)."""
+    """Whole nodes held from `start` to `end` for the jobs that name the reservation (`--reservation`)."""
 
     name: str
     start: int
