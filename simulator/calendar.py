@@ -127,18 +127,19 @@ class ReservedNodes:
 
     def __init__(self, reservations: tuple[Reservation, ...], resolution: int) -> None:
         self.resolution = resolution
-        self._held = [(resv.start, resv.end, resv.bits) for resv in reservations]
+        self._held = [(resv.start, resv.end, resv.bits, resv.name) for resv in reservations]
         self._named = {resv.name: resv for resv in reservations}
         self.boundaries = sorted({time for resv in reservations for time in (resv.start, resv.end)})
 
     def __bool__(self) -> bool:
         return bool(self._held)
 
-    def blocked(self, start: int, end: int) -> int:
-        """The nodes a job that names no reservation, running from `start` to `end`, may not use."""
+    def blocked(self, start: int, end: int, besides: str | None = None) -> int:
+        """The nodes of the reservations (all, or all but the one named `besides`) that overlap `start`-`end`:
+        what a job that names no reservation, running then, may not use."""
         nodes = 0
-        for begins, ends, bits in self._held:
-            if begins < end and ends > start:
+        for begins, ends, bits, name in self._held:
+            if begins < end and ends > start and name != besides:
                 nodes |= bits
         return nodes
 
@@ -153,22 +154,14 @@ class ReservedNodes:
         end is not held to the reservation's: slurmctld kills it then (`ResvOverRun`)."""
         if start < reservation.start or start > reservation.end:
             return None
-        return reservation.bits & ~self.blocked_within(reservation, start, end)
-
-    def blocked_within(self, reservation: Reservation, start: int, end: int) -> int:
-        """The nodes of `reservation` that other reservations overlapping `start`-`end` hold."""
         if "MAINT" in reservation.flags:
-            return 0
-        nodes = 0
-        for other in self._named.values():
-            if other is not reservation and other.start < end and other.end > start:
-                nodes |= other.bits
-        return nodes & reservation.bits
+            return reservation.bits
+        return reservation.bits & ~self.blocked(start, end, besides=reservation.name)
 
     def retry_after(self, start: int) -> int:
         """When the backfill scheduler tries a job again that a reservation kept off nodes at `start`: a second
         after the first reservation to end at or after `start`, that end rounded up to the resolution."""
-        end = min((ends for _, ends, _ in self._held if ends >= start), default=0)
+        end = min((ends for _, ends, _, _ in self._held if ends >= start), default=0)
         resolution = self.resolution
         return -(-end // resolution) * resolution + 1 if end else 0
 

@@ -172,7 +172,8 @@ class SlurmBackfill(Backfill):
         self._partition_bits = {name: to_bits(mask) for name, mask in table.partition_masks.items()}
         self._over_time = {p.name: over_time_minutes(cluster, p) for p in cluster.partitions}
         self._tiers = {p.name: p.priority_tier for p in cluster.partitions}
-        self._tiered = len(set(self._tiers.values())) > 1 or any(job.reservation for job in jobs.values())
+        # the queue is re-sorted at each pass only where partition tiers or reservations reorder it
+        self._reordered = len(set(self._tiers.values())) > 1 or any(job.reservation for job in jobs.values())
         self._waiting = 0
         self._fewest_cpus: dict[int, int] = {}  # trace index -> the fewest CPUs the waiting job can start with
         self._fewest = SizeCount()  # of those: a pass with fewer CPUs free starts nothing
@@ -236,7 +237,7 @@ class SlurmBackfill(Backfill):
         # No pass can start a job while fewer CPUs are free than any waiting job needs: skip their work.
         if not (main or submitted or cycle) or machine.free < self._fewest.smallest:
             return []
-        if self._tiered:
+        if self._reordered:
             queue = sorted(queue, key=self._queue_key)
         ends = machine.running_ends()
         started: list[WaitingJob] = []
