@@ -29,6 +29,8 @@ class JobField(NamedTuple):
     unset: int | None
     #: The SQLite column (`group` is an SQL keyword).
     column: str
+    #: The largest value admitted; None: no bound beyond int64.
+    maximum: int | None = None
 
 
 #: The submit time of a job that left it unset: the service predicts it at the namespace's clock.
@@ -43,8 +45,20 @@ JOB_FIELDS = (
     JobField("procs", 1, None, "procs"),
     JobField("queue", -1, -1, "queue"),
     JobField("executable", -1, -1, "executable"),
+    JobField("nodes", 0, 0, "nodes"),
+    JobField("memory_mb", 0, 0, "memory_mb"),
+    JobField("gpus", 0, 0, "gpus"),
+    JobField("qos", -1, -1, "qos"),
+    JobField("exclusive", 0, 0, "exclusive", maximum=1),
 )
+#: The fields of the first schema (SWF's view of a job): state files and snapshots written before the
+#: resource fields hold rows of these only, read back with the others unset.
+LEGACY_FIELD_COUNT = 8
+#: The fields a job table must have; the resource fields after them default to unset when a trace has none.
+REQUIRED_FIELD_NAMES = tuple(field.name for field in JOB_FIELDS[:LEGACY_FIELD_COUNT])
 JOB_FIELD_NAMES = tuple(field.name for field in JOB_FIELDS)
+#: What a job asks beyond its size: a site log's jobs carry them, an SWF trace's leave them unset.
+RESOURCE_FIELD_NAMES = JOB_FIELD_NAMES[LEGACY_FIELD_COUNT:]
 
 #: A user or group a request gave by name: (the job's index in the request, "user" or "group", the name).
 #: The service maps names to ids per namespace; estimators only ever see the ids.
@@ -52,7 +66,15 @@ JobName = tuple[int, str, str]
 
 
 class JobRequest(NamedTuple):
-    """A job as submitted: everything known before it runs (integer ids, seconds)."""
+    """A job as submitted: everything known before it runs (integer ids, seconds).
+
+    `queue` is the SWF queue or the Slurm partition (PBS queue); the resource
+    fields say what a batch system's log or a scheduler adds to the size
+    (`kernel.resources.ResourceRequest` is the full request; these are the
+    numbers a predictor may learn from): `nodes` asked for at least (0: not
+    said), `memory_mb` in all (0: not said, or all of each node's), `gpus` in
+    all, the `qos` id (-1: unknown) and whether the job takes whole nodes.
+    """
 
     job_id: int
     submit: int
@@ -62,6 +84,11 @@ class JobRequest(NamedTuple):
     procs: int
     queue: int = -1
     executable: int = -1
+    nodes: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+    qos: int = -1
+    exclusive: int = 0
 
 
 class FinishedJob(NamedTuple):

@@ -2,7 +2,9 @@
 
 The columns are the `JobRequest` fields (`kernel.jobs.JOB_FIELDS`) plus
 `t_act` (the runtime, capped at t_req) and `end` (when the job ended in the
-trace). Offline replay, training and the simulator read traces through these
+trace); the resource fields (`nodes`, `memory_mb`, `gpus`, `qos`,
+`exclusive`) are read where a log has them (sacct, PBS) and unset where it
+does not (SWF). Offline replay, training and the simulator read traces through these
 conversions, so a trace is turned into jobs in one way only.
 """
 
@@ -14,7 +16,7 @@ from typing import Protocol
 import pandas as pd
 
 from kernel.errors import TraceError
-from kernel.jobs import JOB_FIELD_NAMES, FinishedJob, JobRequest
+from kernel.jobs import JOB_FIELDS, LEGACY_FIELD_COUNT, REQUIRED_FIELD_NAMES, FinishedJob, JobRequest
 
 
 class TraceHeader(Protocol):
@@ -38,8 +40,10 @@ class TraceLike(Protocol):
     def header(self) -> TraceHeader: ...
 
 
-#: JobRequest's fields, in constructor order, are read from the columns of the same name.
-REQUEST_COLUMNS = JOB_FIELD_NAMES
+#: JobRequest's fields, in constructor order, are read from the columns of the same name: these always.
+REQUEST_COLUMNS = REQUIRED_FIELD_NAMES
+#: The resource fields after them, with the value each takes in a table without the column.
+RESOURCE_COLUMNS = {field.name: field.unset for field in JOB_FIELDS[LEGACY_FIELD_COUNT:]}
 #: What a finished job adds: its runtime (capped at t_req) and when it ended.
 REQUIRED_COLUMNS = (*REQUEST_COLUMNS, "t_act", "end")
 
@@ -61,6 +65,12 @@ def in_submission_order(df: pd.DataFrame) -> pd.DataFrame:
 
 def _requests(df: pd.DataFrame) -> list[JobRequest]:
     columns = [df[name].to_numpy().tolist() for name in REQUEST_COLUMNS]
+    if any(name in df.columns for name in RESOURCE_COLUMNS):
+        _check_columns(df, [name for name in RESOURCE_COLUMNS if name in df.columns])
+        columns += [
+            df[name].to_numpy().tolist() if name in df.columns else [unset] * len(df)
+            for name, unset in RESOURCE_COLUMNS.items()
+        ]
     return [JobRequest(*row) for row in zip(*columns, strict=True)]
 
 

@@ -43,12 +43,15 @@ MODELS = ("uniform-log", "empirical")
 #: Whether a job's lifetime model stops at its request.
 CAPS = ("none", "request")
 #: What a job's class can be made of (joined with "+", e.g. `request+serial`; `none`: one class for all):
-#: its queue (SWF field 15), its request, and whether it is serial (one processor). Downey's classes on the
-#: Paragon were its queues' time limits with serial jobs apart: `request+serial` where requests are the limits.
+#: its queue (SWF field 15; Slurm's partition), its request, whether it is serial (one processor), its QOS,
+#: and whether it asks for GPUs. Downey's classes on the Paragon were its queues' time limits with serial
+#: jobs apart: `request+serial` where requests are the limits.
 CLASS_FIELDS: dict[str, Callable[[JobRequest], Hashable]] = {
     "queue": attrgetter("queue"),
     "request": attrgetter("t_req"),
     "serial": lambda job: job.procs == 1,
+    "qos": attrgetter("qos"),
+    "gpu": lambda job: job.gpus > 0,
 }
 
 

@@ -47,13 +47,12 @@ import pandas as pd
 
 from kernel.durations import parse_duration, required_duration
 from kernel.errors import UsageError
-from kernel.jobs import FinishedJob, JobRequest, Prediction
+from kernel.jobs import JOB_FIELD_NAMES, FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator, PredictEffect, Tuning, parameter
 from predictor.estimators.last2 import LastTwoEstimator
 from predictor.estimators.lgbm.calibration import choose_quantile
 from predictor.estimators.lgbm.model import TrainedModel, candidate_estimates
 from predictor.estimators.lgbm.sched import LGBMSchedEstimator
-from predictor.frames import REQUEST_COLUMNS
 from predictor.offline import causal_replay
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 from simulator.engine import SimulationConfig, TraceReplay
@@ -159,7 +158,7 @@ class WindowReplay:
     """
 
     def __init__(self, jobs: list[Replayed], config: SimulationConfig, metric: str, jitter: int, seed: int) -> None:
-        self._frame = pd.DataFrame([job.request for job in jobs], columns=list(REQUEST_COLUMNS))
+        self._frame = pd.DataFrame([job.request for job in jobs], columns=list(JOB_FIELD_NAMES))
         self._frame["t_act"] = [job.runtime for job in jobs]
         self._estimates = np.array([job.estimates for job in jobs], dtype=np.int64)
         self._ids = self._frame["job_id"].tolist()

@@ -62,11 +62,20 @@ class Seeded:
 def trace_completions(
     jobs: pd.DataFrame, names: dict[str, dict[int, str]]
 ) -> tuple[list[FinishedJob], list[SiteNames]]:
-    """A trace's replayable jobs (`Trace.jobs`) as completions in end order, each with its user and account by
-    name where the trace's `names` (`Trace.names`) has them."""
+    """A trace's replayable jobs (`Trace.jobs`) as completions in end order, each with its user, account,
+    partition and QOS by name where the trace's `names` (`Trace.names`) has them: the numbers a reader gave
+    them depend on the dump, the names are what every path to the service shares."""
     finished = finished_from_frame(jobs)
-    users, groups = names.get("user", {}), names.get("group", {})
-    return finished, [SiteNames(users.get(job.request.user), groups.get(job.request.group)) for job in finished]
+    users, groups, queues, qos = (names.get(field, {}) for field in ("user", "group", "queue", "qos"))
+    return finished, [
+        SiteNames(
+            users.get(job.request.user),
+            groups.get(job.request.group),
+            queues.get(job.request.queue),
+            qos.get(job.request.qos),
+        )
+        for job in finished
+    ]
 
 
 def seed(

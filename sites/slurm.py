@@ -3,13 +3,15 @@
 slurmctld runs the `jobcomp/script` program (deploy/slurm/jobcomp.sh) once per
 finished job, one after the other in the order the jobs finished; it only
 appends the job's JOBID, UID, GID, SUBMIT, START, END, LIMIT, PROCS and
-JOBSTATE (and USERNAME, ACCOUNT, PARTITION, QOS) as one line to a spool file,
-whatever the predictor's state. This follower, left running beside the
-service, reads the spool and reports the jobs with `ObserveCompletions` in
-batches, as job_submit.lua asked about them and as `tsched observe` sends a
-sacct dump: the user by name (USERNAME, else the number UID) and the account
-by name (ACCOUNT, else the number GID), t_req = LIMIT, procs = PROCS, times in
-Unix seconds. A job that never started or had no limit is not reported.
+JOBSTATE (and USERNAME, ACCOUNT, PARTITION, QOS, NODECNT) as one line to a
+spool file, whatever the predictor's state. This follower, left running
+beside the service, reads the spool and reports the jobs with
+`ObserveCompletions` in batches, as job_submit.lua asked about them and as
+`tsched observe` sends a sacct dump: the user by name (USERNAME, else the
+number UID) and the account by name (ACCOUNT, else the number GID), the
+partition and QOS by name, t_req = LIMIT, procs = PROCS, nodes = NODECNT,
+times in Unix seconds. A job that never started or had no limit is not
+reported.
 
 A spool line is untrusted: any Slurm user names their jobs. jobcomp.sh writes
 only checked values, and the follower checks them again: a line with a field
@@ -68,6 +70,7 @@ FIELD_PATTERNS = {
         "START": r"[0-9]{1,12}",
         "END": r"[0-9]{1,12}",
         "PROCS": r"[0-9]{1,9}",
+        "NODECNT": r"[0-9]{1,9}",
         "LIMIT": r"([0-9]{1,6}-)?[0-9]{1,6}:[0-9]{2}:[0-9]{2}|[A-Za-z_]{1,32}",
         "JOBSTATE": r"[A-Z_]{1,32}",
         "USERNAME": r"[A-Za-z0-9._@-]{1,64}",
@@ -120,13 +123,20 @@ def completion_from_env(env: Mapping[str, str], now: float | None = None) -> tup
         return None, f"job {job_id} had no time limit ({env.get('LIMIT', '?')})"
     if procs <= 0:
         return None, f"job {job_id} had no processors"
-    request = JobRequest(job_id, submit, user, group, t_req, procs)
+    nodes = int(env.get("NODECNT", "0") or 0)
+    request = JobRequest(job_id, submit, user, group, t_req, procs, nodes=nodes)
     return FinishedJob(request, end, min(end - start, t_req)), ""
 
 
 def names_from_env(env: Mapping[str, str]) -> SiteNames:
-    """The job's user and account by name, as job_submit.lua asks about them (None where Slurm gave none)."""
-    return SiteNames(env.get("USERNAME") or None, (env.get("ACCOUNT") or "").lower() or None)
+    """The job's user, account, partition and QOS by name, as job_submit.lua asks about them (None where Slurm
+    gave none)."""
+    return SiteNames(
+        env.get("USERNAME") or None,
+        (env.get("ACCOUNT") or "").lower() or None,
+        env.get("PARTITION") or None,
+        env.get("QOS") or None,
+    )
 
 
 def parse_line(line: str) -> dict[str, str]:

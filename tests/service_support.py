@@ -187,7 +187,7 @@ def observe_by_name(address: str, namespace: str, finished: list[FinishedJob], a
     request = pb.ObserveCompletionsRequest(namespace=namespace)
     add_completions(request.completions, finished)
     for completion in request.completions:
-        add_names(completion.job, f"user-{completion.job.user}", None, account)
+        add_names(completion.job, user=f"user-{completion.job.user}", account=account)
     with grpc.insecure_channel(address) as channel:
         response: pb.ObserveCompletionsResponse = rpc.PredictorStub(channel).ObserveCompletions(request, timeout=10)
     return response.accepted

@@ -101,6 +101,14 @@ def test_a_job_gets_its_prediction_as_soft_walltime(server: PredictorServer) -> 
     assert stranger.Resource_List["soft_walltime"] is None and not standin.logged
 
 
+def test_the_hook_asks_with_the_queue_as_pbs_report_keys_the_history() -> None:
+    """`tsched pbs-report` sends each job's queue as its partition, by name: the hook asks the same way."""
+    settings = {**hook.SETTINGS, "client": ["tsched", "predict"], "address": "A", "namespace": "pbs"}
+    asked = hook.command(settings, "alice", "physics", 3600, 4, 100, hook.queue_of(standin.Job(3600, queue="gpu")))
+    assert asked[asked.index("--partition") + 1] == "gpu"
+    assert "--partition" not in hook.command(settings, "alice", "physics", 3600, 4, 100, hook.queue_of(standin.Job(60)))
+
+
 def test_without_the_service_the_job_is_queued_unchanged_and_logged(server: PredictorServer) -> None:
     job = standin.Job(walltime=3600, ncpus=4, account="physics")
     _queue(job, "alice", "127.0.0.1:1")

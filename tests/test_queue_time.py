@@ -18,7 +18,7 @@ from kernel.errors import SpecError
 from kernel.jobs import FinishedJob, JobRequest
 from predictor.downey import RunningAges, combined, downey_wait, predictor_a, predictor_b
 from predictor.forecasting import QueueState, Scheduler, StartedJob, forecast_with_bounds
-from predictor.lifetimes import LifetimeModel, QueueLifetimes, fit_lifetimes
+from predictor.lifetimes import LifetimeModel, QueueLifetimes, class_key, fit_lifetimes
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
 from predictor.service import forecasts
@@ -82,6 +82,13 @@ def test_the_multistage_conditional_distribution_is_bayes_over_the_stages() -> N
     # at age 100, a quarter of the mass is gone: Pr{L < 1000 | L > 100} = (0.5 - 0.25) / 0.75
     ages = RunningAges.of(np.array([100.0]), np.array([1]), [two])
     assert ages.completion(900.0)[0] == pytest.approx(1 / 3)
+
+
+def test_classes_may_be_a_jobs_qos_and_whether_it_asks_for_gpus() -> None:
+    """A partition's GPU jobs and its CPU jobs run for different times: their classes keep them apart."""
+    key = class_key("queue+qos+gpu")
+    cpu = JobRequest(1, 0, 1, 1, 3600, 4, queue=2, qos=5)
+    assert key(cpu) == (2, 5, False) and key(cpu._replace(gpus=2)) == (2, 5, True)
 
 
 def test_models_are_fitted_per_queue_on_a_trailing_window_of_finished_jobs() -> None:

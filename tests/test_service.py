@@ -16,14 +16,14 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from service_support import DAY, HeldEstimator, history, status_of, submissions, wait_for
 
-from kernel.jobs import FinishedJob, JobRequest, Prediction
+from kernel.jobs import JOB_FIELD_NAMES, JOB_FIELDS, LEGACY_FIELD_COUNT, FinishedJob, JobRequest, Prediction
 from predictor.estimators.baselines import RequestEstimator
 from predictor.forecasting import QueueState
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
-from predictor.service import namespaces
+from predictor.service import namespaces, records
 from predictor.service.client import PredictorClient, PredictorError, predict_once
-from predictor.service.codec import prediction_from, sync_request
+from predictor.service.codec import job_message, job_request, prediction_from, sync_request
 from predictor.service.launcher import ServerProcess
 from predictor.service.limits import Limits
 from predictor.service.remote import RemoteSession
@@ -202,6 +202,13 @@ def _job(**changes: object) -> pb.Job:
         (_job(group=None), "job.group"),
         (_job(queue=-3), "job.queue"),
         (_job(job_id=-1), "job.job_id"),
+        (_job(nodes=-1), "job.nodes must be >= 0"),
+        (_job(memory_mb=-2048), "job.memory_mb must be >= 0"),
+        (_job(gpus=-1), "job.gpus must be >= 0"),
+        (_job(qos=-2), "job.qos must be >= -1"),
+        (_job(queue=2, partition="gpu"), "queue and partition are both set"),
+        (_job(qos=1, qos_name="normal"), "qos and qos_name are both set"),
+        (_job(partition="two words\n"), "job.partition must be 1-128 printable characters"),
     ],
 )
 def test_bad_job_fields_are_refused_by_name(stub: rpc.PredictorStub, job: pb.Job, field: str) -> None:
@@ -239,6 +246,21 @@ def test_bad_estimators_are_refused(client: PredictorClient, spec: str, words: s
 def test_bad_server_arguments_are_refused(arguments: dict[str, object], words: str) -> None:
     with pytest.raises(ValueError, match=words):
         start_server(**arguments)  # type: ignore[arg-type]
+
+
+def test_one_job_schema_for_the_type_the_wire_and_the_state_file() -> None:
+    """`kernel.jobs.JOB_FIELDS` is the one schema: JobRequest's fields and defaults, the Job message's numbers,
+    the state file's rows. A job that asks nothing beyond a size puts no resource field on the wire."""
+    assert JobRequest._fields == JOB_FIELD_NAMES
+    for field in JOB_FIELDS:
+        assert field.name in pb.Job.DESCRIPTOR.fields_by_name
+        if field.unset is not None and field.name != "submit":
+            assert JobRequest._field_defaults.get(field.name, field.unset) == field.unset
+    asks = JobRequest(7, 100, 3, 4, 3600, 16, 2, 5, nodes=2, memory_mb=64_000, gpus=4, qos=0, exclusive=1)
+    plain = JobRequest(7, 100, 3, 4, 3600, 16, 2, 5)
+    assert [job_request(job_message(job), "job") for job in (asks, plain)] == [asks, plain]
+    assert len(job_message(plain).ListFields()) == LEGACY_FIELD_COUNT
+    assert records.submissions_from(records.submission_rows([asks, plain])) == [asks, plain]
 
 
 def test_the_oracle_is_never_served(client: PredictorClient, namespace: str) -> None:

@@ -19,6 +19,7 @@ from site_support import USERS, utc_text, write_dump
 from predictor.estimators.lgbm.store import ModelCatalog
 from predictor.service.client import PredictorClient
 from predictor.service.server import PredictorServer, start_server
+from predictor.service.state import COMPLETIONS, CompletionStore
 from simulator.workloads.formats import read_trace
 from sites.slurm import Follower
 from tsched.cli import main
@@ -112,3 +113,41 @@ def test_a_model_trained_on_the_dump_answers_live_questions(tmp_path: Path, caps
         assert seeded["fallback"] is False and int(seeded["t_sched"]) < 3600  # type: ignore[call-overload]
     finally:
         running.stop(0).wait()
+
+
+def test_partition_qos_and_resources_arrive_by_one_name_from_every_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dump numbers its partitions and QOS in its own order, and the live paths sent none of them: a
+    predictor keyed on the partition learned ids that no live question carried. Now the dump, the jobcomp
+    follower and `tsched predict` all give them by name, with the nodes, memory and GPUs the job asked for."""
+    state = tmp_path / "state.sqlite"
+    running, port = start_server("127.0.0.1:0", default_estimators=[SPEC], state=state)
+    try:
+        address = f"127.0.0.1:{port}"
+        dump = write_dump(tmp_path / "site.sacct")
+        assert main(["observe", "--address", address, "--namespace", NAMESPACE, "--trace", str(dump)]) == 0
+        now = int(time.time())
+        spool = tmp_path / "completions"
+        spool.write_text(
+            f"v2 JOBID=9001 UID=1071 GID=1071 SUBMIT={now - 700} START={now - 690} END={now - 90} LIMIT=00:30:00 "
+            "PROCS=1 NODECNT=1 JOBSTATE=COMPLETED USERNAME=trent ACCOUNT=proj2 PARTITION=batch QOS=normal\n"
+        )
+        with PredictorClient(address) as client:
+            follower = Follower(spool, lambda jobs, names: client.observe(jobs, names=names, namespace=NAMESPACE))
+            assert follower.step() == 1
+        asked = ("--partition", "batch", "--qos", "normal", "--nodes", "1", "--mem", "1000M", "--gpus", "1")
+        answer = _predict(capsys, port, "--user", "trent", "--account", "proj2", "--request", "30:00", *asked)
+        assert answer["fallback"] is False
+    finally:
+        running.stop(0).wait()
+    store = CompletionStore(state)
+    try:
+        held = store.load()[NAMESPACE]
+    finally:
+        store.close()
+    batch, normal = held.names[("queue", "batch")], held.names[("qos", "normal")]
+    learned = [job.request for event in held.events if event.kind == COMPLETIONS for job in event.completions]
+    assert len(learned) == 301
+    assert {(job.queue, job.qos, job.nodes) for job in learned} == {(batch, normal, 1)}
+    assert {job.memory_mb for job in learned[:-1]} == {1000} and learned[-1].memory_mb == 0  # jobcomp has no mem

@@ -201,3 +201,56 @@ def test_job_submit_asks_by_the_names_the_site_history_is_keyed_by(
     given |= {name: getattr(job, name) for name in ("user_name", "account") if getattr(job, name)}
     assert given == expected
     assert (job.submit, job.t_req, job.procs) == (1795800000, 1800, 2)
+
+
+#: Runs job_submit.lua on one job_desc as slurmctld would (a `slurm` table, the partitions the user may use),
+#: with the client's `predict` replaced by one that prints the PredictRequest it was given (hex, no frame).
+SUBMITTED_REQUEST = """
+local real_dofile = dofile
+dofile = function(path)
+    local module = real_dofile(path)
+    if path:match("tsched_client.lua$") then
+        module.predict = function(config, job)
+            print((module.predict_request(config, job):sub(6):gsub(".", function(c)
+                return string.format("%02x", c:byte()) end)))
+            return nil, "printed"
+        end
+    end
+    return module
+end
+slurm = { SUCCESS = 0, log_info = function() end, log_error = function(...) print("error", ...) end }
+real_dofile(arg[1])
+local UNSET32, UNSET16 = 4294967294, 65534
+local job_desc = { time_limit = 30, min_cpus = 8, num_tasks = UNSET32, user_id = 1070, user_name = "alice",
+    group_id = 1070, account = "Physics", min_nodes = 2, shared = 0, min_mem_per_cpu = 1500,
+    tres_per_node = "gres:gpu:a100:2", partition = arg[2] ~= "" and arg[2] or nil, qos = nil,
+    default_qos = "normal" }
+local partitions = { cpu = { flag_default = 0 }, gpu = { flag_default = 1 } }
+slurm_job_submit(job_desc, partitions, 1070)
+"""
+
+
+@pytest.mark.parametrize(("asked", "partition"), [("", "gpu"), ("cpu,gpu", "cpu")])
+def test_job_submit_asks_with_what_the_job_asks_of_the_cluster(asked: str, partition: str) -> None:
+    """The partition (the default one when the job names none), QOS, nodes, memory and GPUs in all, and
+    exclusivity, as sacct's history records them (Partition, QOS, ReqTRES node=, mem=, gres/gpu=)."""
+    script = REPO / "deploy" / "slurm" / "job_submit.lua"
+    done = subprocess.run(
+        [str(LUA), "-", str(script), asked],
+        input=SUBMITTED_REQUEST,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and "error" not in done.stdout, done.stdout + done.stderr
+    job = pb.PredictRequest.FromString(bytes.fromhex(done.stdout.strip())).job
+    assert (job.user_name, job.account, job.t_req, job.procs) == ("alice", "physics", 1800, 8)
+    assert (job.partition, job.qos_name, job.nodes, job.memory_mb, job.gpus, job.exclusive) == (
+        partition,
+        "normal",
+        2,
+        8 * 1500,
+        4,
+        True,
+    )

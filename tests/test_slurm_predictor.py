@@ -169,6 +169,14 @@ def test_the_service_holds_the_completions_and_scores_them(live: Live) -> None:
     wave_two = len(live.alice_wave_two) + 80
     assert scores.scored >= wave_two and scores.pending <= wave_two
     assert scores.underestimated < 0.35
+    # jobcomp.sh's PARTITION and QOS key the completions by name, as a sacct dump's Partition and QOS do.
+    held = live.server.core.table.get(NAMESPACE)
+    assert held is not None
+    with held:
+        named = {key for key in held.names if key[0] in ("queue", "qos")}
+        kinds = {(job.request.queue, job.request.qos, job.request.nodes) for job in held.history}
+    assert named == {("queue", "batch"), ("qos", "normal")}
+    assert kinds == {(held.names[("queue", "batch")], held.names[("qos", "normal")], 1)}
 
 
 def test_the_user_is_told_when_the_request_is_much_longer(live: Live) -> None:

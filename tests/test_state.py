@@ -28,7 +28,7 @@ from service_support import (
     submissions,
 )
 
-from kernel.jobs import FinishedJob, JobRequest, Prediction
+from kernel.jobs import LEGACY_FIELD_COUNT, FinishedJob, JobRequest, Prediction
 from predictor.registry import make_estimator
 from predictor.service import records, snapshots
 from predictor.service.client import PredictorClient
@@ -309,7 +309,7 @@ def test_a_version_1_file_is_migrated_after_a_backup(tmp_path: Path) -> None:
         db.executemany(
             "INSERT INTO completions (namespace_id, job_id, submit, user, grp, t_req, procs, queue, executable, "
             "end_time, runtime) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(*job.request, job.end, job.runtime) for job in finished],
+            [(*job.request[:LEGACY_FIELD_COUNT], job.end, job.runtime) for job in finished],
         )
     core = PredictorCore([PERCENTILE], store=CompletionStore(state))
     assert core.describe("cluster").completions == 120
@@ -485,7 +485,57 @@ def test_a_version_2_file_gains_the_table_of_names(tmp_path: Path) -> None:
     assert store.load()["cluster"].names == {("user", "alice"): 1 << 40}
     store.close()
     with sqlite3.connect(state) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+
+
+def _legacy(rows: np.ndarray, completions: bool) -> bytes:
+    """Rows as a version 3 file held them: the first schema's job fields (then end and runtime)."""
+    kept = list(range(LEGACY_FIELD_COUNT)) + ([records.END, records.END + 1] if completions else [])
+    return records.pack(rows[:, kept])
+
+
+def test_a_version_3_file_reads_its_jobs_with_their_resources_unset(tmp_path: Path) -> None:
+    """Jobs gained their resources in version 4: a version 3 file's rows (eight job fields) are read as they
+    were, the fields added since unset, without rewriting a row; the events written after hold all fields."""
+    state = tmp_path / "state.sqlite"
+    finished, asked = history(6), submissions(10_000, count=2)
+    store = CompletionStore(state)
+    store.record("cluster", 10_000, finished, asked, spec="percentile")
+    store.close()
+    with sqlite3.connect(state) as db:
+        for seq, kind, blob in db.execute("SELECT seq, kind, rows FROM events").fetchall():
+            completions = kind == 1
+            rows = records.unpack(blob, records.COMPLETION_WIDTH if completions else records.SUBMISSION_WIDTH)
+            db.execute("UPDATE events SET rows = ? WHERE seq = ?", (_legacy(rows, completions), seq))
+        db.execute("ALTER TABLE events DROP COLUMN fields")
+        db.execute("PRAGMA user_version=3")
+    store = CompletionStore(state)
+    later = JobRequest(99, 10_500, 1, 7, 3600, 8, 2, -1, nodes=2, memory_mb=4096, gpus=4, qos=3, exclusive=1)
+    store.record("cluster", 10_500, [], [later], spec="percentile")
+    events = store.load()["cluster"].events
+    store.close()
+    assert events[0].completions == finished and events[1].submissions == asked
+    assert events[2].submissions == [later]
+    with sqlite3.connect(state) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_snapshot_of_format_3_is_read_with_resources_unset() -> None:
+    """A snapshot written before jobs gained their resources restores its history, the added fields unset."""
+    finished = history(5)
+    estimator = make_estimator("mean-std")
+    rows = records.completion_rows(finished)
+    blob = snapshots.dump(snapshots.NamespaceImage(_legacy(rows, completions=True), 7, {"mean-std": estimator}))
+
+    def format_3(document: dict[str, Any]) -> None:
+        document["format"] = 3
+        del document["fields"]
+
+    restored = snapshots.load(_rewritten(blob, format_3), None)
+    history_rows = records.unpack_jobs(restored.history, restored.fields, completions=True)
+    assert restored.fields == LEGACY_FIELD_COUNT and records.completions_from(history_rows) == finished
+    with pytest.raises(snapshots.SnapshotRefusedError, match="hold 99 job fields"):
+        snapshots.load(_rewritten(blob, lambda document: document.update(fields=99)), None)
 
 
 # --- durability where it is owed ------------------------------------------------------------------

@@ -57,9 +57,10 @@ def soft_walltime(walltime, prediction):
     return estimate
 
 
-def ask(settings, user, group, walltime, procs, submit):
-    """The service's answer (`tsched predict --json -`) as a dict, or None and why not."""
-    command = [
+def command(settings, user, group, walltime, procs, submit, queue=""):
+    """The `tsched predict` command line for a job: its user, group and queue by name, as `tsched pbs-report`
+    keys the history (the queue as the partition)."""
+    return [
         *settings["client"],
         "--json",
         "-",
@@ -70,6 +71,7 @@ def ask(settings, user, group, walltime, procs, submit):
         "--user",
         str(user),
         *(["--account", group] if group else ["--group", "-1"]),
+        *(["--partition", queue] if queue else []),
         "--request",
         f"{walltime // 3600}:{walltime // 60 % 60:02d}:{walltime % 60:02d}",  # Slurm's HH:MM:SS, as tsched reads limits
         "--procs",
@@ -80,8 +82,15 @@ def ask(settings, user, group, walltime, procs, submit):
         str(settings["deadline"]),
         *settings["extra"],
     ]
+
+
+def ask(settings, user, group, walltime, procs, submit, queue=""):
+    """The service's answer (`tsched predict --json -`) as a dict, or None and why not."""
+    command_line = command(settings, user, group, walltime, procs, submit, queue)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=settings["deadline"] + 1, check=False)
+        done = subprocess.run(
+            command_line, capture_output=True, text=True, timeout=settings["deadline"] + 1, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return None, f"no answer: {error}"
     if done.returncode != 0:
@@ -90,6 +99,13 @@ def ask(settings, user, group, walltime, procs, submit):
         return json.loads(done.stdout), ""
     except ValueError:
         return None, f"not an answer: {done.stdout[:200]!r}"
+
+
+def queue_of(job):
+    """The queue the job was submitted to, by name ("" when it named none: the server's default applies)."""
+    queue = getattr(job, "queue", None)
+    name = getattr(queue, "name", queue)
+    return str(name) if name else ""
 
 
 def group_of(account, project, group):
@@ -114,7 +130,8 @@ def run(pbs):
             event.accept()
         ncpus = job.Resource_List["ncpus"]
         group = group_of(job.Account_Name, job.project, job.group_list or job.egroup)
-        prediction, why = ask(SETTINGS, event.requestor, group, seconds, int(ncpus or 1), int(time.time()))
+        queue = queue_of(job)
+        prediction, why = ask(SETTINGS, event.requestor, group, seconds, int(ncpus or 1), int(time.time()), queue)
         chosen = soft_walltime(seconds, prediction)
         if chosen is not None and SETTINGS["advisory"]:
             pbs.logmsg(pbs.LOG_WARNING, f"tsched: advisory: soft_walltime would be {chosen} s of {seconds} s")

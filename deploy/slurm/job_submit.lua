@@ -22,8 +22,52 @@ local function set(value, unset)
     return value ~= nil and value < unset
 end
 
+-- The partition the job runs in, as sacct and jobcomp name it: the first it asks for, else the default
+-- partition (the one of part_list, the partitions the user may use, flagged default).
+local function partition_of(job_desc, part_list)
+    if job_desc.partition ~= nil and job_desc.partition ~= "" then
+        return job_desc.partition:match("^[^,]+")
+    end
+    for name, partition in pairs(part_list or {}) do
+        if partition.flag_default == 1 then
+            return name
+        end
+    end
+    return nil
+end
+
+-- The memory the job asks for in all, MB (as sacct's ReqTRES mem=): per node times nodes, or per CPU
+-- times CPUs; 0 when it gives none (--mem=0, all of each node's, included).
+local function memory_of(job_desc, nodes, procs)
+    if job_desc.min_mem_per_node ~= nil then
+        return job_desc.min_mem_per_node * nodes
+    elseif job_desc.min_mem_per_cpu ~= nil then
+        return job_desc.min_mem_per_cpu * procs
+    end
+    return 0
+end
+
+-- GPUs the job asks for in all (as ReqTRES gres/gpu=): --gpus (tres_per_job), else --gres=gpu or
+-- --gpus-per-node (tres_per_node) times nodes; "gres:gpu:2" and "gres:gpu:a100:2" alike.
+local function gpu_count(tres)
+    if type(tres) ~= "string" then
+        return nil
+    end
+    local count = tres:match("gpu:(%d+)") or tres:match("gpu:[^:,]+:(%d+)")
+    return count and tonumber(count) or nil
+end
+
+local function gpus_of(job_desc, nodes)
+    local per_job = gpu_count(job_desc.tres_per_job)
+    if per_job ~= nil then
+        return per_job
+    end
+    local per_node = gpu_count(job_desc.tres_per_node)
+    return per_node and per_node * nodes or 0
+end
+
 -- The job as the predictor knows it, or nil and why it cannot be asked about.
-local function job_from(job_desc)
+local function job_from(job_desc, part_list)
     if not set(job_desc.time_limit, UNSET32) or job_desc.time_limit == 0 then
         return nil, "no time limit given"
     end
@@ -43,6 +87,7 @@ local function job_from(job_desc)
     if account == nil or account == "" then
         account = job_desc.default_account
     end
+    local nodes = set(job_desc.min_nodes, UNSET32) and job_desc.min_nodes or 0
     return {
         submit = os.time(),
         user = job_desc.user_id,
@@ -51,11 +96,17 @@ local function job_from(job_desc)
         account = account and string.lower(account) or nil,
         t_req = job_desc.time_limit * 60,
         procs = procs,
+        partition = partition_of(job_desc, part_list),
+        qos = job_desc.qos or job_desc.default_qos,
+        nodes = nodes,
+        memory_mb = memory_of(job_desc, math.max(nodes, 1), procs),
+        gpus = gpus_of(job_desc, math.max(nodes, 1)),
+        exclusive = job_desc.shared == 0,
     }
 end
 
-local function annotate(job_desc, submit_uid)
-    local job, why = job_from(job_desc)
+local function annotate(job_desc, part_list, submit_uid)
+    local job, why = job_from(job_desc, part_list)
     if job == nil then
         slurm.log_info("tsched: a job of uid %u is not predicted: %s", submit_uid, why)
         return
@@ -76,7 +127,7 @@ local function annotate(job_desc, submit_uid)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
-    local ok, error = pcall(annotate, job_desc, submit_uid)
+    local ok, error = pcall(annotate, job_desc, part_list, submit_uid)
     if not ok then
         slurm.log_error("tsched: job_submit.lua failed, the job is submitted unchanged: %s", tostring(error))
     end

@@ -161,16 +161,32 @@ local function usable_name(name)
     return nil
 end
 
+-- A count the job asked for (nodes, memory in MB, GPUs) as a Job field, or nothing when it said none.
+local function count_field(number, value)
+    if type(value) == "number" and value >= 1 and value < 2 ^ 53 then
+        return int_field(number, value)
+    end
+    return ""
+end
+
 -- The PredictRequest of tsched.v1 for `job`, framed for gRPC: submit, t_req and procs; the user by name
 -- (`user_name`, else the number `user`) and the account by name (`account`, else the number `group`), as
--- the site's history is keyed (docs/deployment.md, "One identity and one clock").
+-- the site's history is keyed (docs/deployment.md, "One identity and one clock"); the partition and QOS by
+-- name, the nodes, memory (MB) and GPUs asked for and whether whole nodes, where the job says.
 function M.predict_request(config, job)
     local user_name, account = usable_name(job.user_name), usable_name(job.account)
+    local partition, qos = usable_name(job.partition), usable_name(job.qos)
     local message = int_field(2, job.submit)
         .. (user_name and bytes_field(10, user_name) or int_field(3, job.user))
         .. (account and bytes_field(12, account) or int_field(4, job.group))
         .. int_field(5, job.t_req)
         .. int_field(6, job.procs)
+        .. count_field(13, job.nodes)
+        .. count_field(14, job.memory_mb)
+        .. count_field(15, job.gpus)
+        .. (job.exclusive and int_field(17, 1) or "")
+        .. (partition and bytes_field(18, partition) or "")
+        .. (qos and bytes_field(19, qos) or "")
     local request = bytes_field(1, config.namespace) .. bytes_field(2, config.estimator) .. bytes_field(3, message)
     local length = #request
     local prefix = string.char(0, math.floor(length / 16777216) % 256, math.floor(length / 65536) % 256,

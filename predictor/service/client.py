@@ -65,7 +65,8 @@ SECONDS_PER_COMPLETION = 5e-5
 
 
 class SiteNames(NamedTuple):
-    """A job's user and account by name, as the batch system knows them; None: the job's number stands.
+    """A job's user, account, partition and QOS by name, as the batch system knows them; None: the job's
+    number stands.
 
     A site's jobs are keyed by these names whatever path they arrive by (a log,
     job_submit.lua, the jobcomp follower, `tsched predict --user NAME --account NAME`),
@@ -74,6 +75,31 @@ class SiteNames(NamedTuple):
 
     user: str | None
     account: str | None
+    partition: str | None = None
+    qos: str | None = None
+
+
+class JobResources(NamedTuple):
+    """What a job asks beyond its processors, as `Job`'s resource fields (0: not said), the QOS as a number or
+    a name."""
+
+    nodes: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+    qos: int | str = -1
+    exclusive: bool = False
+
+
+NO_RESOURCES = JobResources()
+
+
+def _number(value: int | str) -> int:
+    """A field's number; -1 when it is given by name (the namespace's id for the name replaces it)."""
+    return value if isinstance(value, int) else -1
+
+
+def _name(value: int | str) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -132,32 +158,40 @@ class PredictorClient:
         procs: int,
         submit: int | None = None,
         job_id: int = 0,
-        queue: int = -1,
+        queue: int | str = -1,
         executable: int = -1,
         account: str | None = None,
+        resources: JobResources = NO_RESOURCES,
         namespace: str = "",
         estimator: str = "",
         timeout: float | None = None,
     ) -> ServedPrediction:
-        """Predict one job; without `submit`, at the namespace's clock. The user and group are numbers or
-        names; an `account` stands for the group (give the group as -1 then)."""
+        """Predict one job; without `submit`, at the namespace's clock. The user, group, queue (partition) and
+        QOS are numbers or names; an `account` stands for the group (give the group as -1 then)."""
         if account is not None and group != -1:
             raise UsageError(f"the group ({group}) and the account ({account}) are both given; give one")
         job = JobRequest(
             job_id,
             UNSET_SUBMIT if submit is None else submit,
-            user if isinstance(user, int) else -1,
-            group if isinstance(group, int) else -1,
+            _number(user),
+            _number(group),
             t_req,
             procs,
-            queue,
+            _number(queue),
             executable,
+            resources.nodes,
+            resources.memory_mb,
+            resources.gpus,
+            _number(resources.qos),
+            int(resources.exclusive),
         )
         message = add_names(
             job_message(job),
-            user if isinstance(user, str) else None,
-            group if isinstance(group, str) else None,
-            account,
+            user=_name(user),
+            group=_name(group),
+            account=account,
+            partition=_name(queue),
+            qos=_name(resources.qos),
         )
         return self._predict(message, namespace, estimator, timeout)
 
@@ -200,9 +234,8 @@ class PredictorClient:
         if names is not None:
             if len(names) != len(finished):
                 raise UsageError(f"{len(names)} names for {len(finished)} completions")
-            for completion, (user, account) in zip(request.completions, names, strict=True):
-                if user is not None or account is not None:
-                    add_names(completion.job, user, None, account)
+            for completion, site in zip(request.completions, names, strict=True):
+                add_names(completion.job, **site._asdict())
         response: pb.ObserveCompletionsResponse = self._call(self._stub.ObserveCompletions, request, timeout)
         return response.accepted
 
@@ -300,6 +333,8 @@ def predict_once(
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
     credentials: Credentials | None = None,
     account: str | None = None,
+    queue: int | str = -1,
+    resources: JobResources = NO_RESOURCES,
 ) -> ServedPrediction:
     """One prediction on a connection of its own (`tsched predict`); PredictorError carries the server's message."""
     with PredictorClient(address, timeout, credentials) as client:
@@ -310,6 +345,8 @@ def predict_once(
             procs=procs,
             submit=submit,
             account=account,
+            queue=queue,
+            resources=resources,
             namespace=namespace,
             estimator=spec,
         )

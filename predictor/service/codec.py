@@ -22,6 +22,7 @@ from kernel.errors import InvalidRequest
 from kernel.jobs import (
     JOB_FIELD_NAMES,
     JOB_FIELDS,
+    LEGACY_FIELD_COUNT,
     UNSET_SUBMIT,
     FinishedJob,
     JobField,
@@ -58,9 +59,11 @@ def _checked_field(job: pb.Job, field: JobField, place: str) -> int:
         if field.unset is None:
             raise InvalidRequest(f"{place}.{field.name} is required")
         return field.unset
-    value: int = getattr(job, field.name)
+    value = int(getattr(job, field.name))
     if value < field.minimum:
         raise InvalidRequest(f"{place}.{field.name} must be >= {field.minimum}, got {value}")
+    if field.maximum is not None and value > field.maximum:
+        raise InvalidRequest(f"{place}.{field.name} must be <= {field.maximum}, got {value}")
     return value
 
 
@@ -69,10 +72,13 @@ def job_request(job: pb.Job, where: str, index: int | None = None) -> JobRequest
 
     A well-formed job is accepted by one combined test on its values: an unset
     field reads as 0, so presence is asked only of fields whose value is 0
-    (t_req and procs must be >= 1, so a 0 there is refused either way).
-    Anything else goes through the field-by-field checks, which name what is wrong.
+    and whose unset value is not 0 (t_req and procs must be >= 1, so a 0
+    there is refused either way). Anything else goes through the
+    field-by-field checks, which name what is wrong.
     """
-    job_id, submit, user, group, t_req, procs, queue, executable = _job_values(job)
+    job_id, submit, user, group, t_req, procs, queue, executable, nodes, memory_mb, gpus, qos, exclusive = _job_values(
+        job
+    )
     if (
         job_id >= 0
         and submit > 0
@@ -82,6 +88,10 @@ def job_request(job: pb.Job, where: str, index: int | None = None) -> JobRequest
         and group >= -1
         and queue >= -1
         and executable >= -1
+        and nodes >= 0
+        and memory_mb >= 0
+        and gpus >= 0
+        and qos >= -1
     ):
         has = job.HasField
         if (user or has("user")) and (group or has("group")):
@@ -89,7 +99,23 @@ def job_request(job: pb.Job, where: str, index: int | None = None) -> JobRequest
                 queue = -1
             if not executable and not has("executable"):
                 executable = -1
-            return JobRequest(job_id, submit, user, group, t_req, procs, queue, executable)
+            if not qos and not has("qos"):
+                qos = -1
+            return JobRequest(
+                job_id,
+                submit,
+                user,
+                group,
+                t_req,
+                procs,
+                queue,
+                executable,
+                nodes,
+                memory_mb,
+                gpus,
+                qos,
+                int(exclusive),
+            )
     place = _place(where, index)
     return JobRequest(*(_checked_field(job, field, place) for field in JOB_FIELDS))
 
@@ -140,34 +166,45 @@ def max_message_bytes(max_batch: int) -> int:
     """The largest message a legitimate call of `max_batch` jobs and completions makes: every field at its widest.
 
     A negative int64 takes the most room on the wire (ten bytes), so the
-    widest Job sets every number to -1; a Sync carries a batch of each. Jobs
-    given by name are not counted: a batch of them holds fewer jobs.
+    widest Job sets every number that may be negative to -1 and every other
+    to its largest value; a Sync carries a batch of each. Jobs given by name
+    are not counted: a batch of them holds fewer jobs.
     """
-    numbers: dict[str, Any] = dict.fromkeys(JOB_FIELD_NAMES, -1)
+    numbers: dict[str, Any] = {field.name: _widest(field) for field in JOB_FIELDS}
     widest = pb.Job(**numbers)
     pair = pb.SyncRequest(completions=[pb.Completion(job=widest, end=-1, runtime=-1)], submitted=[widest])
     return max_batch * pair.ByteSize() + _MESSAGE_SLACK_BYTES
 
 
+def _widest(field: JobField) -> int:
+    if field.minimum < 0:
+        return -1
+    return (1 << 63) - 1 if field.maximum is None else field.maximum
+
+
 # --- writing ---------------------------------------------------------------------------------
 
 
-def _compile_job_writer(names: Sequence[str]) -> Callable[..., Any]:
-    """`write(make, job)`: `make(<every field by keyword>)`.
+def _compile_job_writer(fields: Sequence[JobField]) -> Callable[..., Any]:
+    """`write(make, job)`: `make(<every field by keyword>)`, the fields after the first schema's only where they
+    are set (most jobs ask nothing more than a size, and a field set is a field on the wire).
 
     Compiled from the schema once, as `dataclasses` compiles `__init__`: a
     call with literal keywords costs a third less than one that unpacks a
     dict, and a batch makes one call per job.
     """
-    keywords = ", ".join(f"{name}=job[{position}]" for position, name in enumerate(names))
-    source = f"def write(make, job):\n    return make({keywords})\n"
+    everything = ", ".join(f"{field.name}=job[{position}]" for position, field in enumerate(fields))
+    legacy = ", ".join(f"{field.name}=job[{position}]" for position, field in enumerate(fields[:LEGACY_FIELD_COUNT]))
+    resources = enumerate(fields[LEGACY_FIELD_COUNT:], start=LEGACY_FIELD_COUNT)
+    any_set = " or ".join(f"job[{position}] != {field.unset}" for position, field in resources)
+    source = f"def write(make, job):\n    if {any_set}:\n        return make({everything})\n    return make({legacy})\n"
     namespace: dict[str, Any] = {}
     exec(compile(source, "<predictor.service.codec job writer>", "exec"), namespace)
     writer: Callable[..., Any] = namespace["write"]
     return writer
 
 
-_write_job = _compile_job_writer(JOB_FIELD_NAMES)
+_write_job = _compile_job_writer(JOB_FIELDS)
 
 
 def add_jobs(field: Any, jobs: Sequence[JobRequest]) -> None:
@@ -225,19 +262,25 @@ def sync_request(
 
 
 #: Names a Job may give instead of a number: (field of the number, name fields standing for it).
-NAME_FIELDS: dict[str, tuple[str, ...]] = {"user": ("user_name",), "group": ("group_name", "account")}
+NAME_FIELDS: dict[str, tuple[str, ...]] = {
+    "user": ("user_name",),
+    "group": ("group_name", "account"),
+    "queue": ("partition",),
+    "qos": ("qos_name",),
+}
 #: The longest name accepted (user and account names are short; this bounds what a namespace stores).
 MAX_NAME_LENGTH = 128
 
 
 def job_names(jobs: Sequence[pb.Job], where: str, indexed: bool = True, inner: str = "") -> list[JobName]:
-    """The names jobs give for their user and group, checked: one of number or name per field, not empty.
+    """The names jobs give for their user, group, partition and QOS, checked: one of number or name per field,
+    not empty.
 
     `inner` is the job's place inside an item (".job" of a completion), for messages.
     """
     names: list[JobName] = []
     for index, job in enumerate(jobs):
-        if not (job.user_name or job.group_name or job.account):
+        if not (job.user_name or job.group_name or job.account or job.partition or job.qos_name):
             continue
         place = _place(where, index if indexed else None) + inner
         for number, spellings in NAME_FIELDS.items():
@@ -257,8 +300,16 @@ def job_names(jobs: Sequence[pb.Job], where: str, indexed: bool = True, inner: s
     return names
 
 
-def add_names(message: pb.Job, user: str | None, group: str | None, account: str | None) -> pb.Job:
-    """`message` with its user and group given by name (the numbers it had cleared)."""
+def add_names(
+    message: pb.Job,
+    *,
+    user: str | None = None,
+    group: str | None = None,
+    account: str | None = None,
+    partition: str | None = None,
+    qos: str | None = None,
+) -> pb.Job:
+    """`message` with the fields given here by name (the numbers they stand for cleared)."""
     if user is not None:
         message.ClearField("user")
         message.user_name = user
@@ -266,6 +317,12 @@ def add_names(message: pb.Job, user: str | None, group: str | None, account: str
         message.ClearField("group")
         message.group_name = group or ""
         message.account = account or ""
+    if partition is not None:
+        message.ClearField("queue")
+        message.partition = partition
+    if qos is not None:
+        message.ClearField("qos")
+        message.qos_name = qos
     return message
 
 

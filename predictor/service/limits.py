@@ -93,7 +93,7 @@ class Limits:
     forecast_cpu_seconds: float = bound(
         20.0, "CPU seconds one ForecastStart may take (it also stops when its caller goes away or its deadline passes)"
     )
-    max_batch: int = bound(100_000, "jobs or completions per call (the largest message accepted follows from it)")
+    max_batch: int = bound(50_000, "jobs or completions per call (the largest message accepted follows from it)")
     max_namespaces: int = bound(10_000, "namespaces held; a call that would create one more is refused")
     max_history: int = bound(1_000_000, "completions kept per namespace, in memory and on disk (the oldest go first)")
     history_window: str = bound(

@@ -146,7 +146,7 @@ class Recorder:
             except snapshots.SnapshotRefusedError as error:
                 assert self.store is not None  # a stored namespace comes from the state file
                 raise _refused_snapshot(self.store.path, held.name, error) from None
-            held.history = records.History(records.unpack(image.history, records.COMPLETION_WIDTH))
+            held.history = records.History(records.unpack_jobs(image.history, image.fields, completions=True))
             held.estimators = image.estimators
         skipped: set[str] = set()
         for event in stored.events:

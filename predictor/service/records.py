@@ -15,7 +15,9 @@ import numpy as np
 
 from kernel.jobs import JOB_FIELDS, FinishedJob, JobRequest
 
-SUBMISSION_WIDTH = len(JOB_FIELDS)
+#: How many job fields a row holds now; files written before the resource fields hold `LEGACY_FIELD_COUNT`.
+FIELD_COUNT = len(JOB_FIELDS)
+SUBMISSION_WIDTH = FIELD_COUNT
 COMPLETION_WIDTH = SUBMISSION_WIDTH + 2
 END = SUBMISSION_WIDTH
 #: Namespaces whose name starts so are a replay's (`tsched simulate --address` names them `sim-...`): they are
@@ -51,6 +53,19 @@ def unpack(blob: bytes, width: int) -> np.ndarray:
     if len(blob) % (width * _DTYPE.itemsize):
         raise ValueError(f"a record of {len(blob)} bytes is not a whole number of {width}-column rows")
     return np.frombuffer(blob, dtype=_DTYPE).reshape(-1, width)
+
+
+def unpack_jobs(blob: bytes, fields: int, completions: bool) -> np.ndarray:
+    """Rows written when a job had `fields` fields (completions: then their end and runtime), as today's rows:
+    the fields added since read as unset."""
+    rows = unpack(blob, fields + 2 if completions else fields)
+    if fields == FIELD_COUNT:
+        return rows
+    if not 0 < fields < FIELD_COUNT:
+        raise ValueError(f"rows of {fields} job fields; this tsched knows {FIELD_COUNT}")
+    unset = np.array([field.unset or 0 for field in JOB_FIELDS[fields:]], dtype=_DTYPE)
+    added = np.broadcast_to(unset, (len(rows), len(unset)))
+    return np.concatenate([rows[:, :fields], added, rows[:, fields:]], axis=1)
 
 
 class History:

@@ -40,12 +40,15 @@ from typing import Any
 import numpy as np
 
 from kernel.errors import TschedError
-from kernel.jobs import JobRequest
+from kernel.jobs import JOB_FIELDS, LEGACY_FIELD_COUNT, JobRequest
 from predictor.estimators.base import Estimator
 
 #: Bumped when what a snapshot holds changes; an older one is ignored (the events are replayed instead).
 #: Format 1 was a pickle: never read (it could run code), its namespace is rebuilt from its events.
-FORMAT = 3  # 3: the lgbm calibrations became `Calibration` (multiplier and quantile levels)
+FORMAT = 4  # 4: the history's rows say how many job fields they hold (jobs gained their resources)
+#: Formats read besides FORMAT: 3 (the lgbm calibrations became `Calibration`), whose rows hold the first
+#: schema's job fields.
+_READ_FORMATS = {3: LEGACY_FIELD_COUNT, FORMAT: None}
 _MAGIC = b"tsched-snapshot\n"
 _LENGTH = struct.Struct("<Q")
 
@@ -97,12 +100,14 @@ class SnapshotRefusedError(TschedError):
 
 @dataclass
 class NamespaceImage:
-    """What a snapshot restores: the history rows (packed), the clock, and the estimators by canonical SPEC."""
+    """What a snapshot restores: the history rows (packed, of `fields` job fields each), the clock, and the
+    estimators by canonical SPEC."""
 
     history: bytes
     clock: int
     estimators: dict[str, Estimator]
     format: int = FORMAT
+    fields: int = len(JOB_FIELDS)
 
 
 def _class_name(cls: type) -> str:
@@ -210,6 +215,7 @@ def dump(image: NamespaceImage) -> bytes:
     document = {
         "format": FORMAT,
         "clock": image.clock,
+        "fields": image.fields,
         "history": writer.node(np.frombuffer(image.history, np.uint8)),
         "estimators": {spec: writer.node(estimator) for spec, estimator in image.estimators.items()},
     }
@@ -239,8 +245,11 @@ def _read(blob: bytes) -> NamespaceImage:
     start = len(_MAGIC) + _LENGTH.size
     (length,) = _LENGTH.unpack_from(blob, len(_MAGIC))
     document = json.loads(blob[start : start + length].decode("utf-8"))
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise SnapshotRefusedError(f"a snapshot of another format than {FORMAT}")
+    if not isinstance(document, dict) or document.get("format") not in _READ_FORMATS:
+        raise SnapshotRefusedError(f"a snapshot of another format than {', '.join(map(str, _READ_FORMATS))}")
+    fields = _READ_FORMATS[document["format"]] or document.get("fields")
+    if type(fields) is not int or not 0 < fields <= len(JOB_FIELDS):
+        raise SnapshotRefusedError(f"a snapshot's rows hold {fields!r} job fields; this tsched knows {len(JOB_FIELDS)}")
     reader = _Reader(memoryview(blob)[start + length :])
     history = reader.value(document["history"])
     clock = document["clock"]
@@ -254,7 +263,7 @@ def _read(blob: bytes) -> NamespaceImage:
             estimator._validate()  # parameters as the constructor admits them: a file cannot lift a limit
         except ValueError as error:
             raise SnapshotRefusedError(f"estimator {spec!r} in a snapshot: {error}") from None
-    return NamespaceImage(history.tobytes(), clock, estimators)
+    return NamespaceImage(history.tobytes(), clock, estimators, document["format"], fields)
 
 
 class _Reader:

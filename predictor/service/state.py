@@ -22,7 +22,9 @@ The file cannot be lost quietly:
 - `PRAGMA quick_check` runs on every start; every SQLite error becomes a
   `StateError` naming the file;
 - the schema has a version: version 1 files are migrated (after a backup
-  copy), version 2 files get the table of names (3 added it), newer ones refused;
+  copy), versions 2 and 3 in place (the table of names, which 3 added; the
+  count of job fields in each event's rows, which 4 added when jobs gained
+  their resources: older rows read with those unset), newer ones refused;
 - a write that fails (disk full, I/O error) is rolled back and answered
   UNAVAILABLE, the store reports itself unhealthy (health NOT_SERVING) and
   probes the file until a write succeeds again.
@@ -46,12 +48,12 @@ from pathlib import Path
 import numpy as np
 
 from kernel.errors import TschedError, Unavailable
-from kernel.jobs import JOB_FIELDS, FinishedJob, JobRequest
+from kernel.jobs import JOB_FIELDS, LEGACY_FIELD_COUNT, FinishedJob, JobRequest
 from predictor.service import records
 
 log = logging.getLogger("tsched.service")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: SQLite's application id for tsched state files ("tscd"): another program's database is refused.
 APPLICATION_ID = 0x74736364
 #: Seconds between attempts to write after a failed write.
@@ -76,7 +78,8 @@ CREATE TABLE IF NOT EXISTS events (
     namespace_id INTEGER NOT NULL REFERENCES namespaces(id),
     kind INTEGER NOT NULL,
     spec TEXT,
-    rows BLOB NOT NULL
+    rows BLOB NOT NULL,
+    fields INTEGER
 );
 CREATE INDEX IF NOT EXISTS events_by_namespace ON events(namespace_id, seq);
 CREATE TABLE IF NOT EXISTS snapshots (
@@ -92,9 +95,10 @@ CREATE TABLE IF NOT EXISTS names (
     PRIMARY KEY (namespace_id, field, name)
 );
 """
-#: Versions read and brought to SCHEMA_VERSION: 1 by `_migrate_from_1`; 2 lacks only the names table,
-#: which opening creates.
-_MIGRATED_IN_PLACE = 2
+#: Versions read and brought to SCHEMA_VERSION: 1 by `_migrate_from_1`; 2 lacks the names table, which opening
+#: creates, and 2 and 3 the events' `fields` (how many job fields its rows hold: NULL, the first schema's),
+#: which opening adds.
+_MIGRATED_IN_PLACE = (2, 3)
 
 
 class StateError(TschedError):
@@ -357,6 +361,8 @@ class CompletionStore:
             db.execute("PRAGMA synchronous=FULL")
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             db.executescript(_SCHEMA)
+            if "fields" not in {row[1] for row in db.execute("PRAGMA table_info(events)")}:
+                db.execute("ALTER TABLE events ADD COLUMN fields INTEGER")  # constant time: no row is rewritten
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             # Written, then checkpointed into the database itself: a later start that finds this pid
@@ -421,8 +427,8 @@ class CompletionStore:
             return
         if application != APPLICATION_ID:
             raise StateError(f"{self.path}: not a tsched state file (tables: {', '.join(sorted(tables))})")
-        if version == _MIGRATED_IN_PLACE:
-            log.info("%s: schema version 2 brought to %d (a table of names added)", self.path, SCHEMA_VERSION)
+        if version in _MIGRATED_IN_PLACE:
+            log.info("%s: schema version %d brought to %d in place", self.path, version, SCHEMA_VERSION)
         elif version != SCHEMA_VERSION:
             raise StateError(
                 f"{self.path}: a state file of schema version {version}; this tsched reads versions 1 to "
@@ -443,7 +449,7 @@ class CompletionStore:
         if backup.exists():
             raise StateError(f"{self.path}: a version 1 file to migrate, but {backup} already exists; move it away")
         db.execute("VACUUM INTO ?", (str(backup),))
-        columns = ", ".join((*(item.column for item in JOB_FIELDS), "end_time", "runtime"))
+        columns = ", ".join((*(item.column for item in JOB_FIELDS[:LEGACY_FIELD_COUNT]), "end_time", "runtime"))
         db.executescript(_SCHEMA)  # the new tables (version 1's namespaces table is version 2's)
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -484,12 +490,12 @@ class CompletionStore:
                 since[ns_id] = through
             for ns_id, kind, name, number in self._db.execute("SELECT namespace_id, field, name, id FROM names"):
                 stored[names[ns_id]].names[(kind, name)] = number
-            for seq, ns_id, kind, spec, blob in self._db.execute(
-                "SELECT seq, namespace_id, kind, spec, rows FROM events ORDER BY seq"
+            for seq, ns_id, kind, spec, blob, fields in self._db.execute(
+                "SELECT seq, namespace_id, kind, spec, rows, fields FROM events ORDER BY seq"
             ):
                 if seq > since.get(ns_id, 0):
-                    width = records.COMPLETION_WIDTH if kind == COMPLETIONS else records.SUBMISSION_WIDTH
-                    stored[names[ns_id]].events.append(Event(seq, kind, spec, records.unpack(blob, width)))
+                    rows = records.unpack_jobs(blob, fields or LEGACY_FIELD_COUNT, kind == COMPLETIONS)
+                    stored[names[ns_id]].events.append(Event(seq, kind, spec, rows))
         return stored
 
     # --- writing ---
@@ -555,13 +561,13 @@ class CompletionStore:
             [(ns_id, kind, name, number) for kind, name, number in names],
         )
         seq = 0
-        insert = "INSERT INTO events (namespace_id, kind, spec, rows) VALUES (?, ?, ?, ?)"
+        insert = "INSERT INTO events (namespace_id, kind, spec, rows, fields) VALUES (?, ?, ?, ?, ?)"
         if completions:
             blob = records.pack(records.completion_rows(completions))
-            seq = db.execute(insert, (ns_id, COMPLETIONS, None, blob)).lastrowid or 0
+            seq = db.execute(insert, (ns_id, COMPLETIONS, None, blob, records.FIELD_COUNT)).lastrowid or 0
         if submissions:
             blob = records.pack(records.submission_rows(submissions))
-            seq = db.execute(insert, (ns_id, SUBMISSIONS, spec, blob)).lastrowid or 0
+            seq = db.execute(insert, (ns_id, SUBMISSIONS, spec, blob, records.FIELD_COUNT)).lastrowid or 0
         return seq
 
     def save_snapshot(self, namespace: str, through_seq: int, image: bytes) -> None:

@@ -19,7 +19,7 @@ import pandas as pd
 from kernel.errors import TraceError, UsageError
 from simulator.workloads.sitelog import SiteLogOptions, SizeUnit
 from simulator.workloads.swf import read_swf, write_swf
-from simulator.workloads.trace import GUESSED_MARK, SWFHeader, Trace
+from simulator.workloads.trace import GUESSED_MARK, RECORD_COLUMNS, SWFHeader, Trace
 
 #: How much of a file format detection reads.
 _SNIFF_BYTES = 64 * 1024
@@ -143,8 +143,14 @@ def names_path(out: str | Path) -> Path:
 
 
 def names_table(trace: Trace) -> pd.DataFrame:
-    """`Trace.names` as a table: field (SWF's), id, name."""
-    rows = [(swf_field, number, name) for swf_field, ids in trace.names.items() for number, name in sorted(ids.items())]
+    """`Trace.names` of SWF's fields as a table: field, id, name (the QOS, which SWF has no field for, is left out:
+    its ids are in sacct's `partition` field already)."""
+    rows = [
+        (swf_field, number, name)
+        for swf_field, ids in trace.names.items()
+        if swf_field in RECORD_COLUMNS
+        for number, name in sorted(ids.items())
+    ]
     return pd.DataFrame(rows, columns=["field", "id", "name"])
 
 

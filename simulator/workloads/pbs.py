@@ -55,6 +55,9 @@ SIZE_COLUMNS: dict[sitelog.SizeUnit, tuple[str, ...]] = {
     "nodes": ("Resource_List.nodect", "unique_node_count", "host_nodes", "select_nodes", "nodes_nodes"),
 }
 
+#: Where a job's asked-for node count is read from, first known first (its select, Torque nodes, nodect).
+_ASKED_NODES = ("select_nodes", "nodes_nodes", "Resource_List.nodect")
+
 
 def read_pbs(
     path: str | Path | Sequence[str | Path], *, lenient: bool = False, options: sitelog.SiteLogOptions | None = None
@@ -265,6 +268,7 @@ def _site_jobs(table: pd.DataFrame, deleted_ids: set[str], options: sitelog.Site
             completed=kept["exit"].to_numpy() == 0, cancelled=kept["pbs_id"].isin(deleted_ids).to_numpy()
         ),
         names={"job": (number, kept["pbs_id"]), **_names(kept)},
+        resources={"nodes": np.maximum(_first_known(*(kept[key].to_numpy() for key in _ASKED_NODES)), 0)},
         left_out=left_out,
         notes=notes,
     )

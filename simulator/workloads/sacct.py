@@ -31,7 +31,9 @@ How a line becomes an SWF record (docs/site-logs.md says why):
   and counted;
 - user <- UID (named by User), else User names numbered; group ("project"
   in Tang et al.) <- Account, else GID / Group; executable <- JobName;
-  queue <- Partition; partition <- QOS;
+  queue <- Partition; partition <- QOS; and, beyond SWF's fields, for the
+  predictor: qos <- QOS, nodes, memory_mb (in all) and gpus <- ReqTRES's
+  node=, mem= and gres/gpu=;
 - times are naive local times of the machine sacct ran on: `timezone` says
   which zone (ambiguous times at the end of summer time are read as summer
   time; times in the spring gap move forward).
@@ -523,6 +525,8 @@ def _typed(
         if "req" not in out:
             out["req"] = _tres(chunk["ReqTRES"], size.tres)
         out["req_mem_kb"] = _tres_memory_kb(chunk["ReqTRES"])
+        out["req_nodes"] = _tres(chunk["ReqTRES"], "node")
+        out["req_gpus"] = _tres(chunk["ReqTRES"], "gres/gpu")
     if "AllocTRES" in roles:
         out["allocated"] = (chunk["AllocTRES"] != "").to_numpy(dtype=bool)
     table = pd.DataFrame(out)
@@ -563,6 +567,7 @@ def _site_jobs(table: pd.DataFrame, roles: dict[str, str], steps: int, options: 
         status=swf_status(completed=state == "COMPLETED", cancelled=state == "CANCELLED"),
         names=_names(kept, roles),
         req_mem=_memory_per_unit(kept, np.where(alloc > 0, alloc, req)),
+        resources=_resources(kept),
         left_out=left_out,
         notes=notes,
     )
@@ -597,6 +602,18 @@ def _memory_per_unit(kept: pd.DataFrame, size: np.ndarray) -> np.ndarray | None:
     return np.where(np.isfinite(per_unit), np.round(per_unit), -1).astype(np.int64)
 
 
+def _resources(kept: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The nodes, memory (MB, in all) and GPUs ReqTRES asked for, 0 where it does not say."""
+    if "req_nodes" not in kept:
+        return {}
+    memory_kb = kept["req_mem_kb"].to_numpy()
+    return {
+        "nodes": np.maximum(kept["req_nodes"].to_numpy(), 0),
+        "memory_mb": np.where(np.isfinite(memory_kb), np.round(memory_kb / 1024), 0).astype(np.int64),
+        "gpus": np.maximum(kept["req_gpus"].to_numpy(), 0),
+    }
+
+
 def _names(kept: pd.DataFrame, roles: dict[str, str]) -> dict[str, pd.Series | tuple[np.ndarray, pd.Series]]:
     """Which sacct field names each SWF field (see the module docstring)."""
 
@@ -613,4 +630,5 @@ def _names(kept: pd.DataFrame, roles: dict[str, str]) -> dict[str, pd.Series | t
     names["executable"] = text("JobName")
     names["queue"] = text("Partition")
     names["partition"] = text("QOS")
+    names["qos"] = names["partition"]
     return names

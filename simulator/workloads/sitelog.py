@@ -40,7 +40,7 @@ SIZE_UNITS: tuple[SizeUnit, ...] = ("cores", "nodes")
 #: SWF status codes (field 11).
 STATUS_FAILED, STATUS_COMPLETED, STATUS_CANCELLED = 0, 1, 5
 #: The SWF fields a site log fills from names; `Trace.names` maps their ids back.
-NAMED_FIELDS = ("user", "group", "executable", "queue", "partition")
+NAMED_FIELDS = ("user", "group", "executable", "queue", "partition", "qos")
 _DURATION = re.compile(r"(?:(\d+)-)?(?:(?:(\d+):)?(\d+):)?(\d+)")
 
 
@@ -219,6 +219,9 @@ class SiteJobs:
     status: np.ndarray
     names: Mapping[str, pd.Series | tuple[np.ndarray, pd.Series]]
     req_mem: np.ndarray | None = None
+    #: What jobs asked beyond their size, by `JobRequest` field (`nodes`, `memory_mb`, `gpus`, `exclusive`;
+    #: 0 where not said): the records carry them after the SWF fields, for the predictor.
+    resources: dict[str, np.ndarray] = field(default_factory=dict)
     left_out: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -262,6 +265,7 @@ def site_trace(
     }
     if jobs.req_mem is not None:
         columns["req_mem"] = jobs.req_mem[order]
+    extra = {name: values[order] for name, values in jobs.resources.items()}
     names: dict[str, dict[int, str]] = {}
     for swf_field, named in jobs.names.items():
         if isinstance(named, tuple):
@@ -269,11 +273,14 @@ def site_trace(
             columns[swf_field] = ids[order]
             names[swf_field] = given_ids(ids, labels)
         else:
-            columns[swf_field], names[swf_field] = numbered_names(named.iloc[order].reset_index(drop=True))
+            ids, names[swf_field] = numbered_names(named.iloc[order].reset_index(drop=True))
+            (columns if swf_field in RECORD_COLUMNS else extra)[swf_field] = ids
     count = len(order)
     records = pd.DataFrame(
         {name: columns[name] if name in columns else np.full(count, -1, dtype=np.int64) for name in RECORD_COLUMNS}
     )
+    for name, values in extra.items():
+        records[name] = values.astype(np.int64)
     for name in FLOAT_COLUMNS:
         records[name] = records[name].astype(np.float64)
     for name in RECORD_COLUMNS:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from kernel.errors import TraceError, UsageError
+from kernel.jobs import RESOURCE_FIELD_NAMES
 
 #: The 18 SWF fields in file order, as `Trace.records` names them.
 RECORD_COLUMNS = (
@@ -271,6 +272,7 @@ def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]
     runtime, no size, no request. An unknown wait (-1) counts as 0 in `end`.
     `censored` marks the jobs that ran to their request (run >= t_req, as a
     Slurm TIMEOUT does): their t_act is a lower bound of what they needed.
+    The resource columns a site log's records carry (`RESOURCE_FIELD_NAMES`) are kept.
     """
     run = records["run"].to_numpy(dtype=np.int64)
     alloc = records["alloc_procs"].to_numpy(dtype=np.int64)
@@ -305,6 +307,7 @@ def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]
                 for name in ("user", "group", "executable", "queue", "partition", "status")
             },
             "censored": run[keep] >= t_req[keep],
+            **{name: kept[name].to_numpy(dtype=np.int64) for name in RESOURCE_FIELD_NAMES if name in kept},
         }
     )
     jobs = jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)

@@ -24,10 +24,18 @@ class Resources(dict[str, object]):
         return self.get(key)
 
 
+class Queue:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 class Job:
-    def __init__(self, walltime: int | None, ncpus: int | None = None, account: str | None = None) -> None:
+    def __init__(
+        self, walltime: int | None, ncpus: int | None = None, account: str | None = None, queue: str | None = None
+    ) -> None:
         self.Resource_List = Resources(walltime=None if walltime is None else duration(walltime), ncpus=ncpus)
         self.Account_Name = account
+        self.queue = None if queue is None else Queue(queue)
         self.project = "_pbs_project_default"
         self.group_list = None
         self.egroup = "users"

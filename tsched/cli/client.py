@@ -18,6 +18,8 @@ from tsched.cli.options import (
     credentials_from,
     json_option,
     load_trace,
+    memory_size,
+    non_negative_int,
     plain_policy_option,
     scheduler_group,
     service_group,
@@ -29,7 +31,7 @@ from tsched.cli.spec import Command, Option, Table
 
 if TYPE_CHECKING:
     from predictor.forecasting import QueueState
-    from predictor.service.client import PredictorClient
+    from predictor.service.client import JobResources, PredictorClient
     from sites.seeding import Seeded
 
 
@@ -56,6 +58,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             args.timeout,
             credentials_from(args),
             args.account,
+            -1 if args.partition is None else args.partition,
+            _asked(args),
         )
     except PredictorError as error:
         if args.submit == "now" and "ahead of namespace" in error.details:
@@ -67,6 +71,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
     answer = served.plain()
     show(args.json, answer, lambda: _format_prediction(answer))
     return 0
+
+
+def _asked(args: argparse.Namespace) -> JobResources:
+    """What `tsched predict` says the job asks of the cluster, as Slurm's options say it: --mem per node,
+    --mem-per-cpu per CPU, --gpus in all."""
+    from predictor.service.client import JobResources
+
+    if args.mem is not None and args.mem_per_cpu is not None:
+        raise UsageError("--mem and --mem-per-cpu are both given; give one (as Slurm takes one)")
+    memory = 0
+    if args.mem is not None:
+        memory = args.mem * max(args.nodes, 1)
+    elif args.mem_per_cpu is not None:
+        memory = args.mem_per_cpu * args.procs
+    return JobResources(args.nodes, memory, args.gpus, -1 if args.qos is None else args.qos, args.exclusive)
 
 
 def _format_prediction(answer: dict[str, Any]) -> str:
@@ -338,6 +357,13 @@ def predict_table() -> Table:
             required=True,
         ),
         Option("--procs", "the job's size in processors", int, required=True),
+        Option("--partition", "the partition (queue) it is submitted to, by name", metavar="NAME"),
+        Option("--qos", "its QOS, by name", metavar="NAME"),
+        Option("--nodes", "the fewest nodes it asks for (0: not said)", non_negative_int, 0, metavar="N"),
+        Option("--mem", "memory per node, in Slurm's syntax (8G, 4000M; no unit: MB)", memory_size, metavar="SIZE"),
+        Option("--mem-per-cpu", "memory per CPU, in Slurm's syntax", memory_size, metavar="SIZE"),
+        Option("--gpus", "GPUs it asks for in all", non_negative_int, 0, metavar="N"),
+        Option("--exclusive", "it takes whole nodes", kind="flag"),
         Option(
             "--submit",
             "submit time in Unix seconds; now: this host's clock; clock: the namespace's (a replayed trace's time)",

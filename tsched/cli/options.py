@@ -60,6 +60,16 @@ non_negative_int = _whole_number_from(0)
 positive_int = _whole_number_from(1)
 
 
+def memory_size(text: str) -> int:
+    """An argparse type: a memory size in Slurm's syntax (`8G`, `4000M`, `1.5G`; no unit: MB), as MB."""
+    from simulator.workloads.tres import memory_mb
+
+    try:
+        return memory_mb(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def fraction(text: str) -> float:
     """An argparse type: a number from 0 to 1 (a share of jobs)."""
     try:
