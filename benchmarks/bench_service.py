@@ -23,7 +23,8 @@ no message). Every number printed is measured here, now.
 `--replay-only` measures what issue 25 asks of a replay through the service: `tsched simulate` of
 KTH-SP2 (WFP + EASY, selective, the adjuster) in-process and through a server with a state file (as
 deployed; the replay's `sim-*` namespace is ephemeral, never written to it), in one run: at most
-0.5 ms per job more. `--group-commit-only` measures durable writes to live namespaces with 1, 4 and 16
+0.5 ms per job more; and the same replay with every instant asked at its time (no arrival asked
+ahead). `--group-commit-only` measures durable writes to live namespaces with 1, 4 and 16
 concurrent writers (one completion per call, each acknowledged once on disk): with group commit the
 time per call falls as the writers grow.
 
@@ -320,6 +321,21 @@ def _round_trip_floor(requests: list[pb.SyncRequest]) -> float:
     return elapsed
 
 
+def _each_instant(trace: Any, config: Any, spec: str, address: str) -> float:
+    """Seconds of the same replay through the service with every instant asked at its time (as before arrivals
+    were asked ahead, `simulator.lookahead`)."""
+    from simulator.engine import TraceReplay
+    from simulator.experiment import run_simulation
+
+    TraceReplay.asks_ahead = False
+    try:
+        began = time.perf_counter()
+        run_simulation(trace, config, spec, address=address, timeout=30.0)
+        return time.perf_counter() - began
+    finally:
+        TraceReplay.asks_ahead = True
+
+
 @contextmanager
 def _exchanges_kept() -> Iterator[list[pb.SyncRequest]]:
     """Every SyncRequest the replay sends on its stream, kept (to count the round trips and replay them)."""
@@ -359,6 +375,7 @@ def bench_replay(traces: Path, spec: str) -> None:
                 _, remote = run_simulation(trace, config, spec, address=server.address, timeout=30.0)
                 via_service = time.perf_counter() - began
                 remote_cpu = time.process_time() - cpu + _cpu_seconds(server.pid) - served_cpu
+            each = _each_instant(trace, config, spec, server.address)
             with PredictorClient(server.address) as client:
                 left = [view.name for view in client.list_namespaces()]
         finally:
@@ -374,7 +391,12 @@ def bench_replay(traces: Path, spec: str) -> None:
         f"{remote_cpu:.2f} s via the service: +{(remote_cpu - local_cpu) / jobs * 1e3:.3f} ms/job"
     )
     print(
-        f"  {len(requests):,} round trips ({len(requests) / jobs:.2f} per job: one per instant with arrivals); "
+        f"  asking each instant at its time (no arrival asked ahead): {each:.2f} s, "
+        f"+{(each - in_process) / jobs * 1e3:.3f} ms/job"
+    )
+    print(
+        f"  {len(requests):,} round trips ({len(requests) / jobs:.2f} per job: one per instant with arrivals not "
+        "asked ahead); "
         f"the same messages through an echo server (grpcio alone, no service): {floor:.2f} s, "
         f"{floor / len(requests) * 1e3:.3f} ms per round trip, +{floor / jobs * 1e3:.3f} ms/job"
     )

@@ -22,6 +22,9 @@ class PredictionSession(Protocol):
 
     #: Jobs that got t_req because the predictor could not answer.
     fallbacks: int
+    #: Whether a replay should ask, with an instant's arrivals, about later ones that come before any job can
+    #: end (`simulator.lookahead`): the answers are the same, and a remote session saves round trips.
+    asks_ahead: bool
 
     def sync(self, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest]) -> list[Prediction]:
         """Learn `finished` (in end order), then predict `submitted` (in submit order)."""
@@ -35,9 +38,10 @@ class PredictionSession(Protocol):
 class LocalSession:
     """An estimator called in-process: the fast path for experiment sweeps."""
 
-    def __init__(self, estimator: Estimator) -> None:
+    def __init__(self, estimator: Estimator, asks_ahead: bool = False) -> None:
         self.estimator = estimator
         self.fallbacks = 0
+        self.asks_ahead = asks_ahead
 
     def sync(self, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest]) -> list[Prediction]:
         observe = self.estimator.observe

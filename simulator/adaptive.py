@@ -142,6 +142,7 @@ class _Recorded:
     def __init__(self, estimates: dict[int, int]) -> None:
         self._estimates = estimates
         self.fallbacks = 0
+        self.asks_ahead = False
 
     def sync(self, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest]) -> list[Prediction]:
         return [Prediction(self._estimates[job.job_id], None, 0, False) for job in submitted]

@@ -122,6 +122,9 @@ class ClusterReplay(TraceReplay):
     """A trace replayed under the `slurm` scheduler (`slurm_scheduler`): jobs killed at their limit by the
     30 s sweep, and the `events` of the nodes applied as they happen."""
 
+    #: A sweep, a reservation's end or a node's failure ends a job other than at its runtime.
+    asks_ahead = False
+
     def __init__(
         self,
         jobs: pd.DataFrame,

@@ -2,7 +2,8 @@
 
 Arrivals are the trace's jobs, in submit order; a job ends min(t_act, t_req)
 after it starts (it is killed at its request). The predictor is told about the
-completions and asked about the arrivals in a single `sync` call per round, so
+completions and asked about the arrivals in a single `sync` call per round (a
+remote session, about later arrivals too when no job can end before them), so
 it never learns a runtime before the simulated job has finished.
 
 Actual runtimes live only in this module (`TraceReplay._runtime`); the
@@ -18,12 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kernel.jobs import FinishedJob
+from kernel.jobs import FinishedJob, Prediction
 from predictor.frames import REQUEST_COLUMNS, finished_from_frame, jobs_to_requests
 from predictor.session import PredictionSession
 from simulator.backfill import DEFAULT_MAX_RESERVATION_DELAY, make_backfill
 from simulator.dynp import make_queue_policy
 from simulator.jobs import WaitingJob
+from simulator.lookahead import Lookahead
 from simulator.loop import EventKind, Simulation
 from simulator.machine import ProcessorPool, make_correction, planning_mode
 from simulator.scheduler import QueueScheduler
@@ -76,7 +78,16 @@ class TraceReplay(Simulation[range, QueueScheduler]):
 
     Observers (`simulator.loop.Observer`) watch the one run; `finished_job`
     is how they learn a completion as the predictor does.
+
+    A session that `asks_ahead` (a remote one) is asked, with an instant's
+    arrivals, about the later arrivals that come before any job can end
+    (`simulator.lookahead`): fewer round trips, the same answers. A driver whose
+    jobs may end other than at their runtime (`asks_ahead = False`) asks each
+    instant at its time.
     """
+
+    #: Whether a job ends only at its start plus its runtime, as the horizon of asking ahead assumes.
+    asks_ahead = True
 
     def __init__(
         self,
@@ -109,6 +120,11 @@ class TraceReplay(Simulation[range, QueueScheduler]):
         submits = self.jobs["submit"].to_numpy(dtype=np.int64)
         changes = (np.flatnonzero(np.diff(submits)) + 1).tolist()
         self._instants = [0, *changes, count] if count else [0]  # where each submit time's jobs begin, and the end
+        self._lookahead = (
+            Lookahead(submits.tolist(), self._runtime, self._instants)
+            if self.asks_ahead and session.asks_ahead
+            else None
+        )
         self._next_instant = 0
         self._schedule_arrivals()
         if history is not None:
@@ -137,7 +153,7 @@ class TraceReplay(Simulation[range, QueueScheduler]):
         if arrived:  # one batch per submit time: consecutive trace positions
             indexes = range(arrived[0].start, arrived[-1].stop)
             self._schedule_arrivals()
-        predictions = self.session.sync(finished, requests[indexes.start : indexes.stop])
+        predictions = self._predictions(finished, indexes)
         jobs = []
         for index, prediction in zip(indexes, predictions, strict=True):
             request = requests[index]
@@ -146,12 +162,31 @@ class TraceReplay(Simulation[range, QueueScheduler]):
             jobs.append(WaitingJob(index, request.job_id, request.submit, request.procs, request.t_req, t_est))
         return jobs
 
+    def _predictions(self, finished: list[FinishedJob], arrivals: range) -> list[Prediction]:
+        """One `sync`: the completions learned, the arrivals predicted (with those asked ahead of their instant,
+        whose answers wait for them); none for arrivals asked already."""
+        lookahead = self._lookahead
+        if lookahead is None:
+            return self.session.sync(finished, self.requests[arrivals.start : arrivals.stop])
+        if finished and lookahead.waiting_answers:
+            raise RuntimeError(f"a job ended at {self.now}, before arrivals already asked: the horizon is wrong")
+        lookahead.admitted(arrivals)
+        answered = lookahead.answered(arrivals) if arrivals else None
+        if answered is not None:
+            return answered
+        ahead = lookahead.ahead(arrivals, self.now) if arrivals else range(arrivals.stop, arrivals.stop)
+        answers = self.session.sync(finished, self.requests[arrivals.start : ahead.stop])
+        lookahead.keep(ahead, answers[len(arrivals) :])
+        return answers[: len(arrivals)]
+
     def completion_time(self, job: WaitingJob) -> int:
         """The job's actual end; recorded with its start."""
         index = job.index
         end: int = self.now + self._runtime[index]
         self.start_at[index] = self.now
         self.end_at[index] = end
+        if self._lookahead is not None:
+            self._lookahead.started(index, end)
         return end
 
     def replay(self) -> SimulationResult:

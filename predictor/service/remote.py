@@ -31,7 +31,8 @@ class RemoteSession:
     Completions are held until the next call that has submissions to predict
     (or until `close`): the service learns them before it predicts anything
     submitted later, so answers equal `LocalSession`'s, with one round trip per
-    instant that has arrivals, on one stream kept open for the session. `reset=True` starts from an empty namespace (a
+    instant that has arrivals (fewer: a replay asks ahead, `asks_ahead`), on one stream kept open for the
+    session. `reset=True` starts from an empty namespace (a
     simulation run); a live scheduler keeps its namespace's history.
 
     On a transient failure the submitted jobs get t_req and count in
@@ -61,6 +62,7 @@ class RemoteSession:
         self.ephemeral = ephemeral
         self.spec = spec
         self.fallbacks = 0
+        self.asks_ahead = True  # a round trip saved per instant asked ahead
         self._pending: list[FinishedJob] = []
         self._needs_reset = reset
         self._retry_after = retry_after
