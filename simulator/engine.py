@@ -121,7 +121,7 @@ class TraceReplay(Simulation[range, QueueScheduler]):
         changes = (np.flatnonzero(np.diff(submits)) + 1).tolist()
         self._instants = [0, *changes, count] if count else [0]  # where each submit time's jobs begin, and the end
         self._lookahead = (
-            Lookahead(submits.tolist(), self._runtime, self._instants)
+            Lookahead(submits.tolist(), self._runtime, self.jobs["procs"].tolist(), self._instants)
             if self.asks_ahead and session.asks_ahead
             else None
         )
@@ -174,7 +174,8 @@ class TraceReplay(Simulation[range, QueueScheduler]):
         answered = lookahead.answered(arrivals) if arrivals else None
         if answered is not None:
             return answered
-        ahead = lookahead.ahead(arrivals, self.now) if arrivals else range(arrivals.stop, arrivals.stop)
+        free = self.scheduler.machine.free
+        ahead = lookahead.ahead(arrivals, self.now, free) if arrivals else range(arrivals.stop, arrivals.stop)
         answers = self.session.sync(finished, self.requests[arrivals.start : ahead.stop])
         lookahead.keep(ahead, answers[len(arrivals) :])
         return answers[: len(arrivals)]
