@@ -13,13 +13,19 @@ from simulator.workloads.trace import Trace
 
 #: The Parallel Workloads Archive traces live outside the repository, in ../shared/traces.
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+#: A live Slurm test's first use of its module's cluster runs every workload in real time (four of them, minutes
+#: each), so it gets longer than the 15 minutes pyproject.toml allows any other test before calling it hung.
+LIVE_SLURM_TIMEOUT = 3600
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that reads the real traces is marked `traces`, so that `-m "not traces"` leaves it out."""
+    """A test that reads the real traces is marked `traces`, so that `-m "not traces"` leaves it out; a live Slurm
+    test gets its longer timeout."""
     for item in items:
         if "traces_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.traces)
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.timeout(LIVE_SLURM_TIMEOUT))
 
 
 @pytest.fixture(scope="session")
