@@ -12,7 +12,11 @@ from: LightGBM's quantile objective on log runtime with the same features and
 retraining schedule, shifted conformal-style (on the residuals of the jobs
 that finished in the trailing 14 days) to the target rate.
 
-    python scripts/lgbm_ablation.py [--traces DIR] [--workers N] [--out FILE]
+With `--memory`, the traces that say what memory each job asked for (SWF
+field 10) and KTH-SP2, which does not, are replayed with lgbm-quantile
+without and with `memory=true`, held to the adjuster's rate the same way.
+
+    python scripts/lgbm_ablation.py [--traces DIR] [--workers N] [--out FILE] [--memory]
 """
 
 from __future__ import annotations
@@ -37,6 +41,13 @@ from simulator.workloads.swf import read_swf
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 DEVELOPMENT = ("KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz", "SDSC-SP2-1998-4.2-cln.swf.gz")
 GENERALISATION = ("UniLu-Gaia-2014-1.swf.gz", "LPC-EGEE-2004-1.2-cln.swf.gz")
+#: The public traces whose jobs say what memory they asked for (SWF field 10), and a control that does not.
+MEMORY = (
+    "LANL-CM5-1994-4.1-cln.swf.gz",
+    "HPC2N-2002-2.2-cln.swf.gz",
+    "RICC-2010-2.swf.gz",
+    "KTH-SP2-1996-2.1-cln.swf.gz",
+)
 ADJUSTER = "percentile:q=85,key=user+group+request,window=30d,floor=0.5,min_jobs=10"
 DAY = 86_400
 
@@ -116,6 +127,14 @@ class LogRuntimeQuantile(Estimator):
         return Prediction(clamp_estimate(math.expm1(predicted + shift), job.t_req), None, len(self._buffer), False)
 
 
+def memory_variants(under: float) -> dict[str, str | None]:
+    target = f"target_under={under:.4f}"
+    return {
+        "lgbm-quantile (all parts)": f"lgbm-quantile:{target}",
+        "with memory=true": f"lgbm-quantile:{target},memory=true",
+    }
+
+
 def variants(under: float) -> dict[str, str | None]:
     target = f"target_under={under:.4f}"
     return {
@@ -148,22 +167,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("docs/lgbm-ablation.csv"))
+    parser.add_argument("--out", type=Path, default=None, help="default docs/lgbm-ablation.csv (--memory: -memory)")
+    parser.add_argument("--memory", action="store_true", help="what the memory asked for buys, where logs say it")
     args = parser.parse_args()
+    out = args.out or Path("docs/lgbm-memory-ablation.csv" if args.memory else "docs/lgbm-ablation.csv")
     began = time.perf_counter()
-    paths = [args.traces / name for name in DEVELOPMENT + GENERALISATION]
+    paths = [args.traces / name for name in (MEMORY if args.memory else DEVELOPMENT + GENERALISATION)]
     adjusters = Parallel(n_jobs=args.workers)(
         delayed(run)(path, "paper's adjuster, q=85", ADJUSTER, 0.0) for path in paths
     )
     tasks = [
         (path, label, spec, adjuster["underestimated"])
         for path, adjuster in zip(paths, adjusters, strict=True)
-        for label, spec in variants(adjuster["underestimated"]).items()
+        for label, spec in (memory_variants if args.memory else variants)(adjuster["underestimated"]).items()
     ]
     rows = adjusters + Parallel(n_jobs=args.workers)(delayed(run)(*task) for task in tasks)
     frame = pd.DataFrame(rows)
-    frame.to_csv(args.out, index=False)
-    print(f"{len(rows)} replays in {time.perf_counter() - began:.0f} s; wrote {args.out}\n")
+    frame.to_csv(out, index=False)
+    print(f"{len(rows)} replays in {time.perf_counter() - began:.0f} s; wrote {out}\n")
     print("| variant | " + " | ".join(frame["trace"].unique()) + " |")
     print("|---|" + "---|" * frame["trace"].nunique())
     for label, group in frame.groupby("variant", sort=False):

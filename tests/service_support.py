@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import pickle
 import random
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -350,3 +352,13 @@ def damaged_state(folder: Path) -> Path:
     data[4096 * 3 : 4096 * 3 + 64] = b"\xee" * 64  # a page in the middle
     state.write_bytes(bytes(data))
     return state
+
+
+def rewritten_snapshot(blob: bytes, change: Callable[[dict[str, Any]], None]) -> bytes:
+    """A snapshot whose JSON document `change` altered (its arrays unchanged)."""
+    start = len(b"tsched-snapshot\n") + 8
+    (length,) = struct.unpack_from("<Q", blob, start - 8)
+    document = json.loads(blob[start : start + length])
+    change(document)
+    text = json.dumps(document).encode()
+    return blob[: start - 8] + struct.pack("<Q", len(text)) + text + blob[start + length :]

@@ -33,6 +33,7 @@ SPECS = [
     *sorted(available()),
     "lgbm-quantile:min_train=200,trees=5,window=20d,retrain=5d,calibration=5d,swap=0s",
     "lgbm-sched:min_train=200,trees=5,window=20d,retrain=5d,calibration=5d,swap=0s",
+    "lgbm-quantile:memory=true,min_train=200,trees=5,window=20d,retrain=5d,calibration=5d,swap=0s",
     "percentile:key=user,window=all,q=60,floor=0,min_jobs=3",
     "mean-std:key=user+executable,window=all,k=0.5",
 ]

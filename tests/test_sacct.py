@@ -276,8 +276,10 @@ def test_convert_writes_swf_that_reads_back_as_the_same_jobs(tmp_path):
     out = tmp_path / "site.swf"
     names = convert_trace(trace, out, procs=16)
     back = read_swf(out)
-    swf_fields = [column for column in trace.jobs.columns if column not in RESOURCE_FIELD_NAMES]
-    pdt.assert_frame_equal(back.jobs, trace.jobs[swf_fields])  # SWF has no field for ReqTRES's nodes and GPUs
+    # SWF has no field for ReqTRES's nodes and GPUs; the memory goes through its field 10, per processor
+    swf_fields = [column for column in trace.jobs.columns if column not in RESOURCE_FIELD_NAMES] + ["memory_mb"]
+    pdt.assert_frame_equal(back.jobs, trace.jobs[swf_fields])
+    assert back.jobs["memory_mb"].max() > 0
     assert back.header.max_procs == 16 and back.header.unix_start_time == trace.header.unix_start_time
     assert back.header.time_zone_string == "UTC"
     assert any("trace convert" in line for line in back.header.lines)

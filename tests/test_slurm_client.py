@@ -222,21 +222,33 @@ slurm = { SUCCESS = 0, log_info = function() end, log_error = function(...) prin
 real_dofile(arg[1])
 local UNSET32, UNSET16 = 4294967294, 65534
 local job_desc = { time_limit = 30, min_cpus = 8, num_tasks = UNSET32, user_id = 1070, user_name = "alice",
-    group_id = 1070, account = "Physics", min_nodes = 2, shared = 0, min_mem_per_cpu = 1500,
+    group_id = 1070, account = "Physics", min_nodes = 2, shared = 0, min_mem_per_cpu = tonumber(arg[3]),
     tres_per_node = "gres:gpu:a100:2", partition = arg[2] ~= "" and arg[2] or nil, qos = nil,
     default_qos = "normal" }
-local partitions = { cpu = { flag_default = 0 }, gpu = { flag_default = 1 } }
+local partitions = { cpu = { flag_default = 0, def_mem_per_cpu = 1000 },
+    gpu = { flag_default = 1, def_mem_per_node = 16000 } }
 slurm_job_submit(job_desc, partitions, 1070)
 """
 
 
-@pytest.mark.parametrize(("asked", "partition"), [("", "gpu"), ("cpu,gpu", "cpu")])
-def test_job_submit_asks_with_what_the_job_asks_of_the_cluster(asked: str, partition: str) -> None:
+@pytest.mark.parametrize(
+    ("asked", "partition", "memory", "in_all"),
+    [
+        ("", "gpu", "1500", 8 * 1500),  # --mem-per-cpu=1500 on 8 CPUs
+        ("cpu,gpu", "cpu", "1500", 8 * 1500),
+        ("", "gpu", "", 2 * 16000),  # no --mem: the partition's DefMemPerNode on 2 nodes
+        ("cpu,gpu", "cpu", "", 8 * 1000),  # or its DefMemPerCPU on 8 CPUs
+    ],
+)
+def test_job_submit_asks_with_what_the_job_asks_of_the_cluster(
+    asked: str, partition: str, memory: str, in_all: int
+) -> None:
     """The partition (the default one when the job names none), QOS, nodes, memory and GPUs in all, and
-    exclusivity, as sacct's history records them (Partition, QOS, ReqTRES node=, mem=, gres/gpu=)."""
+    exclusivity, as sacct's history records them (Partition, QOS, ReqTRES node=, mem=, gres/gpu=): a job
+    that asks for no memory gets its partition's default, as slurmctld gives it."""
     script = REPO / "deploy" / "slurm" / "job_submit.lua"
     done = subprocess.run(
-        [str(LUA), "-", str(script), asked],
+        [str(LUA), "-", str(script), asked, memory],
         input=SUBMITTED_REQUEST,
         capture_output=True,
         text=True,
@@ -250,7 +262,7 @@ def test_job_submit_asks_with_what_the_job_asks_of_the_cluster(asked: str, parti
         partition,
         "normal",
         2,
-        8 * 1500,
+        in_all,
         4,
         True,
     )

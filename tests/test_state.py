@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
-import struct
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from service_support import (
     history,
     instants,
     observe_by_name,
+    rewritten_snapshot,
     snapshotted_state,
     status_of,
     submissions,
@@ -337,16 +336,6 @@ def test_a_snapshot_that_would_run_code_is_refused_naming_the_file(tmp_path: Pat
         assert f"{state}: the snapshot of namespace 'cluster' is refused" in str(refused.value)
 
 
-def _rewritten(blob: bytes, change: Callable[[dict[str, Any]], None]) -> bytes:
-    """A snapshot whose JSON document `change` altered (its arrays unchanged)."""
-    start = len(b"tsched-snapshot\n") + 8
-    (length,) = struct.unpack_from("<Q", blob, start - 8)
-    document = json.loads(blob[start : start + length])
-    change(document)
-    text = json.dumps(document).encode()
-    return blob[: start - 8] + struct.pack("<Q", len(text)) + text + blob[start + length :]
-
-
 def test_snapshots_hold_data_only_and_are_checked_before_use() -> None:
     estimator = make_estimator("mean-std")
     for job in history(50):
@@ -388,7 +377,7 @@ def test_snapshots_hold_data_only_and_are_checked_before_use() -> None:
         (object_array, "dtype '|O'"),
     ):
         with pytest.raises(snapshots.SnapshotRefusedError, match=refusal):
-            snapshots.load(_rewritten(blob, change), None)
+            snapshots.load(rewritten_snapshot(blob, change), None)
     with pytest.raises(snapshots.SnapshotRefusedError, match="outside the snapshot's bytes"):
         snapshots.load(blob[:-8], None)
 
@@ -531,11 +520,11 @@ def test_a_snapshot_of_format_3_is_read_with_resources_unset() -> None:
         document["format"] = 3
         del document["fields"]
 
-    restored = snapshots.load(_rewritten(blob, format_3), None)
+    restored = snapshots.load(rewritten_snapshot(blob, format_3), None)
     history_rows = records.unpack_jobs(restored.history, restored.fields, completions=True)
     assert restored.fields == LEGACY_FIELD_COUNT and records.completions_from(history_rows) == finished
     with pytest.raises(snapshots.SnapshotRefusedError, match="hold 99 job fields"):
-        snapshots.load(_rewritten(blob, lambda document: document.update(fields=99)), None)
+        snapshots.load(rewritten_snapshot(blob, lambda document: document.update(fields=99)), None)
 
 
 # --- durability where it is owed ------------------------------------------------------------------

@@ -124,6 +124,7 @@ def test_replay_rules(tmp_path):
         "partition",
         "status",
         "censored",
+        "memory_mb",
     ]
     assert all(trace.jobs[name].dtype == np.int64 for name in trace.jobs.columns if name != "censored")
     assert trace.jobs.set_index("job_id")["censored"].to_dict() == {2: False, 3: True, 8: False, 1: False}

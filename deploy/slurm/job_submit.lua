@@ -38,11 +38,18 @@ end
 
 -- The memory the job asks for in all, MB (as sacct's ReqTRES mem=): per node times nodes, or per CPU
 -- times CPUs; 0 when it gives none (--mem=0, all of each node's, included).
-local function memory_of(job_desc, nodes, procs)
+-- The memory the job asks for in all, MB (as ReqTRES mem=): --mem or --mem-per-cpu, else its partition's
+-- DefMemPerNode or DefMemPerCPU, which slurmctld gives it and sacct records (a cluster-wide default is not
+-- visible here: 0 then, not said).
+local function memory_of(job_desc, partition, nodes, procs)
     if job_desc.min_mem_per_node ~= nil then
         return job_desc.min_mem_per_node * nodes
     elseif job_desc.min_mem_per_cpu ~= nil then
         return job_desc.min_mem_per_cpu * procs
+    elseif partition ~= nil and partition.def_mem_per_node ~= nil then
+        return partition.def_mem_per_node * nodes
+    elseif partition ~= nil and partition.def_mem_per_cpu ~= nil then
+        return partition.def_mem_per_cpu * procs
     end
     return 0
 end
@@ -88,6 +95,7 @@ local function job_from(job_desc, part_list)
         account = job_desc.default_account
     end
     local nodes = set(job_desc.min_nodes, UNSET32) and job_desc.min_nodes or 0
+    local partition = partition_of(job_desc, part_list)
     return {
         submit = os.time(),
         user = job_desc.user_id,
@@ -96,10 +104,10 @@ local function job_from(job_desc, part_list)
         account = account and string.lower(account) or nil,
         t_req = job_desc.time_limit * 60,
         procs = procs,
-        partition = partition_of(job_desc, part_list),
+        partition = partition,
         qos = job_desc.qos or job_desc.default_qos,
         nodes = nodes,
-        memory_mb = memory_of(job_desc, math.max(nodes, 1), procs),
+        memory_mb = memory_of(job_desc, partition and (part_list or {})[partition], math.max(nodes, 1), procs),
         gpus = gpus_of(job_desc, math.max(nodes, 1)),
         exclusive = job_desc.shared == 0,
     }

@@ -68,7 +68,8 @@ class Workload:
 
 
 def contract_workload(jobs: int = 1500, seed: int = 0) -> Workload:
-    """Ten users over about 40 days, each with two habitual requests and a steady share of them used."""
+    """Ten users over about 40 days, each with two habitual requests (and memory sizes) and a steady share of them
+    used."""
     rng = np.random.default_rng(seed)
     users = rng.integers(0, 10, jobs)
     habits = rng.uniform(0.05, 0.9, (10, 2))
@@ -90,6 +91,7 @@ def contract_workload(jobs: int = 1500, seed: int = 0) -> Workload:
             procs=int(procs[index]),
             queue=int(choice[index]),
             executable=int(users[index] * 2 + choice[index]),
+            memory_mb=1024 << int(choice[index] + users[index] % 2),  # a site log's: one habit, one size
         )
         for index in range(jobs)
     ]

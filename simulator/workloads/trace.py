@@ -64,6 +64,7 @@ JOB_COLUMNS = (
     "partition",
     "status",
     "censored",
+    "memory_mb",
 )
 #: The path of a trace made in memory (the synthetic workload).
 GENERATED_PATH = "<generated>"
@@ -272,7 +273,8 @@ def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]
     runtime, no size, no request. An unknown wait (-1) counts as 0 in `end`.
     `censored` marks the jobs that ran to their request (run >= t_req, as a
     Slurm TIMEOUT does): their t_act is a lower bound of what they needed.
-    The resource columns a site log's records carry (`RESOURCE_FIELD_NAMES`) are kept.
+    The resource columns a site log's records carry (`RESOURCE_FIELD_NAMES`) are kept; an SWF log's requested
+    memory (kilobytes per processor) becomes `memory_mb`, the job's in all, 0 where unknown.
     """
     run = records["run"].to_numpy(dtype=np.int64)
     alloc = records["alloc_procs"].to_numpy(dtype=np.int64)
@@ -310,6 +312,10 @@ def replayable_jobs(records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]
             **{name: kept[name].to_numpy(dtype=np.int64) for name in RESOURCE_FIELD_NAMES if name in kept},
         }
     )
+    if "memory_mb" not in jobs:
+        per_processor_kb = kept["req_mem"].to_numpy(dtype=np.int64)
+        in_all = np.round(per_processor_kb * procs[keep] / 1024)
+        jobs["memory_mb"] = np.where(per_processor_kb > 0, in_all, 0).astype(np.int64)
     jobs = jobs.sort_values(["submit", "job_id"], kind="stable").reset_index(drop=True)
     return jobs, skipped
 

@@ -34,10 +34,10 @@ from kernel.durations import SECONDS_PER_DAY, parse_duration, required_duration
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator, PredictEffect, WithInterval, parameter
 from predictor.estimators.lgbm.calibration import Calibration, job_scores
-from predictor.estimators.lgbm.features import FeatureHistory
+from predictor.estimators.lgbm.features import FeatureHistory, feature_names
 from predictor.estimators.lgbm.model import (
     CANDIDATES,
-    N_FEATURES,
+    CLASSES,
     RATIO_EDGES,
     TrainedModel,
     candidate_estimates,
@@ -130,6 +130,7 @@ class LGBMQuantileEstimator(Estimator):
     max_train: int = parameter(
         20000, "the most (evenly spaced) finished jobs a model is trained on", low=1, high=MAX_TRAIN
     )
+    memory: bool = parameter(False, "learn from the memory each job asks for (a site log's; docs/lgbm.md)")
     threads: int = parameter(1, "LightGBM threads per training", low=1, high=MAX_THREADS)
     seed: int = parameter(1, "LightGBM seed (results are deterministic)", low=0, high=2**31 - 1)
 
@@ -144,7 +145,7 @@ class LGBMQuantileEstimator(Estimator):
     def _initialise(self) -> None:
         calibration_seconds = required_duration(self.calibration, "calibration")
         self._calibration_seconds = calibration_seconds
-        self._features = FeatureHistory(ratio_edges=RATIO_EDGES)
+        self._features = FeatureHistory(ratio_edges=RATIO_EDGES, memory=self.memory)
         self._window = TrainingWindow(required_duration(self.window, "window"))
         self._trainer = Trainer(
             self.trees,
@@ -155,6 +156,7 @@ class LGBMQuantileEstimator(Estimator):
             self.min_train,
             self.prior_jobs,
             self.be_weight,
+            feature_names(self.memory),
         )
         self._schedule = ModelSchedule(
             parse_duration(self.retrain, "retrain", unbounded="never"), required_duration(self.swap, "swap", zero=True)
@@ -263,7 +265,8 @@ class LGBMQuantileEstimator(Estimator):
         Cheap: call it where history is locked, then `train` outside the lock.
         """
         needs_bootstrap = self._calibration.needs_bootstrap()
-        return self._window.snapshot(now, self.max_train, now - self._calibration_seconds if needs_bootstrap else None)
+        bootstrap_from = now - self._calibration_seconds if needs_bootstrap else None
+        return self._window.snapshot(now, self.max_train, bootstrap_from, self._trainer.width)
 
     def train(self, data: TrainingData) -> TrainedModel:
         """Fit a model on `data`; touches no state of this estimator, so it may run in another thread."""
@@ -382,7 +385,7 @@ class LGBMQuantileEstimator(Estimator):
         answers: list[WithInterval] = []
         calibrated = by_multiplier.tolist()
         quantile_levels = calibration.quantile_levels(levels)
-        similar = matrix[:, N_FEATURES:].sum(axis=1).astype(np.int64).tolist()  # the key's finished jobs
+        similar = matrix[:, -CLASSES:].sum(axis=1).astype(np.int64).tolist()  # the key's finished jobs
         for index, (job, factor) in enumerate(zip(jobs, factors.tolist(), strict=True)):
             estimate = estimates[index]
             pending[job.job_id] = (

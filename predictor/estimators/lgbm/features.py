@@ -69,14 +69,18 @@ INFLIGHT_FEATURES = ("user_inflight", "user_req_inflight", "user_req_inflight_ag
 #: raw user and group ids carry no order and only let the model memorise, so they enter through
 #: the history keys instead.
 REQUEST_FEATURES = ("log_t_req", "log_procs", "hour", "weekday", "queue")
+#: The memory a job asks for, last in a row when the estimator learns from it (`memory=true`): a site log carries
+#: it (sacct's ReqTRES, SWF field 10), an archive trace mostly does not (docs/lgbm.md measures what it buys).
+MEMORY_FEATURE = "log_memory"
 
 
-def feature_names() -> tuple[str, ...]:
-    """Column names of `FeatureHistory.row`, in order."""
-    return REQUEST_FEATURES + INFLIGHT_FEATURES + tuple(f"{key}_{stat}" for key in KEYS for stat in KEY_STATS)
+def feature_names(memory: bool = False) -> tuple[str, ...]:
+    """Column names of `FeatureHistory.row`, in order (with the memory asked for last, if `memory`)."""
+    names = REQUEST_FEATURES + INFLIGHT_FEATURES + tuple(f"{key}_{stat}" for key in KEYS for stat in KEY_STATS)
+    return (*names, MEMORY_FEATURE) if memory else names
 
 
-def feature_encodings() -> list[dict[str, str]]:
+def feature_encodings(memory: bool = False) -> list[dict[str, str]]:
     """Every feature with how it is computed, in column order (for a model manifest)."""
     own = {
         "log_t_req": "natural log of the requested time in seconds",
@@ -107,6 +111,13 @@ def feature_encodings() -> list[dict[str, str]]:
             {"name": f"{key}_{stat}", "encoding": f"key {'+'.join(fields)}: {stats[stat]}; missing without history"}
             for stat in KEY_STATS
         ]
+    if memory:
+        encodings.append(
+            {
+                "name": MEMORY_FEATURE,
+                "encoding": "natural log of the memory asked for in all, MB; missing when the job asked for none",
+            }
+        )
     return encodings
 
 
@@ -182,14 +193,20 @@ class FeatureHistory:
     training row with exact features.
     """
 
+    #: Whether a row ends with the memory asked for (a class default: a history restored from an older snapshot
+    #: has no such attribute of its own, and did not learn from memory).
+    memory = False
+
     def __init__(
         self,
         window: int = HISTORY_WINDOW,
         recent: int = 32,
         horizon: int = HISTORY_WINDOW,
         ratio_edges: Sequence[float] = (),
+        memory: bool = False,
     ) -> None:
         self.window = window
+        self.memory = memory
         self.recent = recent
         self.horizon = horizon
         self.ratio_edges = tuple(ratio_edges)
@@ -285,6 +302,8 @@ class FeatureHistory:
                 values += [0.0] + [nan] * (len(KEY_STATS) - 1)
                 continue
             values += self._key_stats(series, first, submit)
+        if self.memory:
+            values.append(log(job.memory_mb) if job.memory_mb > 0 else nan)
         return values
 
     def ratio_counts(self, job: JobRequest) -> list[int]:

@@ -15,7 +15,6 @@ import numpy as np
 
 from kernel.jobs import INTERVAL_PROBABILITIES, RuntimeInterval, clamp_estimate
 from predictor.estimators.lgbm.calibration import choose_quantile
-from predictor.estimators.lgbm.features import feature_names
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 if TYPE_CHECKING:
@@ -32,8 +31,6 @@ CLASS_QUANTILES = 64
 #: impossible, so a large enough multiplier always reaches the calibration target (a model sure of
 #: itself to 1e-8 on a trace like LPC-EGEE otherwise defeats any multiplier).
 HEDGE = 0.01
-#: Model features at the head of a row; the key's R class counts follow.
-N_FEATURES = len(feature_names())
 
 
 def candidate_estimates(t_req: np.ndarray) -> np.ndarray:
@@ -119,8 +116,8 @@ class TrainedModel:
         P(R > .) at the next candidate; jobs are grouped by request so that
         this costs one small matrix product per distinct request.
         """
-        counts = rows[:, N_FEATURES:]
-        predicted = np.asarray(self.booster.predict(rows[:, :N_FEATURES], num_threads=1))
+        counts = rows[:, -CLASSES:]  # after the model's features
+        predicted = np.asarray(self.booster.predict(rows[:, :-CLASSES], num_threads=1))
         posterior = (prior_jobs * predicted + counts) / (prior_jobs + counts.sum(axis=1, keepdims=True))
         probabilities = (1 - HEDGE) * posterior + HEDGE / CLASSES
         under_padded = np.concatenate([self._class_under, np.zeros((CLASSES, 1))], axis=1)

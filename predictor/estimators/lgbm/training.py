@@ -29,7 +29,6 @@ from predictor.estimators.lgbm.calibration import conformity_scores
 from predictor.estimators.lgbm.features import feature_names
 from predictor.estimators.lgbm.model import (
     CLASSES,
-    N_FEATURES,
     TrainedModel,
     candidate_estimates,
     class_of,
@@ -95,7 +94,7 @@ class TrainingWindow:
         while jobs[0][0] < job.end - self.seconds:
             jobs.popleft()
 
-    def snapshot(self, now: int, most: int, bootstrap_from: int | None) -> TrainingData:
+    def snapshot(self, now: int, most: int, bootstrap_from: int | None, width: int) -> TrainingData:
         """The jobs that ended in [now - window, now], at most `most` of them (evenly spaced), copied out.
 
         Cheap: take it where history is locked, and train outside the lock.
@@ -104,7 +103,7 @@ class TrainingWindow:
         chosen = sorted((entry for entry in self._jobs if first <= entry[0] <= now), key=lambda entry: entry[0])
         if len(chosen) > most:  # a busy trace: evenly spaced jobs keep the whole window's span
             chosen = [chosen[i] for i in np.linspace(0, len(chosen) - 1, most).round().astype(int)]
-        rows = np.asarray([entry[1] for entry in chosen], dtype=np.float64).reshape(len(chosen), N_FEATURES + CLASSES)
+        rows = np.asarray([entry[1] for entry in chosen], dtype=np.float64).reshape(len(chosen), width)
         return TrainingData(
             rows,
             np.array([entry[0] for entry in chosen], dtype=np.int64),
@@ -131,6 +130,13 @@ class Trainer:
     min_train: int
     prior_jobs: float
     be_weight: float
+    #: The model's features, in row order (a class default for a trainer restored from an older snapshot).
+    features: tuple[str, ...] = feature_names()
+
+    @property
+    def width(self) -> int:
+        """A row's length: the features, then the key's R class counts."""
+        return len(self.features) + CLASSES
 
     def lightgbm_params(self) -> dict[str, Any]:
         """LightGBM settings: modest and deterministic, so that runs reproduce."""
@@ -181,9 +187,7 @@ class Trainer:
 
         ratios = data.ratios
         classes = class_of(ratios)
-        dataset = lgb.Dataset(
-            data.rows[:, :N_FEATURES], classes, feature_name=list(feature_names()), free_raw_data=True
-        )
+        dataset = lgb.Dataset(data.rows[:, :-CLASSES], classes, feature_name=list(self.features), free_raw_data=True)
         booster = lgb.train(self.lightgbm_params(), dataset, num_boost_round=self.trees)
         return TrainedModel(booster, class_ratio_quantiles(ratios, classes), data.now, int(data.ends.min()), len(data))
 
