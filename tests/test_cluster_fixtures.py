@@ -54,6 +54,20 @@ def test_a_job_fits_once_another_takes_the_other_split_of_its_cpus():
     assert replay.unplaceable == [] and replay.tied == [] and replay.differing == []
 
 
+def test_starts_in_one_millisecond_are_placed_in_the_order_slurm_logged_them():
+    """A CI run's multifactor workload: one backfill cycle started jobs 88 (4 CPUs on n1), 89 (12 on n1-n3) and
+    28 (8 on n3-n4) in the same millisecond, in that order (priority order, not job order). Taken in job order,
+    28 goes first and fits on n3 alone, and the model's nodes then part from Slurm's for eight jobs; in the
+    log's order every start is the model's."""
+    run = Run(DATA.with_name("slurm-22.05-priority-order") / "multifactor")
+    replay = replay_node_choices(run)
+    assert replay.checked + replay.backfilled == len(run.jobs) == 90
+    assert replay.unplaceable == [] and replay.differing == [] and replay.completing == []
+    assert replay.tied == [] and replay.resplit == []
+    run.logged = {key: (when, key[1]) for key, (when, _) in run.logged.items()}  # ties in job order
+    assert replay_node_choices(run).unplaceable == [28, 86, 77, 52, 24, 66, 34, 71]
+
+
 def test_the_backfill_scheduler_chose_the_models_nodes():
     """A CI-machine run kept with every backfill cycle's plans (`plans.log.gz`): the backfill scheduler started 84
     of its 90 jobs, each on the nodes the model chooses off those its cycle held for the jobs ahead of it (30

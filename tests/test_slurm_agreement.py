@@ -23,11 +23,12 @@ CAPTURES = Path(__file__).parent / "data" / "slurm-22.05-cluster"
 #: A second live run of the same workloads (2026-11-27 21:14 UTC, the live test's): held to the live tolerances.
 SECOND_RUN = Path(__file__).parent / "data" / "slurm-22.05-cluster-run2"
 
-#: Since the sacct reader keeps Unix times (issue 27), the replay's periodic passes (`sched_interval`) and its
-#: window and resolution boundaries fall on the controller's own clock instead of on the log's first
-#: submission, and these replays moved (mixed, run 1: mean wait -2.8% -> +10.8%, per-job error 12.7 -> 14.1 s;
-#: fcfs-tight: per-job error 8.8 -> 14.5 s against a floor of 12.7 s; run 2's fcfs: utilization +4.3 points).
-#: Issue 24's targets are not met on them: recorded as expected failures (strict: a pass says to update this).
+#: Since the sacct reader keeps Unix times (issue 27), the replay's start-estimate windows fall on the epoch
+#: clock as Slurm's do (`end_time % 30` in `_will_run_test`) instead of on the log's first submission, and these
+#: replays moved (mixed, run 1: mean wait -2.8% -> +10.8%, per-job error 12.7 -> 14.1 s; fcfs-tight: per-job
+#: error 8.8 -> 14.5 s against a floor of 12.7 s; run 2's fcfs: utilization +4.3 points), each within or near
+#: what moving submissions by 1 s does to the replay. Issue 24's targets are not met on them: recorded as
+#: expected failures (strict: a pass says to update this).
 MISSED = pytest.mark.xfail(strict=True, reason="issue 24: the replay misses Slurm here (docs/cluster.md)")
 
 

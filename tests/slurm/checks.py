@@ -141,15 +141,17 @@ class Run:
         return [Job(row, self.cluster) for row in rows if row["AllocTRES"] and row["Start"] != "Unknown"]
 
     @cached_property
-    def logged(self) -> dict[tuple[str, int], float]:
-        """("start" or "end", job) -> when slurmctld logged it, in seconds with milliseconds (if it did)."""
-        times: dict[tuple[str, int], float] = {}
-        for line in self._log("backfill.log.gz"):
+    def logged(self) -> dict[tuple[str, int], tuple[float, int]]:
+        """("start" or "end", job) -> when slurmctld logged it, in seconds with milliseconds (if it did), and
+        the line's place in the log: events in the same millisecond happened in the order they were logged (a
+        backfill cycle starts jobs in priority order, which under priority/multifactor is not job order)."""
+        times: dict[tuple[str, int], tuple[float, int]] = {}
+        for number, line in enumerate(self._log("backfill.log.gz")):
             found = _LOGGED.search(line)
             if found:
                 when = _logged_at(found.group(1))
                 kind = "end" if found.group(2) == "_job_complete" else "start"
-                times.setdefault((kind, int(found.group(3))), when)
+                times.setdefault((kind, int(found.group(3))), (when, number))
         return times
 
     @cached_property
@@ -219,10 +221,11 @@ class Run:
         return gzip.decompress(path.read_bytes()).decode().splitlines() if path.exists() else []
 
     def when(self, kind: str, job: Job) -> tuple[float, int]:
-        """When a job started or ended: the log's time if it has one, else sacct's second (ends before starts)."""
+        """When a job started or ended, as a sort key: the log's time and line if it has one, else sacct's second
+        (ends before starts)."""
         logged = self.logged.get((kind, job.id))
         if logged is not None:
-            return logged, 0
+            return logged
         return float(job.start if kind == "start" else job.end), 0 if kind == "end" else 1
 
     def scontrol(self, what: str) -> list[dict[str, str]]:
