@@ -37,10 +37,9 @@ local function partition_of(job_desc, part_list)
 end
 
 -- The memory the job asks for in all, MB (as sacct's ReqTRES mem=): per node times nodes, or per CPU
--- times CPUs; 0 when it gives none (--mem=0, all of each node's, included).
--- The memory the job asks for in all, MB (as ReqTRES mem=): --mem or --mem-per-cpu, else its partition's
--- DefMemPerNode or DefMemPerCPU, which slurmctld gives it and sacct records (a cluster-wide default is not
--- visible here: 0 then, not said).
+-- times CPUs (--mem=0, all of each node's, is 0); without either, its partition's DefMemPerNode or
+-- DefMemPerCPU, which slurmctld gives it and sacct records (slurm.conf's cluster-wide default is not
+-- visible here: 0 then).
 local function memory_of(job_desc, partition, nodes, procs)
     if job_desc.min_mem_per_node ~= nil then
         return job_desc.min_mem_per_node * nodes
