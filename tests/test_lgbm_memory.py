@@ -16,6 +16,7 @@ from kernel.jobs import JobRequest
 from predictor.estimators.lgbm.features import MEMORY_FEATURE, FeatureHistory, feature_names
 from predictor.estimators.lgbm.model import CLASSES
 from predictor.estimators.lgbm.store import MANIFEST_FILE, ModelError, load_model, train
+from predictor.frames import jobs_to_requests
 from predictor.offline import replay
 from predictor.registry import make_estimator
 from predictor.scoring import summarize
@@ -99,12 +100,7 @@ def test_a_snapshot_restores_what_was_learned(jobs: pd.DataFrame, memory: str) -
     if memory == "false":
         blob = rewritten_snapshot(blob, _without_the_option)
     restored = snapshots.load(blob, None).estimators["lgbm"]
-    later = [
-        JobRequest(job_id, submit, user, user, t_req, procs, memory_mb=memory_mb)
-        for job_id, submit, user, t_req, procs, memory_mb in told.iloc[2000:2100][
-            ["job_id", "submit", "user", "t_req", "procs", "memory_mb"]
-        ].itertuples(index=False)
-    ]
+    later = jobs_to_requests(told.iloc[2000:2100])
     assert restored.predict_many(later) == estimator.predict_many(later)
 
 
