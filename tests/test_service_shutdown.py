@@ -26,8 +26,16 @@ HEAVY_LGBM = "lgbm-quantile:trees=200,leaves=63,window=3650d,retrain=1d,min_trai
 
 
 def stop_timed(server: ServerProcess, signum: int = signal.SIGTERM) -> tuple[int, float]:
+    """The exit code and how long the stop took; a stop that hangs fails the test with the stacks in the log."""
     started = time.monotonic()
-    code = server.stop(signum, timeout=60)
+    try:
+        code = server.stop(signum, timeout=60)
+    except subprocess.TimeoutExpired:
+        time.sleep(2)  # the stacks the SIGUSR1 of `stop` asked for
+        server.process.kill()
+        server.process.wait()
+        pytest.fail("the server did not exit within 60 s; its log:\n" + "".join(server.log))
+    assert code != 1, "the server's stop was stuck and its watchdog ended it; its log:\n" + "".join(server.log)
     return code, time.monotonic() - started
 
 
@@ -122,3 +130,41 @@ def test_the_chaos_benchmark_passes_a_short_run() -> None:
     run = subprocess.run(command, check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "missing after a restart: 0" in run.stdout and "late: 0" in run.stdout
+
+
+def test_sigusr1_prints_every_thread_and_the_server_serves_on() -> None:
+    server = ServerProcess(limits=Limits(shutdown_grace=1.0))
+    server.process.send_signal(signal.SIGUSR1)
+    for _ in range(600):  # faulthandler writes at once; the reader thread collects it
+        if any("most recent call first" in line for line in server.log):
+            break
+        time.sleep(0.05)
+    assert any("most recent call first" in line for line in server.log), "".join(server.log)
+    with PredictorClient(server.address, timeout=30) as client:
+        assert client.health() == "SERVING"
+    assert stop_timed(server)[0] == 0
+
+
+STUCK_SERVER = """
+import sys, threading
+from predictor.service import server as module
+def stuck_stop(self, grace):
+    threading.Event().wait()
+module.PredictorServer.stop = stuck_stop
+module.serve(on_ready=lambda port: print(port, flush=True), limits=module.Limits(shutdown_grace=0.2))
+"""
+
+
+def test_a_stop_stuck_past_its_bound_prints_every_stack_and_exits() -> None:
+    """A stop that hangs where Python cannot interrupt it still ends (status 1) and says where it hung."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", STUCK_SERVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip().isdigit()
+        child.send_signal(signal.SIGTERM)
+        _, log = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 1, log
+    assert "stuck_stop" in log and "most recent call first" in log, log

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from predictor.service.limits import Limits
-from predictor.service.server import Security, serve
+from predictor.service.server import CLOSE_SECONDS, STUCK_SECONDS, Security, serve
 
 
 class ServerProcess:
@@ -93,10 +93,20 @@ class ServerProcess:
         return self.process.pid
 
     def stop(self, signum: int = signal.SIGTERM, timeout: float | None = None) -> int:
-        """Send `signum` (SIGTERM: graceful), wait for the exit (default: the grace period + 5 s), return its code."""
+        """Send `signum` (SIGTERM: graceful), wait for the exit, return its code.
+
+        The default wait outlasts the child's own watchdog (`serve`), so a stuck stop ends with status 1 and
+        every thread's stack in `log`. On `subprocess.TimeoutExpired` the child is asked for its stacks (SIGUSR1)
+        before the error is raised: the log then says where it hangs.
+        """
         if self.process.poll() is None:
             self.process.send_signal(signum)
-        code = self.process.wait(self.limits.shutdown_grace + 5 if timeout is None else timeout)
+        bound = self.limits.shutdown_grace + CLOSE_SECONDS + STUCK_SECONDS + 2
+        try:
+            code = self.process.wait(bound if timeout is None else timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGUSR1)
+            raise
         self._reader.join(5)
         return code
 

@@ -11,6 +11,7 @@ holds it to the server's `Limits`.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -59,6 +60,8 @@ MIN_CLIENT_PING_SECONDS = 10
 QUEUED_CALLS_PER_THREAD = 4
 #: Once the grace period is over, how long closing the state file may take before the process exits anyway.
 CLOSE_SECONDS = 1.0
+#: Past the grace period and `CLOSE_SECONDS`, how long a stop may still take before the watchdog ends it.
+STUCK_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -358,7 +361,9 @@ def serve(
     `limits.shutdown_grace` seconds, then are cancelled, and the process exits
     at most `CLOSE_SECONDS` later whatever is still running (status 0: every
     acknowledged write is already on disk). A second signal exits at once
-    (status 128 + signal). SIGHUP reloads the token file. `models_dir` is a
+    (status 128 + signal). A stop still stuck `STUCK_SECONDS` past that bound
+    prints every thread's stack and exits with status 1. SIGUSR1 prints every
+    thread's stack and serves on; SIGHUP reloads the token file. `models_dir` is a
     folder of trained models served by name; `on_ready` is called with the
     bound port (0 on a Unix socket) once the server accepts calls; `start_forecaster` as `start_server`'s.
     `extend_factory` wraps the factory with the estimators of a higher layer (the composition root passes the
@@ -381,11 +386,15 @@ def serve(
         start_forecaster=start_forecaster,
     )
     received = _StopSignals(server, security.tokens)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: where every thread is, in the log
     if on_ready is not None:
         on_ready(port)
     signum, received_at = received.wait()
     grace = limits.shutdown_grace
     log.info("received %s: stopping (in-flight calls get %.0f s)", signal.Signals(signum).name, grace)
+    # A stop stuck where Python cannot interrupt it (a lock in gRPC's core, a blocked write) still ends, and says
+    # where it was stuck: faulthandler's own thread prints every stack and exits with status 1.
+    faulthandler.dump_traceback_later(grace + CLOSE_SECONDS + STUCK_SECONDS, exit=True)
     closed = server.stop(grace)
     if not closed.wait(max(0.0, received_at + grace + CLOSE_SECONDS - time.monotonic())):
         log.warning("still closing %.1f s after the grace period: exiting anyway", CLOSE_SECONDS)
