@@ -181,6 +181,8 @@ class SchedulerSettings:
     over_time_limit: int | None = 0  # minutes
     kill_wait: int = 30
     resv_over_run: int | None = 0  # minutes a job in a reservation may run past its end; None: UNLIMITED
+    job_requeue: bool = True  # JobRequeue: a batch job a node failure ended is queued again
+    cred_expire: int = 1200  # AuthInfo=cred_expire=: a requeued job may start this + 1 s after its requeue, no sooner
     other: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

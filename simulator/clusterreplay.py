@@ -16,15 +16,22 @@ counted, as the other replays leave out jobs larger than the machine.
 
 A calendar (`simulator.calendar`) adds the site's reservations, which the
 scheduler plans around, and its node events, which the driver applies when
-they happen: a node that goes down ends the jobs on it then (`state`
-NODE_FAIL in the result; Slurm would requeue a batch job, the replay does
-not), a drained one lets them finish; neither takes new jobs until its event ends.
+they happen: a drained node lets its jobs finish; a node that goes down ends
+the jobs on it then. With slurm.conf's `JobRequeue=1` (the default) such a job
+is queued again, as slurmctld does with a batch job (`kill_running_job_by_node_name`,
+`batch_requeue_fini`): it may start `cred_expire` + 1 s later (AuthInfo's, 1200 s
+by default), at the first pass after that (no job_allocate tries it at once), and
+runs its whole runtime again; the predictor learns only the run that finishes
+(the one jobcomp reports as its end) and is not asked again (job_submit runs at
+submission only). With `JobRequeue=0` it stays ended (`state` NODE_FAIL). Neither
+node takes new jobs until its event ends.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -39,9 +46,9 @@ from simulator.jobs import WaitingJob
 from simulator.loop import EventKind
 from simulator.machine import make_correction, planning_mode
 from simulator.nodes import NodeState, NodeTable, demand
-from simulator.policies import FCFS, QueuePolicy
+from simulator.policies import QueuePolicy
 from simulator.scheduler import QueueScheduler
-from simulator.slurmpolicy import SiteAccounting, SitePolicy, SlurmGate, owners, site_policy
+from simulator.slurmpolicy import BasicPriority, SiteAccounting, SitePolicy, SlurmGate, owners, site_policy
 from simulator.slurmsched import LIMIT_SWEEP, NodeMachine, QueuedJob, SlurmBackfill
 
 #: The backfill name a `slurm` scheduler's SimulationConfig carries.
@@ -105,17 +112,24 @@ def slurm_scheduler(
     reserved: ReservedNodes | None = None,
 ) -> QueueScheduler:
     """Slurm's scheduler over `cluster`'s nodes for the `queued` jobs, planning as `config`'s mode says; in
-    `policy`'s order (default FCFS: priority/basic), asking `gate` about limits (`simulator.slurmpolicy`),
+    `policy`'s order (default `BasicPriority`: priority/basic), asking `gate` about limits (`simulator.slurmpolicy`),
     around the `reserved` nodes."""
     machine = NodeMachine(cluster, planning_mode(config.mode), make_correction(config.correction))
     backfill = SlurmBackfill(cluster, queued, gate, reserved)
-    return QueueScheduler(FCFS() if policy is None else policy, backfill, machine)
+    return QueueScheduler(BasicPriority() if policy is None else policy, backfill, machine)
 
 
 #: Why a job left out of the result never started.
 NEVER_STARTED = "never started: its reservation ended first (slurmctld holds such a job)"
 #: A job's end in the result's `state` column, as sacct names it.
 COMPLETED, TIMEOUT, NODE_FAIL = "COMPLETED", "TIMEOUT", "NODE_FAIL"
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """An external event: the job at trace position `index`, requeued after a node failure, may start from now."""
+
+    index: int
 
 
 class ClusterReplay(TraceReplay):
@@ -137,6 +151,9 @@ class ClusterReplay(TraceReplay):
         super().__init__(jobs, config, session, history, scheduler)
         self.states = [COMPLETED] * len(self.requests)
         self.nodes: list[tuple[int, ...]] = [()] * len(self.requests)  # where each job ran
+        self.requeues = [0] * len(self.requests)  # runs a node failure ended, each followed by a requeue
+        self._requeued: set[int] = set()  # their ends, in the round now being applied: not finished jobs
+        self._eligible: list[int] = []  # requeued jobs that may start from now, to admit in this round
         for event in events:
             if event.end is not None and event.end <= self.now:
                 continue  # over before the first submission
@@ -151,28 +168,51 @@ class ClusterReplay(TraceReplay):
             raise TypeError("a ClusterReplay runs on a NodeMachine")
         return machine
 
-    def external(self, payload: tuple[bool, NodeEvent]) -> None:
-        """A node event begins (`out`) or ends: a node going down ends the jobs on it now."""
+    def external(self, payload: tuple[bool, NodeEvent] | Requeue) -> None:
+        """A node event begins (`out`) or ends: a node going down ends the jobs on it now, and requeues them
+        (JobRequeue); or a requeued job may start."""
+        if isinstance(payload, Requeue):
+            self._eligible.append(payload.index)
+            return
         out, event = payload
         machine = self.machine
         if not out:
             machine.put_back(event.node)
             return
         if event.state == "down":
+            settings = machine.cluster.scheduler
             for index in machine.jobs_on(event.node):
                 if self.end_at[index] == self.now:
                     continue  # it ends now anyway
                 self.end_now(index)
                 self.end_at[index] = self.now
                 self.states[index] = NODE_FAIL
+                if settings.job_requeue:
+                    self.requeues[index] += 1
+                    self._requeued.add(index)
+                    self.schedule(self.now + settings.cred_expire + 1, EventKind.EXTERNAL, Requeue(index))
         machine.take_out(event.node)
 
     def admit(self, completed: list[int], arrived: list[range]) -> list[WaitingJob]:
-        """Tell accounting (priority usage, limits' counts) the round's ends, at their time, then admit."""
+        """Tell accounting (priority usage, limits' counts) the round's ends, at their time, then admit: the
+        arrivals, and the requeued jobs that may start from now (not a requeued run's end: no job finished)."""
         backfill = self.scheduler.backfill
-        if completed and isinstance(backfill, SlurmBackfill) and backfill.gate is not None:
+        if not isinstance(backfill, SlurmBackfill):
+            raise TypeError("a ClusterReplay runs the slurm scheduler")
+        if completed and backfill.gate is not None:
             backfill.gate.ended(completed, self.now)
-        return super().admit(completed, arrived)
+        ended_now = bool(completed)
+        if self._requeued:
+            completed = [index for index in completed if index not in self._requeued]
+            self._requeued.clear()
+        jobs = super().admit(completed, arrived)
+        for index in self._eligible:
+            backfill.queue_again(index, self.now, ended_now)
+            request = self.requests[index]
+            t_est = self._planning.estimate(request.t_req, self.t_sched[index])
+            jobs.append(WaitingJob(index, request.job_id, self.now, request.procs, request.t_req, t_est))
+        self._eligible.clear()
+        return jobs
 
     @cached_property
     def _kills(self) -> tuple[list[int | None], list[int | None], list[int], int]:
@@ -194,6 +234,7 @@ class ClusterReplay(TraceReplay):
         A job that never started (its reservation ended first: slurmctld holds it) is left out and counted."""
         result = super().replay()
         result.jobs["state"] = self.states
+        result.jobs["requeues"] = self.requeues
         names = [node.name for node in self.machine.cluster.nodes]
         result.jobs["nodes"] = [",".join(names[index] for index in held) for held in self.nodes]
         never = [index for index, held in enumerate(self.nodes) if not held]
@@ -206,6 +247,7 @@ class ClusterReplay(TraceReplay):
         """The job's end: as the trace says, or the first limit sweep at or after its limit, or after its
         reservation's end (`job_time_limit`: `end_time + ResvOverRun < now`)."""
         index, now = job.index, self.now
+        self.states[index] = COMPLETED  # until a limit or a failure ends this run
         killed, reservation_ends, runs, phase = self._kills
         end = now + runs[index]
         limit = killed[index]

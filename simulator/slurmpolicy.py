@@ -1,6 +1,6 @@
 """What a site's accounting adds to the `slurm` scheduler: priority/multifactor's order and the limits that hold jobs.
 
-`site_policy` builds, for the jobs of a replay, the queue policy (FCFS for
+`site_policy` builds, for the jobs of a replay, the queue policy (`BasicPriority` for
 priority/basic, `simulator.priority.Multifactor` for priority/multifactor, as
 slurm.conf's PriorityType says) and the `SlurmGate` the scheduler's passes
 ask (`simulator.slurmsched.SlurmBackfill`): whether a limit holds a job
@@ -32,6 +32,20 @@ MULTIFACTOR = "priority/multifactor"
 #: The QOS of a job that names none (Slurm's default QOS).
 DEFAULT_QOS = "normal"
 T = TypeVar("T")
+
+
+class BasicPriority(FCFS):
+    """priority/basic: a priority that falls with each submission, kept by a job that is requeued (its place in
+    the queue is its first submission's, where FCFS would put it last)."""
+
+    name = "fcfs"
+
+    def add(self, job: WaitingJob) -> None:
+        jobs = self._jobs
+        if jobs and job.index < next(reversed(jobs)):  # trace order is submission order
+            self._jobs = dict(sorted([*jobs.items(), (job.index, job)]))
+        else:
+            jobs[job.index] = job
 
 
 @dataclass(frozen=True)
@@ -141,7 +155,7 @@ def site_policy(
         )
     limits = Limits(accounts, accounting.qos, limited) if cluster.priority.limits_enforced else None
     if cluster.scheduler.priority_type != MULTIFACTOR:
-        return SitePolicy(FCFS(), SlurmGate(None, limits) if limits else None, jobs, left_out, notes)
+        return SitePolicy(BasicPriority(), SlurmGate(None, limits) if limits else None, jobs, left_out, notes)
     priority = _multifactor(cluster, accounts, accounting.qos, jobs, demands, owned, positions)
     return SitePolicy(priority, SlurmGate(priority, limits), jobs, left_out, notes)
 

@@ -179,6 +179,8 @@ class SlurmBackfill(Backfill):
         self._fewest = SizeCount()  # of those: a pass with fewer CPUs free starts nothing
         self._admitted = 0
         self._submitted: set[int] = set()
+        self._queued_again: set[int] = set()  # requeued jobs not yet admitted again
+        self._again_due = False  # a requeued job was admitted since the last main pass
         self._ended_seen = 0
         self._machine: NodeMachine | None = None
         self._now = 0
@@ -189,9 +191,26 @@ class SlurmBackfill(Backfill):
         """OverTimeLimit in minutes for the job (of its first partition; None: UNLIMITED)."""
         return self._over_time[self.jobs[job_id].demands[0].partition]
 
+    def queue_again(self, index: int, now: int, ended_now: bool) -> None:
+        """The job at trace position `index` is admitted next as requeued, when its begin time comes
+        (`batch_requeue_fini`): no job_allocate tries it then, as at a submission, and nothing changes for
+        backfill (`_more_work`); slurmctld's periodic main pass, which runs whatever changed, starts it.
+
+        Passes over an empty queue are not run here (`QueueScheduler.schedule`), but slurmctld's saw every change:
+        if none waits, all before this round (`ended_now`: a job ended in it) count as seen."""
+        self._queued_again.add(index)
+        if not self._waiting and not ended_now and self._machine is not None:
+            self._now = now
+            self._ended_seen = self._machine.ended
+            self._main_seen = self._cycle_seen = self._changes()
+
     def admit(self, job: WaitingJob) -> None:
         self._waiting += 1
-        self._submitted.add(job.index)
+        if job.index in self._queued_again:
+            self._queued_again.discard(job.index)
+            self._again_due = True
+        else:
+            self._submitted.add(job.index)
         fewest = self._fewest_cpus[job.index] = min(wanted.min_cpus for wanted in self.jobs[job.job_id].demands)
         self._fewest.add(fewest)
 
@@ -212,7 +231,7 @@ class SlurmBackfill(Backfill):
         changes, times = self._changes(), []
         if self._cycle_seen != changes:
             times.append(_next(self._now, self.settings.bf_interval))
-        if self._main_seen != changes:
+        if self._main_seen != changes or self._again_due:
             times.append(_next(self._now, self.settings.sched_interval))
         if self.gate is not None and (recalculation := self.gate.wake_time()) is not None:
             times.append(recalculation)
@@ -228,10 +247,11 @@ class SlurmBackfill(Backfill):
         self._admitted += len(submitted)
         changes = self._changes()
         settings = self.settings
-        main = machine.ended != self._ended_seen or (now % settings.sched_interval == 0 and self._main_seen != changes)
+        periodic = now % settings.sched_interval == 0 and (self._main_seen != changes or self._again_due)
+        main = machine.ended != self._ended_seen or periodic
         cycle = now % settings.bf_interval == 0 and self._cycle_seen != changes
         if main:
-            self._ended_seen, self._main_seen = machine.ended, changes
+            self._ended_seen, self._main_seen, self._again_due = machine.ended, changes, False
         if cycle:
             self._cycle_seen = changes
         # No pass can start a job while fewer CPUs are free than any waiting job needs: skip their work.

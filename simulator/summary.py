@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import pandas as pd
+
 from simulator.engine import SimulationResult
 from simulator.metrics import prediction_metrics, scheduling_metrics
 
@@ -110,7 +112,7 @@ class RunSummary:
             skipped={**skipped, **result.skipped},
             **metrics,
             dynp=result.dynp,
-            node_failures=int((result.jobs["state"] == "NODE_FAIL").sum()) if "state" in result.jobs else 0,
+            node_failures=node_failures(result.jobs),
             predictor_fallbacks=result.predictor_fallbacks,
             predictor_fallback_share=result.predictor_fallbacks / max(jobs, 1),
             prediction=prediction_metrics(result.jobs),
@@ -141,7 +143,7 @@ class RunSummary:
                 f"scheduler  {self._scheduler()}",
                 f"jobs       {self.jobs}"
                 + (f"  (skipped: {self._skipped()})" if self.skipped else "")
-                + (f"  ({self.node_failures} ended by a node failure)" if self.node_failures else ""),
+                + (f"  ({self.node_failures} run(s) ended by a node failure)" if self.node_failures else ""),
                 f"wait       {self.avg_wait:.0f} s average   weighted wait {self.weighted_wait:.0f} s   "
                 f"longest {self.max_wait:.0f} s   widest tenth's 95th percentile {self.p95_wait_widest:.0f} s",
                 f"response   {self.avg_response:.0f} s average   weighted by width (ARTwW) {self.artww:.0f} s   "
@@ -219,3 +221,11 @@ def flat_columns(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
         name = f"{prefix}_{key}"
         columns |= flat_columns(name, value) if isinstance(value, Mapping) else {name: value}
     return columns
+
+
+def node_failures(jobs: pd.DataFrame) -> int:
+    """Runs a node going down ended: the jobs left ended (NODE_FAIL) and every run of a job requeued after one."""
+    if "state" not in jobs:
+        return 0
+    requeued = int(jobs["requeues"].sum()) if "requeues" in jobs else 0
+    return int((jobs["state"] == "NODE_FAIL").sum()) + requeued

@@ -21,6 +21,7 @@ from simulator.clusterconf.settings import ClusterConfigError
 from simulator.clusterreplay import NEVER_STARTED, NODE_FAIL, SLURM, TIMEOUT, simulate_cluster
 from simulator.engine import SimulationConfig
 from simulator.experiment import open_session
+from simulator.summary import node_failures
 from simulator.workloads.formats import read_trace
 from simulator.workloads.sacctrequests import read_sacct_nodes, read_sacct_requests
 from tsched.cli import main
@@ -123,12 +124,20 @@ def test_a_job_ending_as_a_reservation_begins_does_not_overlap_it():
     assert reserved.retry_after(201) == 0
 
 
-def replay(tmp_path: Path, specs: list, calendar: Calendar, parameters: str = "bf_interval=1,bf_resolution=1"):
+def replay(
+    tmp_path: Path,
+    specs: list,
+    calendar: Calendar,
+    parameters: str = "bf_interval=1,bf_resolution=1",
+    scheduler: str = "",
+    estimator: str = "request",
+):
     jobs = frame(specs)
     requests = {spec[0]: spec[5] for spec in specs}
     config = SimulationConfig(8, backfill=SLURM)
-    session = open_session("request", jobs)
-    result = simulate_cluster(jobs, config, session, two_nodes(tmp_path, parameters), requests, calendar=calendar)
+    session = open_session(estimator, jobs)
+    cluster = two_nodes(tmp_path, parameters, scheduler=scheduler)
+    result = simulate_cluster(jobs, config, session, cluster, requests, calendar=calendar)
     return result.jobs.set_index("job_id")
 
 
@@ -244,21 +253,59 @@ def test_a_drained_node_takes_no_new_job_and_keeps_its_running_one(tmp_path):
     assert jobs["end"].to_dict() == {1: 100, 2: 30, 3: 130} and set(jobs["state"]) == {"COMPLETED"}
 
 
+DOWN_AT_50 = [
+    (1, 0, 2, 300, 200, cpus(2, nodes=1)),  # n1
+    (2, 0, 4, 300, 200, cpus(4, nodes=1)),  # n2: killed at 50
+    (3, 60, 4, 300, 30, cpus(4, nodes=1)),  # n2 is down until 120
+    (4, 0, 1, 10, 30, cpus(1, nodes=1)),  # n1, killed by its limit (the sweep)
+]
+N2_DOWN = Calendar(events=(NodeEvent(1, 50, 120, "down", "power"),))
+
+
 def test_a_node_going_down_ends_its_jobs_and_takes_none_until_it_returns(tmp_path):
-    specs = [
-        (1, 0, 2, 300, 200, cpus(2, nodes=1)),  # n1
-        (2, 0, 4, 300, 200, cpus(4, nodes=1)),  # n2: killed at 50
-        (3, 60, 4, 300, 30, cpus(4, nodes=1)),  # n2 is down until 120
-        (4, 0, 1, 10, 30, cpus(1, nodes=1)),  # n1, killed by its limit (the sweep)
-    ]
-    jobs = replay(tmp_path, specs, Calendar(events=(NodeEvent(1, 50, 120, "down", "power"),)))
-    assert jobs.loc[2, ["end", "state"]].tolist() == [50, NODE_FAIL]
+    jobs = replay(tmp_path, DOWN_AT_50, N2_DOWN, scheduler="job_requeue = 0")
+    assert jobs.loc[2, ["end", "state", "requeues"]].tolist() == [50, NODE_FAIL, 0]
     assert jobs.loc[3, "start"] == 120 and jobs.loc[1, "state"] == "COMPLETED" and jobs.loc[4, "state"] == TIMEOUT
+
+
+def test_a_job_a_node_failure_ended_is_requeued_and_may_start_cred_expire_plus_one_later(tmp_path):
+    """JobRequeue=1 (Slurm's default): the job runs again from the start, no sooner than 1201 s after (AuthInfo's
+    cred_expire, 1200 s by default, + 1: batch_requeue_fini's begin time), at the next periodic main pass (every
+    60 s: 1260)."""
+    jobs = replay(tmp_path, DOWN_AT_50, N2_DOWN)
+    assert jobs.loc[2, ["start", "end", "state", "requeues"]].tolist() == [1260, 1260 + 200, "COMPLETED", 1]
+    assert jobs.loc[3, "start"] == 120
+    assert node_failures(jobs) == 1  # the summary's count of runs a node failure ended
+
+
+def test_a_requeued_job_keeps_its_place_under_priority_basic(tmp_path):
+    """n2 is down from 50 to 200; job 2, ended there at 50, may start again at 81 (cred_expire=30). Job 3, submitted
+    at 60, waits too: when n2 returns, job 2 goes first (priority/basic keeps the first submission's priority)."""
+    specs = [
+        (1, 0, 4, 400, 300, cpus(4, nodes=1)),  # n1 until 300
+        (2, 0, 4, 300, 100, cpus(4, nodes=1)),  # n2: killed at 50
+        (3, 60, 4, 300, 30, cpus(4, nodes=1)),
+    ]
+    down = Calendar(events=(NodeEvent(1, 50, 200, "down"),))
+    jobs = replay(tmp_path, specs, down, scheduler='auth_info = "cred_expire=30"')
+    assert jobs["start"].to_dict() == {1: 0, 2: 200, 3: 300} and jobs.loc[2, "nodes"] == "n2"
+
+
+def test_a_requeued_job_is_not_tried_at_once_but_at_the_next_pass(tmp_path):
+    """Job 2 may start again at 81 on a free n2, but a requeue is no submission (no job_allocate) and no change
+    for backfill (a cycle every second): the periodic main pass (every 10 s) starts it at 90. On this machine's
+    Slurm 22.05 (AuthInfo=cred_expire=30, bf_interval=1): a job requeued at 19:42:12 was eligible at 19:42:43 with
+    a node idle, and the main pass started it at 19:43:03."""
+    specs = [(1, 0, 4, 400, 300, cpus(4, nodes=1)), (2, 0, 4, 300, 100, cpus(4, nodes=1))]
+    down = Calendar(events=(NodeEvent(1, 50, 60, "down"),))
+    parameters = "bf_interval=1,bf_resolution=1,sched_interval=10"
+    jobs = replay(tmp_path, specs, down, parameters, 'auth_info = "cred_expire=30"')
+    assert jobs.loc[2, ["start", "nodes", "requeues"]].tolist() == [90, "n2", 1]
 
 
 def test_simulate_replays_a_live_run_with_a_calendar(tmp_path, capsys):
     """The multifactor capture with a maintenance reservation on n5 and n6 and a node that went down: no job holds
-    a reserved node in a window its limit could overlap, the down node's jobs end as NODE_FAIL."""
+    a reserved node in a window its limit could overlap, the down node's jobs are requeued."""
     reservations = written(tmp_path, "r.txt", SHOWN.replace("n[1-2]", "n[5-6]").replace("10:2", "01:4"))
     events = written(tmp_path, "e.txt", EVENTS.replace("10:22:03|2026-11-28T10:22:03", "01:49:30|2026-11-28T01:50:30"))
     out = tmp_path / "jobs.csv"
@@ -270,8 +317,8 @@ def test_simulate_replays_a_live_run_with_a_calendar(tmp_path, capsys):
     on_reserved = jobs[jobs["nodes"].str.contains("n5|n6")]
     assert not ((on_reserved["start"] < end) & (on_reserved["start"] + on_reserved["t_req"] > begin)).any()
     down = int(pd.Timestamp("2026-11-28T01:49:30Z").timestamp())
-    failed = jobs[jobs["state"] == NODE_FAIL]
-    assert len(failed) and (failed["end"] == down).all() and failed["nodes"].str.contains("n2").all()
+    requeued = jobs[jobs["requeues"] > 0]  # the capture's slurm.conf leaves JobRequeue at 1
+    assert len(requeued) and (requeued["start"] >= down + 1201).all() and (jobs["state"] != NODE_FAIL).all()
     assert main(["simulate", "--trace", str(MULTIFACTOR / "jobs.sacct"), *calendar]) == 2
     assert "only --scheduler slurm" in capsys.readouterr().err
 

@@ -63,6 +63,18 @@ def test_a_site_slurm_conf_becomes_nodes_partitions_and_settings(tmp_path):
     assert cluster.procs == 40 and not cluster.pool and cluster.pool_size is None
 
 
+def test_job_requeue_and_the_credentials_lifetime_are_read(tmp_path):
+    """JobRequeue and AuthInfo's cred_expire (when a requeued job may start again); a cred_expire Slurm refuses
+    (under 5 s) is said and the default kept, as slurm_cred.c does."""
+    base = "NodeName=a CPUs=4\nPartitionName=p Nodes=ALL\n"
+    conf = write(tmp_path, "slurm.conf", base + "JobRequeue=0\nAuthInfo=socket=/run/munge.sock,cred_expire=60\n")
+    scheduler = read_slurm_conf(conf).scheduler
+    assert (scheduler.job_requeue, scheduler.cred_expire) == (False, 60)
+    refused = read_slurm_conf(write(tmp_path, "refused.conf", base + "AuthInfo=cred_expire=2\n"))
+    assert refused.scheduler.cred_expire == 1200
+    assert any("refused.conf line 3: AuthInfo: cred_expire=2 is invalid" in note for note in refused.notes)
+
+
 def test_defaults_are_slurm_22_05s(tmp_path):
     conf = write(tmp_path, "slurm.conf", "NodeName=a CPUs=4\nPartitionName=p Nodes=ALL\n")
     cluster = read_slurm_conf(conf)
@@ -72,6 +84,7 @@ def test_defaults_are_slurm_22_05s(tmp_path):
     assert cluster.scheduler.bf_interval == 30 and cluster.scheduler.bf_resolution == 60
     assert cluster.scheduler.bf_window == 86400 and cluster.scheduler.bf_max_job_test == 500
     assert cluster.scheduler.kill_wait == 30 and cluster.scheduler.over_time_limit == 0
+    assert cluster.scheduler.job_requeue and cluster.scheduler.cred_expire == 1200
     assert cluster.scheduler.scheduler_type == "sched/backfill" and cluster.scheduler.priority_type == "priority/basic"
     assert cluster.partitions[0].max_time is None and cluster.default_partition is None
     assert cluster.name == "slurm"  # no ClusterName: the file's name

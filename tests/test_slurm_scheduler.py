@@ -36,11 +36,15 @@ ONE_PARTITION = '[[partitions]]\nname = "all"\nnodes = "ALL"\ndefault = true'
 
 
 def two_nodes(
-    tmp_path: Path, parameters: str = "bf_interval=1,bf_resolution=1", partitions: str = ONE_PARTITION
+    tmp_path: Path,
+    parameters: str = "bf_interval=1,bf_resolution=1",
+    partitions: str = ONE_PARTITION,
+    scheduler: str = "",
 ) -> Cluster:
-    """Two nodes of 4 CPUs (CR_CPU, no memory), one partition over both unless `partitions` says otherwise."""
+    """Two nodes of 4 CPUs (CR_CPU, no memory), one partition over both unless `partitions` says otherwise;
+    `scheduler`: more lines of the [scheduler] table."""
     lines = ['name = "two"', 'select = "CR_CPU"', "[[nodes]]", 'names = "n[1-2]"', "cpus = 4", partitions]
-    lines += ["[scheduler]", f'parameters = "{parameters}"']
+    lines += ["[scheduler]", f'parameters = "{parameters}"', scheduler]
     path = tmp_path / "cluster.toml"
     path.write_text("\n".join(lines) + "\n")
     return read_cluster_toml(path)

@@ -405,8 +405,8 @@ def scheduler_parameters(value: Value, notes: list[str]) -> dict[str, Any]:
 
 
 def scheduler_settings(values: Mapping[str, Value], notes: list[str]) -> SchedulerSettings:
-    """SchedulerType, PriorityType, SchedulerParameters, OverTimeLimit, KillWait and ResvOverRun (lower-case
-    keys)."""
+    """SchedulerType, PriorityType, SchedulerParameters, OverTimeLimit, KillWait, ResvOverRun, JobRequeue and
+    AuthInfo's cred_expire (lower-case keys)."""
     settings: dict[str, Any] = {}
     if "schedulertype" in values:
         settings["scheduler_type"] = values["schedulertype"].text.strip().lower()
@@ -420,7 +420,24 @@ def scheduler_settings(values: Mapping[str, Value], notes: list[str]) -> Schedul
         settings["kill_wait"] = _required(values["killwait"], "KillWait")
     if "resvoverrun" in values:
         settings["resv_over_run"] = _integer(values["resvoverrun"], "ResvOverRun", unlimited=True)
+    if "jobrequeue" in values:
+        settings["job_requeue"] = _required(values["jobrequeue"], "JobRequeue") != 0  # slurmctld: any other is 1
+    if "authinfo" in values and (expire := _cred_expire(values["authinfo"], notes)) is not None:
+        settings["cred_expire"] = expire
     return replace(SchedulerSettings(), **settings)
+
+
+def _cred_expire(value: Value, notes: list[str]) -> int | None:
+    """AuthInfo's `cred_expire=N` (seconds), as slurm_cred.c reads it: under 5 is refused and the default kept."""
+    for option in value.text.split(","):
+        key, _, text = option.strip().partition("=")
+        if key.strip().lower() == "cred_expire":
+            seconds = int(text) if text.strip().isdigit() else -1
+            if seconds >= 5:
+                return seconds
+            invalid = value.where.error("AuthInfo", f"cred_expire={text.strip()} is invalid: Slurm keeps 1200 s")
+            notes.append(str(invalid))
+    return None
 
 
 def lower_keys(pairs: list[tuple[str, Value]], known: frozenset[str], line: str) -> dict[str, Value]:

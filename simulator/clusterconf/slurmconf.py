@@ -8,8 +8,8 @@ another file (relative to the including file's folder; `%c` is the
 ClusterName). `NodeName=DEFAULT` and `PartitionName=DEFAULT` lines give
 defaults to the lines after them. What is read: NodeName, PartitionName,
 NodeSet and DownNodes lines; SelectType(Parameters), SchedulerType,
-SchedulerParameters, PriorityType, OverTimeLimit, KillWait,
-DefMemPer{CPU,Node}, MaxMemPer{CPU,Node}, GresTypes, ClusterName, the
+SchedulerParameters, PriorityType, OverTimeLimit, KillWait, ResvOverRun,
+JobRequeue, AuthInfo's cred_expire, DefMemPer{CPU,Node}, MaxMemPer{CPU,Node}, GresTypes, ClusterName, the
 priority/multifactor keys (`Priority*`, FairShareDampeningFactor) and
 AccountingStorageEnforce (`simulator.clusterconf.prioritykeys`). Every
 other global key is accepted and left alone (slurm.conf has hundreds);

@@ -34,6 +34,8 @@ MB or with a unit)::
     priority_type = "priority/multifactor"                          # or "priority/basic" (the default)
     over_time_limit = 0                # minutes
     kill_wait = 30                     # seconds
+    job_requeue = 1                    # JobRequeue: a job a node failure ended runs again (0: it stays ended)
+    auth_info = "cred_expire=1200"     # AuthInfo: a requeued job may start cred_expire + 1 s after, no sooner
 
     [priority]                         # priority/multifactor's Priority* keys, read as slurm.conf's
     weight_fairshare = 10000           # PriorityWeightFairshare; also weight_age, weight_job_size,
@@ -114,6 +116,8 @@ SCHEDULER_KEYS = {
     "over_time_limit": "overtimelimit",
     "kill_wait": "killwait",
     "resv_over_run": "resvoverrun",
+    "job_requeue": "jobrequeue",
+    "auth_info": "authinfo",
 }
 #: TOML key -> slurm.conf key (lower case) of the [priority] table.
 PRIORITY_KEYS = {

@@ -85,7 +85,10 @@ PARAMETER_COLUMNS: dict[str, tuple[str, str]] = {
     "procs": ("processors", "machine size"),
     "jobs": ("jobs", "jobs simulated or replayed"),
     "skipped": ("jobs by reason", "trace jobs not replayed"),
-    "node_failures": ("jobs", "jobs ended by a node going down (`--node-events`, the slurm scheduler)"),
+    "node_failures": (
+        "runs",
+        "runs ended by a node going down, each of a requeued job's counted (`--node-events`, the slurm scheduler)",
+    ),
     "predictor_fallbacks": ("jobs", "jobs given t_req because the service did not answer"),
     "predictor_fallback_share": ("fraction", "the same as a share of the jobs"),
     "little_queueing": ("true/false", f"the baseline's mean wait is under {LITTLE_QUEUEING_SECONDS:g} s"),
