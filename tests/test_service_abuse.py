@@ -28,6 +28,7 @@ from predictor.registry import available
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.codec import add_jobs, forecast_request
 from predictor.service.connection import Credentials
+from predictor.service.healthstatus import HealthStatus
 from predictor.service.limits import ESTIMATOR_CAPS, REQUEST_EXPANSION, CallKind, Limits
 from predictor.service.server import PredictorServer, Security, start_server
 from predictor.service.specs import SpecBook, registry_factory
@@ -91,6 +92,48 @@ def test_sixty_health_watchers_leave_predict_and_check_answering_as_fast_as_befo
             call.cancel()
         running.stop(0).wait()
     wait_for(lambda: running.gate.admission.in_use(CallKind.WATCH) == 0)  # slots given back as the streams end
+
+
+class WatchContext:
+    """What `HealthServicer.Watch` asks of a call's context: where to register the call's close callback."""
+
+    def __init__(self) -> None:
+        self.on_close: list[Callable[[], None]] = []
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        self.on_close.append(callback)
+        return True
+
+
+@pytest.mark.parametrize("change", ["set", "enter_graceful_shutdown"])
+def test_a_watcher_leaving_while_a_status_is_sent_does_not_deadlock(change: str) -> None:
+    """A status change sends to each watcher, and a send may wait for the server's polling thread; if that thread
+    is closing another watcher then, it needs the servicer's lock (`_on_close_callback`). grpc_health 1.85 held the
+    lock while sending: a stop hung so in this suite. `HealthStatus` sends outside it."""
+    servicer = HealthStatus()
+    leaving, staying = WatchContext(), WatchContext()
+    closed = threading.Event()
+    closed_while_sending: list[bool] = []
+
+    def polling_thread_closes_the_other() -> None:
+        leaving.on_close[0]()
+        closed.set()
+
+    def send(response: health_pb2.HealthCheckResponse) -> None:
+        if response.status != health_pb2.HealthCheckResponse.SERVING and not closed.is_set():
+            threading.Thread(target=polling_thread_closes_the_other, daemon=True).start()
+            # the send waits for the polling thread, as grpc's _send_response does (here 10 s at most: a deadlock
+            # shows as a close that did not happen while the send waited)
+            closed_while_sending.append(closed.wait(10))
+
+    servicer.Watch(health_pb2.HealthCheckRequest(), leaving, send_response_callback=lambda response: None)
+    servicer.Watch(health_pb2.HealthCheckRequest(), staying, send_response_callback=send)
+    if change == "set":
+        servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    else:
+        servicer.enter_graceful_shutdown()
+    assert closed_while_sending == [True]
+    assert servicer.Check(health_pb2.HealthCheckRequest(), None).status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def test_health_checks_pass_the_same_admission_with_a_share_per_client() -> None:

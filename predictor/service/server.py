@@ -37,6 +37,7 @@ from predictor.proto import rpc
 from predictor.service.codec import max_message_bytes
 from predictor.service.core import PredictorCore
 from predictor.service.gate import Gate, TokenSource
+from predictor.service.healthstatus import HealthStatus
 from predictor.service.limits import KEEPALIVE_TIMEOUT_SECONDS, Limits
 from predictor.service.metrics import CallMetrics, MetricsEndpoint, StateCollector
 from predictor.service.security import TokenTable, check_exposure, readable_by_others
@@ -118,7 +119,7 @@ class PredictorServer:
         server: grpc.Server,
         address: str,
         port: int,
-        health_servicer: health.HealthServicer,
+        health_servicer: HealthStatus,
         core: PredictorCore,
         gate: Gate,
         metrics: MetricsEndpoint | None = None,
@@ -263,7 +264,7 @@ def start_server(
     registry.register(StateCollector(core))
     server = _grpc_server(limits, message_bytes, [calls, gate])
     rpc.add_PredictorServicer_to_server(PredictorServicer(core, calls), server)
-    health_servicer = health.HealthServicer()
+    health_servicer = HealthStatus()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     try:
