@@ -121,6 +121,8 @@ def slurm_scheduler(
 
 #: Why a job left out of the result never started.
 NEVER_STARTED = "never started: its reservation ended first (slurmctld holds such a job)"
+#: Why a job left out of the result never ran to its end: a node failure ended it, and it never started again.
+NEVER_RESTARTED = "requeued after a node failure, never started again"
 #: A job's end in the result's `state` column, as sacct names it.
 COMPLETED, TIMEOUT, NODE_FAIL = "COMPLETED", "TIMEOUT", "NODE_FAIL"
 
@@ -153,6 +155,7 @@ class ClusterReplay(TraceReplay):
         self.nodes: list[tuple[int, ...]] = [()] * len(self.requests)  # where each job ran
         self.requeues = [0] * len(self.requests)  # runs a node failure ended, each followed by a requeue
         self._requeued: set[int] = set()  # their ends, in the round now being applied: not finished jobs
+        self._not_restarted: set[int] = set()  # requeued jobs not started again (yet)
         self._eligible: list[int] = []  # requeued jobs that may start from now, to admit in this round
         for event in events:
             if event.end is not None and event.end <= self.now:
@@ -190,6 +193,7 @@ class ClusterReplay(TraceReplay):
                 if settings.job_requeue:
                     self.requeues[index] += 1
                     self._requeued.add(index)
+                    self._not_restarted.add(index)
                     self.schedule(self.now + settings.cred_expire + 1, EventKind.EXTERNAL, Requeue(index))
         machine.take_out(event.node)
 
@@ -231,16 +235,20 @@ class ClusterReplay(TraceReplay):
 
     def replay(self) -> SimulationResult:
         """The run, each job with how it ended (`state`) and the nodes it ran on (`nodes`, comma-separated).
-        A job that never started (its reservation ended first: slurmctld holds it) is left out and counted."""
+        A job that never started (its reservation ended first: slurmctld holds it), or never again after a
+        requeue, is left out and counted."""
         result = super().replay()
         result.jobs["state"] = self.states
         result.jobs["requeues"] = self.requeues
         names = [node.name for node in self.machine.cluster.nodes]
         result.jobs["nodes"] = [",".join(names[index] for index in held) for held in self.nodes]
         never = [index for index, held in enumerate(self.nodes) if not held]
-        if never:
-            result.jobs = result.jobs.drop(index=never).reset_index(drop=True)
-            result.skipped[NEVER_STARTED] = result.skipped.get(NEVER_STARTED, 0) + len(never)
+        left_out = [*never, *self._not_restarted]
+        if left_out:
+            result.jobs = result.jobs.drop(index=left_out).reset_index(drop=True)
+        for reason, count in ((NEVER_STARTED, len(never)), (NEVER_RESTARTED, len(self._not_restarted))):
+            if count:
+                result.skipped[reason] = result.skipped.get(reason, 0) + count
         return result
 
     def completion_time(self, job: WaitingJob) -> int:
@@ -248,6 +256,7 @@ class ClusterReplay(TraceReplay):
         reservation's end (`job_time_limit`: `end_time + ResvOverRun < now`)."""
         index, now = job.index, self.now
         self.states[index] = COMPLETED  # until a limit or a failure ends this run
+        self._not_restarted.discard(index)
         killed, reservation_ends, runs, phase = self._kills
         end = now + runs[index]
         limit = killed[index]
@@ -283,7 +292,7 @@ def simulate_cluster(
     Under priority/multifactor, or with limits enforced (AccountingStorageEnforce),
     jobs belong to `accounting`'s associations by their user and account
     (`names`: the trace's names behind its ids); the result's jobs then carry
-    `priority` (at submission, as sacct's Priority) and `pending_reason` (the
+    `priority` (at submission, as sacct's Priority; a requeued job's when it may start again) and `pending_reason` (the
     last limit that held the job, empty if none). `calendar` holds the site's
     reservations and node events; every result has each job's `state`
     (COMPLETED, TIMEOUT or NODE_FAIL).

@@ -233,7 +233,11 @@ class SlurmBackfill(Backfill):
             times.append(_next(self._now, self.settings.bf_interval))
         if self._main_seen != changes or self._again_due:
             times.append(_next(self._now, self.settings.sched_interval))
-        if self.gate is not None and (recalculation := self.gate.wake_time()) is not None:
+        # Priorities recalculated while nothing runs reorder the queue but free nothing: no pass is needed for them
+        # (the next event's pass catches the calculations up), and a job that can never start would keep the
+        # replay going for ever.
+        running = self._machine is not None and self._machine.running
+        if running and self.gate is not None and (recalculation := self.gate.wake_time()) is not None:
             times.append(recalculation)
         if self.reserved and (boundary := self.reserved.next_boundary(self._now)) is not None:
             times.append(boundary)

@@ -18,7 +18,7 @@ from simulator.calendar import Calendar, NodeEvent, Reservation, ReservedNodes, 
 from simulator.clusterconf import read_cluster
 from simulator.clusterconf.calendarfiles import read_calendar, read_node_events, read_reservations
 from simulator.clusterconf.settings import ClusterConfigError
-from simulator.clusterreplay import NEVER_STARTED, NODE_FAIL, SLURM, TIMEOUT, simulate_cluster
+from simulator.clusterreplay import NEVER_RESTARTED, NEVER_STARTED, NODE_FAIL, SLURM, TIMEOUT, simulate_cluster
 from simulator.engine import SimulationConfig
 from simulator.experiment import open_session
 from simulator.summary import node_failures
@@ -276,6 +276,22 @@ def test_a_job_a_node_failure_ended_is_requeued_and_may_start_cred_expire_plus_o
     assert jobs.loc[2, ["start", "end", "state", "requeues"]].tolist() == [1260, 1260 + 200, "COMPLETED", 1]
     assert jobs.loc[3, "start"] == 120
     assert node_failures(jobs) == 1  # the summary's count of runs a node failure ended
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("priority", ["priority/basic", "priority/multifactor"])
+def test_a_requeued_job_that_never_fits_again_is_left_out_and_counted(tmp_path, priority):
+    """Job 2 needs both nodes; n2 goes down for good under it: requeued, it never starts again. It is not a
+    finished job of the result (its killed run is no end), it is counted as left out; and the replay ends (under
+    multifactor the priority recalculations no longer wake a machine where nothing runs)."""
+    specs = [(1, 0, 4, 300, 30, cpus(4, nodes=1)), (2, 40, 8, 300, 200, cpus(8, nodes=2))]
+    jobs = frame(specs)
+    requests = {spec[0]: spec[5] for spec in specs}
+    cluster = two_nodes(tmp_path, scheduler=f'priority_type = "{priority}"')
+    forever = Calendar(events=(NodeEvent(1, 100, None, "down"),))
+    config = SimulationConfig(8, backfill=SLURM)
+    result = simulate_cluster(jobs, config, open_session("request", jobs), cluster, requests, calendar=forever)
+    assert result.jobs["job_id"].tolist() == [1] and result.skipped == {NEVER_RESTARTED: 1}
 
 
 def test_a_requeued_job_keeps_its_place_under_priority_basic(tmp_path):

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from service_support import HeldEstimator, UnreadingClient, history, largest_forecast, status_of, wait_for, write_secret
 
 from kernel.errors import InvalidRequest, Unavailable
-from kernel.jobs import FinishedJob, JobRequest
+from kernel.jobs import FinishedJob, JobRequest, Prediction
 from predictor.estimators.base import Estimator
 from predictor.estimators.lgbm.estimator import LGBMQuantileEstimator
 from predictor.estimators.lgbm.model import TrainedModel
@@ -105,14 +105,15 @@ class WatchContext:
         return True
 
 
-@pytest.mark.parametrize("change", ["set", "enter_graceful_shutdown"])
+@pytest.mark.parametrize("change", ["set", "enter_graceful_shutdown", "a new watcher"])
 def test_a_watcher_leaving_while_a_status_is_sent_does_not_deadlock(change: str) -> None:
-    """A status change sends to each watcher, and a send may wait for the server's polling thread; if that thread
-    is closing another watcher then, it needs the servicer's lock (`_on_close_callback`). grpc_health 1.85 held the
-    lock while sending: a stop hung so in this suite. `HealthStatus` sends outside it."""
+    """A status change sends to each watcher, and so does a new watcher's first answer; a send may wait for the
+    server's polling thread, and if that thread is closing another watcher then, it needs the servicer's lock
+    (`_on_close_callback`). grpc_health 1.85 held the lock while sending: a stop hung so in this suite.
+    `HealthStatus` sends outside it."""
     servicer = HealthStatus()
     leaving, staying = WatchContext(), WatchContext()
-    closed = threading.Event()
+    closed, armed = threading.Event(), threading.Event()
     closed_while_sending: list[bool] = []
 
     def polling_thread_closes_the_other() -> None:
@@ -120,20 +121,26 @@ def test_a_watcher_leaving_while_a_status_is_sent_does_not_deadlock(change: str)
         closed.set()
 
     def send(response: health_pb2.HealthCheckResponse) -> None:
-        if response.status != health_pb2.HealthCheckResponse.SERVING and not closed.is_set():
+        if armed.is_set() and not closed.is_set():
             threading.Thread(target=polling_thread_closes_the_other, daemon=True).start()
             # the send waits for the polling thread, as grpc's _send_response does (here 10 s at most: a deadlock
             # shows as a close that did not happen while the send waited)
             closed_while_sending.append(closed.wait(10))
 
     servicer.Watch(health_pb2.HealthCheckRequest(), leaving, send_response_callback=lambda response: None)
-    servicer.Watch(health_pb2.HealthCheckRequest(), staying, send_response_callback=send)
+    if change != "a new watcher":
+        servicer.Watch(health_pb2.HealthCheckRequest(), staying, send_response_callback=send)
+    armed.set()
     if change == "set":
         servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-    else:
+    elif change == "enter_graceful_shutdown":
         servicer.enter_graceful_shutdown()
+    else:
+        servicer.Watch(health_pb2.HealthCheckRequest(), staying, send_response_callback=send)
     assert closed_while_sending == [True]
-    assert servicer.Check(health_pb2.HealthCheckRequest(), None).status == health_pb2.HealthCheckResponse.NOT_SERVING
+    serving = health_pb2.HealthCheckResponse.SERVING if change == "a new watcher" else None
+    status = servicer.Check(health_pb2.HealthCheckRequest(), None).status
+    assert status == (serving or health_pb2.HealthCheckResponse.NOT_SERVING)
 
 
 def test_health_checks_pass_the_same_admission_with_a_share_per_client() -> None:
@@ -329,8 +336,20 @@ def test_a_call_that_would_wait_for_a_training_is_refused_within_its_deadline_an
             assert code == grpc.StatusCode.UNAVAILABLE and "still training" in details
             assert running.gate.admission.in_use(CallKind.CALL) == 0  # its slot given back
             TRAINING_HELD.set()
-            answer = client.predict_job(later, namespace="slow", estimator="held")  # the retry is answered
-            assert not answer.prediction.fallback  # from the model trained meanwhile
+            answers: list[Prediction] = []
+            refusals: list[str] = []
+
+            def retried() -> bool:  # as the refusal asks: retry until the training is done (it takes what it takes)
+                try:
+                    answers.append(client.predict_job(later, namespace="slow", estimator="held").prediction)
+                except PredictorError as error:
+                    refusals.append(str(error))
+                    return False
+                return True
+
+            wait_for(retried, PATIENT_SECONDS)
+            assert all("still training" in refusal for refusal in refusals), refusals
+            assert not answers[0].fallback  # from the model trained meanwhile
     finally:
         TRAINING_HELD.set()
         running.stop(0).wait()

@@ -392,10 +392,11 @@ def serve(
         on_ready(port)
     signum, received_at = received.wait()
     grace = limits.shutdown_grace
+    # A stop stuck where Python cannot get out (a deadlock, a call into gRPC's core that does not return) still
+    # ends, and says where it was stuck: faulthandler's own thread writes every stack and exits with status 1.
+    bound = received_at + grace + CLOSE_SECONDS + STUCK_SECONDS - time.monotonic()
+    faulthandler.dump_traceback_later(max(bound, 0.1), exit=True)
     log.info("received %s: stopping (in-flight calls get %.0f s)", signal.Signals(signum).name, grace)
-    # A stop stuck where Python cannot interrupt it (a lock in gRPC's core, a blocked write) still ends, and says
-    # where it was stuck: faulthandler's own thread prints every stack and exits with status 1.
-    faulthandler.dump_traceback_later(grace + CLOSE_SECONDS + STUCK_SECONDS, exit=True)
     closed = server.stop(grace)
     if not closed.wait(max(0.0, received_at + grace + CLOSE_SECONDS - time.monotonic())):
         log.warning("still closing %.1f s after the grace period: exiting anyway", CLOSE_SECONDS)
