@@ -154,8 +154,7 @@ class ClusterReplay(TraceReplay):
         self.states = [COMPLETED] * len(self.requests)
         self.nodes: list[tuple[int, ...]] = [()] * len(self.requests)  # where each job ran
         self.requeues = [0] * len(self.requests)  # runs a node failure ended, each followed by a requeue
-        self._requeued: set[int] = set()  # their ends, in the round now being applied: not finished jobs
-        self._not_restarted: set[int] = set()  # requeued jobs not started again (yet)
+        self._not_restarted: set[int] = set()  # requeued jobs not started again (yet): their ends are no finish
         self._eligible: list[int] = []  # requeued jobs that may start from now, to admit in this round
         for event in events:
             if event.end is not None and event.end <= self.now:
@@ -192,7 +191,6 @@ class ClusterReplay(TraceReplay):
                 self.states[index] = NODE_FAIL
                 if settings.job_requeue:
                     self.requeues[index] += 1
-                    self._requeued.add(index)
                     self._not_restarted.add(index)
                     self.schedule(self.now + settings.cred_expire + 1, EventKind.EXTERNAL, Requeue(index))
         machine.take_out(event.node)
@@ -206,9 +204,8 @@ class ClusterReplay(TraceReplay):
         if completed and backfill.gate is not None:
             backfill.gate.ended(completed, self.now)
         ended_now = bool(completed)
-        if self._requeued:
-            completed = [index for index in completed if index not in self._requeued]
-            self._requeued.clear()
+        if self._not_restarted:
+            completed = [index for index in completed if index not in self._not_restarted]
         jobs = super().admit(completed, arrived)
         for index in self._eligible:
             backfill.queue_again(index, self.now, ended_now)
