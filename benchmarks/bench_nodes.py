@@ -24,8 +24,8 @@ import numpy as np
 
 from kernel.resources import ResourceRequest
 from simulator.cluster import Cluster, MemoryDefaults, Node, Partition, SelectSettings
-from simulator.nodeplan import NodeSpace, RunningEnd, earliest_start, from_bits, to_bits
-from simulator.nodes import Demand, NodeState, NodeTable, demand
+from simulator.nodeplan import NodeSpace, RunningEnd, earliest_start
+from simulator.nodes import Demand, NodeState, NodeTable, demand, from_bits, to_bits
 
 
 def machine(nodes: int, cpus: int, gpu_nodes: int = 0, memory: int = 0) -> Cluster:
@@ -81,13 +81,14 @@ def bench_machine(label: str, cluster: Cluster, sizes: tuple[int, ...], repeat: 
     rng = random.Random(3)
     state, ends = busy_state(cluster, 0.85, rng)
     mask = state.table.partition_masks[cluster.partitions[0].name]
+    bits = to_bits(mask)
     jobs = requests(cluster, sizes)
     if gpus:
         jobs += requests(cluster, (1, 4), gpus_per_node=1) + requests(cluster, (8,), gpus=8)
     picks = [median_us(lambda job=job: state.pick(job, mask), repeat) for job in jobs]
     slow = max(repeat // 10, 5)
-    estimates = [median_us(lambda job=job: earliest_start(job, state, ends, mask, 0), slow) for job in jobs]
-    started = [earliest_start(job, state, ends, mask, 0) for job in jobs]
+    estimates = [median_us(lambda job=job: earliest_start(job, state, ends, bits, 0), slow) for job in jobs]
+    started = [earliest_start(job, state, ends, bits, 0) for job in jobs]
     print(f"{label}: {len(state.allocations)} running jobs, {int(state.free_cpus.sum())} CPUs free")
     for job, pick_us, estimate_us, found in zip(jobs, picks, estimates, started, strict=True):
         gpus = job.gpus_per_node or job.gpus_per_job

@@ -27,29 +27,27 @@ nanoseconds even for thousands of nodes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
-
-from simulator.nodes import Allocation, BoolArray, Demand, NodeState, cpus_in_runs, pick, pick_unit_nodes
+from simulator.nodes import (
+    Allocation,
+    Demand,
+    Holding,
+    NodeState,
+    bits_of,
+    cpus_in_runs,
+    from_bits,
+    pick,
+    pick_unit_nodes,
+    unit_allocation,
+)
 
 #: The first window of grouped ends, and its alignment (seconds).
 END_WINDOW = 30
 #: A year, Slurm's guess for a job without a limit that is past its end.
 YEAR = 365 * 24 * 3600
-
-
-def to_bits(mask: BoolArray) -> int:
-    """A node mask as a bit set."""
-    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
-
-
-def from_bits(bits: int, size: int) -> BoolArray:
-    """A bit set as a node mask of `size` nodes."""
-    raw = np.frombuffer(bits.to_bytes((size + 7) // 8, "little"), dtype=np.uint8)
-    return np.unpackbits(raw, count=size, bitorder="little").astype(bool)
 
 
 class RunningEnd(NamedTuple):
@@ -63,10 +61,22 @@ class RunningEnd(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """Where and when a queued job would start."""
+    """Where and when a queued job would start: its nodes (a bit set), and what it would hold on them.
+
+    `held` None stands for one CPU on each node (nodes of one CPU), built by
+    `allocation()` only for a job that starts: most estimates only reserve.
+    """
 
     start: int
-    allocation: Allocation
+    nodes: int
+    held: Allocation | None = None
+
+    def allocation(self) -> Allocation:
+        return self.held if self.held is not None else unit_allocation(self.nodes)
+
+
+def _estimate(start: int, allocation: Allocation) -> Estimate:
+    return Estimate(start, bits_of(allocation.nodes), allocation)
 
 
 def guess_end(job: RunningEnd, now: int, kill_wait: int) -> int:
@@ -78,9 +88,11 @@ def guess_end(job: RunningEnd, now: int, kill_wait: int) -> int:
     return end if end > now else now + 1
 
 
-def _batches(ends: Iterable[RunningEnd], touches: Callable[[int], bool], scale: int) -> Iterator[list[RunningEnd]]:
-    """The running jobs that `touches` (by key: whether the job holds a usable node) in the groups _will_run_test
-    frees them in (its loop, as written)."""
+def _batches(
+    ends: Iterable[RunningEnd], holdings: Mapping[int, Holding], usable: int, scale: int
+) -> Iterator[list[RunningEnd]]:
+    """The running jobs that hold a `usable` node, in the groups _will_run_test frees them in (its loop, as
+    written)."""
     queue = iter(ends)
     upcoming = next(queue, None)
     window, boundary = END_WINDOW, -1  # -1: not set until the first job on usable nodes
@@ -88,7 +100,7 @@ def _batches(ends: Iterable[RunningEnd], touches: Callable[[int], bool], scale: 
         batch: list[RunningEnd] = []
         while upcoming is not None:
             job, upcoming = upcoming, next(queue, None)
-            if not touches(job.key):
+            if not holdings[job.key].nodes & usable:
                 continue  # no usable node: skipped, and the next job is taken whatever its end
             if boundary < 0:
                 boundary = job.end + (window - job.end % window)
@@ -104,30 +116,24 @@ def _batches(ends: Iterable[RunningEnd], touches: Callable[[int], bool], scale: 
         yield batch
 
 
-def _counts_cpus_only(demand: Demand) -> bool:
-    """Whether a node offers the job exactly its free CPUs (no memory, GPU, per-node or whole-node condition)."""
-    return (
-        not demand.exclusive
-        and demand.mem_per_cpu is None
-        and demand.mem_per_node is None
-        and not demand.gpu_job
-        and demand.pn_min_cpus == 1
-        and demand.max_cpus_per_node is None
-        and demand.max_nodes > 1
-    )
+def _least_gpus(demand: Demand) -> int:
+    """The fewest free GPUs on the usable nodes that let `pick` place the job (a necessary condition only)."""
+    spread = demand.gpus_per_node * demand.min_nodes if demand.gpus_per_node else demand.gpus_per_task * demand.tasks
+    return max(demand.gpus_per_job, spread)
 
 
 def earliest_start(
     demand: Demand,
     state: NodeState,
     ends: Iterable[RunningEnd],
-    available: BoolArray,
+    available: int,
     now: int,
     *,
     kill_wait: int = 30,
     window_scale: int = 0,
 ) -> Estimate | None:
-    """When and where `demand` could start on `available` nodes as Slurm estimates it (None: never, there).
+    """When and where `demand` could start on the `available` nodes (a bit set) as Slurm estimates it (None:
+    never, there).
 
     `ends` are the running jobs by expected end, earliest first (keys of
     `state.allocations`); `window_scale` is SchedulerParameters'
@@ -135,36 +141,40 @@ def earliest_start(
     """
     if state.table.unit_nodes and cpus_in_runs(demand):
         return _earliest_on_unit_nodes(demand.min_cpus, state, ends, available, now, kill_wait, window_scale)
-    allocation = state.pick(demand, available)
+    mask = from_bits(available, state.table.size)
+    allocation = state.pick(demand, mask)
     if allocation is not None:
-        return Estimate(now, allocation)
+        return _estimate(now, allocation)
+    # No job fits before the usable nodes have its CPUs and GPUs free: until then the batches' ends are counted,
+    # not given back node by node, and no placement is tried (the answers are the same, far sooner).
+    least_gpus = _least_gpus(demand)
+    free_cpus = int(state.free.cpus[mask].sum())
+    free_gpus = int(state.free.gpus[mask].sum()) if least_gpus else 0
     free = state.free.copy()
-    # a job that only counts CPUs cannot fit before the usable nodes have that many free: no need to try (nor to
-    # give back what the batches free until then)
-    counted = _counts_cpus_only(demand)
-    usable_free = int(free.cpus[available].sum())
     freed: list[Allocation] = []
-    allocations = state.allocations
-
-    def touches(key: int) -> bool:
-        return bool(available[allocations[key].nodes].any())
-
-    for batch in _batches(ends, touches, window_scale):
+    holdings, allocations = state.holdings, state.allocations
+    elsewhere = ~available
+    for batch in _batches(ends, holdings, available, window_scale):
         for job in batch:
-            held = state.allocations[job.key]
-            freed.append(held)
-            if counted:
-                usable_free += int(held.cpus[available[held.nodes]].sum())
-        if counted and usable_free < demand.min_cpus:
+            held = holdings[job.key]
+            ending = allocations[job.key]
+            freed.append(ending)
+            if held.nodes & elsewhere:  # partly on nodes the job may not use
+                on_usable = mask[ending.nodes]
+                free_cpus += int(ending.cpus[on_usable].sum())
+                free_gpus += int(ending.gpus[on_usable].sum())
+            else:
+                free_cpus += held.cpus
+                free_gpus += held.gpus
+        if free_cpus < demand.min_cpus or free_gpus < least_gpus:
             continue
-        for held in freed:
-            free.add(held)
+        free.add_all(freed)
         freed.clear()
-        allocation = pick(demand, state.table, free, available)
+        allocation = pick(demand, state.table, free, mask)
         if allocation is not None:
             last = batch[-1]
             start = guess_end(last, now, kill_wait) if last.end <= now else last.end
-            return Estimate(start, allocation)
+            return _estimate(start, allocation)
     return None
 
 
@@ -172,30 +182,25 @@ def _earliest_on_unit_nodes(
     cpus: int,
     state: NodeState,
     ends: Iterable[RunningEnd],
-    available: BoolArray,
+    usable: int,
     now: int,
     kill_wait: int,
     window_scale: int,
 ) -> Estimate | None:
     """`earliest_start` on nodes of one CPU for a job of `cpus` CPUs alone (`nodes.cpus_in_runs`): a node is free
-    or not, so the nodes are bit sets and a batch that leaves fewer than `cpus` usable nodes free is not tried."""
-    usable = to_bits(available)
-    free = to_bits(state.free.cpus > 0) & usable
-    size = state.table.size
-    if free.bit_count() >= cpus and (allocation := pick_unit_nodes(cpus, from_bits(free, size))) is not None:
-        return Estimate(now, allocation)
-    bits_of = state.node_bits
-
-    def touches(key: int) -> bool:
-        return bool(bits_of(key) & usable)
-
-    for batch in _batches(ends, touches, window_scale):
+    or not, so the nodes are bit sets, and after a batch that leaves fewer than `cpus` usable nodes free no nodes
+    are chosen."""
+    free = state.nodes_with_free_cpus() & usable
+    if (chosen := pick_unit_nodes(cpus, free)) is not None:
+        return Estimate(now, chosen)
+    holdings = state.holdings
+    for batch in _batches(ends, holdings, usable, window_scale):
         for job in batch:
-            free |= bits_of(job.key) & usable
-        if free.bit_count() < cpus or (allocation := pick_unit_nodes(cpus, from_bits(free, size))) is None:
+            free |= holdings[job.key].nodes & usable
+        if (chosen := pick_unit_nodes(cpus, free)) is None:
             continue
         last = batch[-1]
-        return Estimate(guess_end(last, now, kill_wait) if last.end <= now else last.end, allocation)
+        return Estimate(guess_end(last, now, kill_wait) if last.end <= now else last.end, chosen)
     return None
 
 

@@ -23,7 +23,11 @@ and the CPUs, memory and GPUs on each, following Slurm 22.05:
   one task per node, then round robin), which sets the CPUs per node,
   rounded up to whole cores under CR_Core.
 
-Node sets are numpy boolean masks over the nodes in Slurm's order.
+Node sets are numpy boolean masks over the nodes in Slurm's order where
+resources are counted per node, and Python integers used as bit sets (bit i
+is node i) where only membership counts: a running job's nodes
+(`NodeState.holdings`), the nodes with a free CPU, the nodes a job gets on
+nodes of one CPU (`pick_unit_nodes`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,17 @@ from simulator.cluster import Cluster, Partition
 
 IntArray = np.ndarray  # int64 per node
 BoolArray = np.ndarray  # bool per node
+
+
+def to_bits(mask: BoolArray) -> int:
+    """A node mask as a bit set."""
+    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+
+
+def from_bits(bits: int, size: int) -> BoolArray:
+    """A bit set as a node mask of `size` nodes."""
+    raw = np.frombuffer(bits.to_bytes((size + 7) // 8, "little"), dtype=np.uint8)
+    return np.unpackbits(raw, count=size, bitorder="little").astype(bool)
 
 
 class NodeTable:
@@ -170,6 +185,15 @@ def _memory(request: ResourceRequest, cluster: Cluster, partition: Partition) ->
     return None, ALL_MEMORY  # Slurm: no request and no default is all of each node's memory
 
 
+class Holding(NamedTuple):
+    """A running job's nodes as a bit set (bit i: node i), and its CPUs and GPUs over all of them: what the start
+    estimates count a job's end by, before they give its resources back node by node."""
+
+    nodes: int
+    cpus: int
+    gpus: int
+
+
 class Free(NamedTuple):
     """What each node has free: CPUs, memory (MB) and GPUs."""
 
@@ -187,6 +211,17 @@ class Free(NamedTuple):
         self.memory[nodes] += allocation.memory
         self.gpus[nodes] += allocation.gpus
 
+    def add_all(self, allocations: list[Allocation]) -> None:
+        """Give back what every one of `allocations` (at least one) held: one scatter per resource, nodes may
+        repeat."""
+        if len(allocations) == 1:
+            self.add(allocations[0])
+            return
+        nodes = np.concatenate([allocation.nodes for allocation in allocations])
+        np.add.at(self.cpus, nodes, np.concatenate([allocation.cpus for allocation in allocations]))
+        np.add.at(self.memory, nodes, np.concatenate([allocation.memory for allocation in allocations]))
+        np.add.at(self.gpus, nodes, np.concatenate([allocation.gpus for allocation in allocations]))
+
 
 class NodeState:
     """What each node has free now, and the allocation of every running job (by the caller's key)."""
@@ -195,7 +230,8 @@ class NodeState:
         self.table = table
         self.free = Free(table.cpus.copy(), table.memory.copy(), table.gpus.copy())
         self.allocations: dict[int, Allocation] = {}
-        self._bits: dict[int, int] = {}  # `node_bits`, by key
+        self.holdings: dict[int, Holding] = {}  # every allocation's nodes and totals, by key
+        self._free_nodes: int | None = None  # `nodes_with_free_cpus`, until the next change
 
     @property
     def free_cpus(self) -> IntArray:
@@ -222,19 +258,21 @@ class NodeState:
         self.free_memory[nodes] -= allocation.memory
         self.free_gpus[nodes] -= allocation.gpus
         self.allocations[key] = allocation
+        self.holdings[key] = Holding(bits_of(nodes), int(allocation.cpus.sum()), int(allocation.gpus.sum()))
+        self._free_nodes = None
 
-    def node_bits(self, key: int) -> int:
-        """The nodes job `key` holds as a bit set (bit i: node i), made once per job."""
-        bits = self._bits.get(key)
-        if bits is None:
-            bits = self._bits[key] = sum(1 << node for node in self.allocations[key].nodes.tolist())
-        return bits
+    def nodes_with_free_cpus(self) -> int:
+        """The nodes with at least one free CPU, as a bit set."""
+        if self._free_nodes is None:
+            self._free_nodes = to_bits(self.free.cpus > 0)
+        return self._free_nodes
 
     def release(self, key: int) -> Allocation:
         """Take back what job `key` held."""
-        self._bits.pop(key, None)
+        del self.holdings[key]
         allocation = self.allocations.pop(key)
         self.free.add(allocation)
+        self._free_nodes = None
         return allocation
 
     def pick(self, demand: Demand, available: BoolArray) -> Allocation | None:
@@ -252,8 +290,8 @@ def offered_cpus(demand: Demand, table: NodeTable, free: Free, available: BoolAr
     if demand.max_cpus_per_node is not None:
         cpus = np.minimum(cpus, demand.max_cpus_per_node)
     if demand.mem_per_cpu is not None:
-        if demand.exclusive:
-            cpus = np.where(demand.mem_per_cpu * cpus > free_memory, 0, cpus)
+        if demand.exclusive:  # it is given every CPU of the node, and memory for each
+            cpus = np.where(demand.mem_per_cpu * table.cpus > free_memory, 0, cpus)
         else:
             fit = free_memory // demand.mem_per_cpu
             cpus = np.minimum(cpus, fit - fit % table.unit)
@@ -276,7 +314,8 @@ def offered_cpus(demand: Demand, table: NodeTable, free: Free, available: BoolAr
 def pick(demand: Demand, table: NodeTable, free: Free, available: BoolArray) -> Allocation | None:
     """The nodes and resources Slurm would give `demand` (None: not enough is free among `available`)."""
     if table.unit_nodes and cpus_in_runs(demand):
-        return pick_unit_nodes(demand.min_cpus, available & (free.cpus > 0))
+        taken = pick_unit_nodes(demand.min_cpus, to_bits(available & (free.cpus > 0)))
+        return None if taken is None else unit_allocation(taken)
     offered = offered_cpus(demand, table, free, available)
     free_gpus = free.gpus
     usable = np.flatnonzero(offered)
@@ -309,21 +348,19 @@ def cpus_in_runs(demand: Demand) -> bool:
     )
 
 
-def pick_unit_nodes(cpus: int, usable: BoolArray) -> Allocation | None:
-    """`pick` on nodes of one CPU for a job of `cpus` CPUs alone (`cpus_in_runs`), on the `usable` free nodes.
+def pick_unit_nodes(cpus: int, usable: int) -> int | None:
+    """`pick` on nodes of one CPU for a job of `cpus` CPUs alone (`cpus_in_runs`), on the `usable` free nodes (a
+    bit set): the nodes it gets, as a bit set (`unit_allocation` makes what it holds on them), or None.
 
     What `_eval_nodes` does there, without the general counters: each node
     offers one CPU, so a run offers its length; the run taken next is the
     shortest one that satisfies what is still needed (the first such), else
     the longest (the first such), and it gives its first nodes.
     """
-    padded = np.zeros(len(usable) + 2, dtype=np.int8)
-    padded[1:-1] = usable
-    edges = np.flatnonzero(padded[1:] != padded[:-1]).tolist()
-    if sum(edges[1::2]) - sum(edges[::2]) < cpus:
+    if usable.bit_count() < cpus:
         return None
-    runs = list(zip(edges[::2], edges[1::2], strict=True))
-    chosen: list[tuple[int, int]] = []
+    runs = _runs_of(usable)
+    chosen = 0
     needed = cpus
     while needed > 0:
         lengths = [stop - start for start, stop in runs]
@@ -331,11 +368,33 @@ def pick_unit_nodes(cpus: int, usable: BoolArray) -> Allocation | None:
         position = lengths.index(min(fits)) if fits else lengths.index(max(lengths))
         start, stop = runs.pop(position)
         taken = min(needed, stop - start)
-        chosen.append((start, start + taken))
+        chosen |= ((1 << taken) - 1) << start
         needed -= taken
-    nodes = np.concatenate([np.arange(start, stop, dtype=np.int64) for start, stop in sorted(chosen)])
-    ones, zeros = np.ones(cpus, dtype=np.int64), np.zeros(cpus, dtype=np.int64)
-    return Allocation(nodes=nodes, cpus=ones, memory=zeros, gpus=zeros.copy())
+    return chosen
+
+
+def unit_allocation(nodes: int) -> Allocation:
+    """One CPU on each of `nodes` (a bit set) of one CPU, and nothing else."""
+    indices = np.concatenate([np.arange(start, stop, dtype=np.int64) for start, stop in _runs_of(nodes)])
+    ones, zeros = np.ones(len(indices), dtype=np.int64), np.zeros(len(indices), dtype=np.int64)
+    return Allocation(nodes=indices, cpus=ones, memory=zeros, gpus=zeros.copy())
+
+
+def bits_of(indices: IntArray) -> int:
+    """Node indices as a bit set."""
+    return sum(1 << node for node in indices.tolist())
+
+
+def _runs_of(nodes: int) -> list[tuple[int, int]]:
+    """The runs of consecutive nodes in a bit set, as [start, stop) in node order."""
+    runs = []
+    while nodes:
+        start = (nodes & -nodes).bit_length() - 1
+        shifted = nodes >> start
+        length = (~shifted & (shifted + 1)).bit_length() - 1  # the run's ones up to its first zero
+        runs.append((start, start + length))
+        nodes = (shifted >> length) << (start + length)
+    return runs
 
 
 class _Chooser:
@@ -520,7 +579,9 @@ class _Fill:
     def _fill_run(self, first: int, offered: IntArray) -> None:
         """The run's nodes in order, each giving what is still needed (_cpus_to_use), until satisfied."""
         usable = np.flatnonzero(offered)
-        if self.min_rem_nodes <= 1 and self.rem_gpus <= 0 and self._fill_at_once(first, offered, usable):
+        # a shared node keeps a CPU for each node still required; a whole node gives all it offers
+        at_once = self.demand.exclusive or self.min_rem_nodes <= 1
+        if at_once and self.rem_gpus <= 0 and self._fill_at_once(first, offered, usable):
             return
         for position in usable.tolist():
             if self.max_nodes == 0 or self.done:
@@ -531,8 +592,8 @@ class _Fill:
             self.take(first + position, cpus)
 
     def _fill_at_once(self, first: int, offered: IntArray, usable: IntArray) -> bool:
-        """The node-by-node fill as one cumulative sum, when no CPU is kept for later nodes and the node
-        limit cannot skip a node; False (nothing taken) when it could."""
+        """The node-by-node fill as one cumulative sum, when no CPU is kept for later nodes (a whole node, or no
+        further node required) and the node limit cannot skip a node; False (nothing taken) when it could."""
         given = offered[usable]
         reached = np.flatnonzero(np.cumsum(given) >= self.rem_cpus)
         count = max(int(reached[0]) + 1 if len(reached) else len(usable), min(self.rem_nodes, len(usable)))
@@ -614,9 +675,9 @@ def _allocation(
     demand: Demand, table: NodeTable, nodes: IntArray, caps: IntArray, offered: IntArray, free_gpus: IntArray
 ) -> Allocation:
     """CPUs (whole allocation units, within what each node offered), memory and GPUs on each chosen node."""
+    tasks: IntArray | None = None  # tasks per node: what GPUs per task count, made only where they are asked
     if demand.exclusive:
         cpus = table.cpus[nodes].copy()
-        tasks = spread_tasks(demand, cpus)
     elif demand.cpus_per_task == 1 and int(caps.sum()) == demand.tasks and table.one_cpu_units:
         tasks = cpus = caps  # dist_tasks fills every node to what _eval_nodes gave it
     else:
@@ -633,8 +694,8 @@ def _allocation(
         memory = np.zeros(len(nodes), dtype=np.int64)
     if demand.gpus_per_node:
         gpus = np.full(len(nodes), demand.gpus_per_node, dtype=np.int64)
-    elif demand.gpus_per_task:
-        gpus = tasks * demand.gpus_per_task
+    elif demand.gpus_per_task:  # a whole node spreads its tasks over the CPUs its GPUs let it offer (`caps`)
+        gpus = (spread_tasks(demand, caps) if tasks is None else tasks) * demand.gpus_per_task
     elif demand.gpus_per_job:
         gpus = _job_gpus(demand.gpus_per_job, free_gpus)
     else:

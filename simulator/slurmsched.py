@@ -42,11 +42,11 @@ import numpy as np
 
 from simulator.backfill import Backfill
 from simulator.calendar import Reservation, ReservedNodes
-from simulator.cluster import Cluster, Partition
+from simulator.cluster import Cluster, Partition, SchedulerSettings
 from simulator.jobs import RunningJob, WaitingJob
 from simulator.machine import PLANNINGS, Correction, Machine, Planning
-from simulator.nodeplan import Estimate, NodeSpace, RunningEnd, earliest_start, from_bits, to_bits
-from simulator.nodes import Allocation, Demand, NodeState, NodeTable
+from simulator.nodeplan import Estimate, NodeSpace, RunningEnd, earliest_start
+from simulator.nodes import Allocation, Demand, NodeState, NodeTable, from_bits, to_bits
 from simulator.scheduler import SizeCount
 from simulator.slurmpolicy import SlurmGate
 
@@ -95,6 +95,7 @@ class NodeMachine(Machine):
         self._out_of_service = np.zeros(self.table.size, dtype=np.int64)  # events holding each node out now
         self._placed: set[int] = set()
         self._over_time: dict[int, int | None] = {}
+        self._running_ends: dict[int, RunningEnd] = {}  # `running_ends`' last, by trace position
 
     def take_out(self, node: int) -> None:
         """A node goes down or drains: no job starts on it until every event that took it out has ended."""
@@ -132,6 +133,7 @@ class NodeMachine(Machine):
     def _release(self, job: RunningJob) -> None:
         self.free += int(self.state.release(job.index).cpus.sum())
         del self._over_time[job.index]
+        self._running_ends.pop(job.index, None)
         self.changes += 1
         self.ended += 1
 
@@ -139,8 +141,17 @@ class NodeMachine(Machine):
         return RunningEnd(expected_end, index, t_req, self._over_time[index])
 
     def running_ends(self) -> list[RunningEnd]:
-        """The running jobs by expected end, earliest first, as Slurm's start estimates free them."""
-        return sorted(self.running_end(index, job.expected_end, job.t_req) for index, job in self.running.items())
+        """The running jobs by expected end, earliest first, as Slurm's start estimates free them (each job's
+        made again only when its expected end has moved)."""
+        made = self._running_ends
+        ends = []
+        for index, job in self.running.items():
+            end = made.get(index)
+            if end is None or end.end != job.expected_end:
+                end = made[index] = self.running_end(index, job.expected_end, job.t_req)
+            ends.append(end)
+        ends.sort()
+        return ends
 
 
 class SlurmBackfill(Backfill):
@@ -381,6 +392,7 @@ class SlurmBackfill(Backfill):
         # only matters to the jobs after it, and none of those can start
         fewest, free = self._fewest_cpus, machine.free
         last = max((position for position, job in enumerate(tested) if fewest[job.index] <= free), default=-1)
+        estimates = _CycleEstimates(now, ends, machine.state, settings)
         for job in tested[: last + 1]:
             if settings.bf_max_job_start and len(started) >= settings.bf_max_job_start:
                 break
@@ -393,11 +405,12 @@ class SlurmBackfill(Backfill):
                     continue
             reservation = self.reserved.named(queued.reservation)
             for wanted in queued.demands:
-                estimate = self._plan(now, wanted, job.t_est, space, ends, machine.state, reservation)
+                estimate = self._plan(now, wanted, job.t_est, space, estimates, reservation)
                 if estimate is None:
                     continue
                 if estimate.start <= now:
-                    insort(ends, self._start(job, wanted, estimate.allocation, machine))
+                    insort(ends, self._start(job, wanted, estimate.allocation(), machine))
+                    estimates.forget()
                     started.append(job)
                 break
         return started
@@ -408,8 +421,7 @@ class SlurmBackfill(Backfill):
         wanted: Demand,
         limit: int,
         space: NodeSpace,
-        ends: list[RunningEnd],
-        state: NodeState,
+        estimates: _CycleEstimates,
         reservation: Reservation | None = None,
     ) -> Estimate | None:
         """_attempt_backfill for one job in one partition: a start now, or a reservation made (None: neither).
@@ -437,16 +449,7 @@ class SlurmBackfill(Backfill):
             retry = later if later > start_from else None
             estimate = None
             if free.bit_count() >= wanted.min_nodes:
-                available = from_bits(free, self._size)
-                estimate = earliest_start(
-                    wanted,
-                    state,
-                    ends,
-                    available,
-                    now,
-                    kill_wait=settings.kill_wait,
-                    window_scale=settings.bf_window_linear,
-                )
+                estimate = estimates.earliest(wanted, free)
             if estimate is None:
                 start_from = retry
                 continue
@@ -459,12 +462,12 @@ class SlurmBackfill(Backfill):
             if start > now + settings.bf_window:
                 return None
             begin, end = start // resolution * resolution, (start + limit) // resolution * resolution
-            chosen = to_bits(_mask(estimate.allocation.nodes, self._size))
+            chosen = estimate.nodes
             if space.overlaps(chosen, begin, end):
                 start_from = start if start > start_from else None
                 continue
             space.reserve(begin, end, chosen)
-            return Estimate(start, estimate.allocation)
+            return Estimate(start, chosen, estimate.held)
         return None
 
     def _window_nodes(
@@ -480,12 +483,36 @@ class SlurmBackfill(Backfill):
         return partition & reservation.bits, reservation.bits & ~usable
 
 
+class _CycleEstimates:
+    """The start estimates of one backfill cycle, by request and usable nodes: the same until a job starts (in a
+    replay of SDSC-SP2 about half are asked again, by a job's retries and by jobs alike in size and partition)."""
+
+    def __init__(self, now: int, ends: list[RunningEnd], state: NodeState, settings: SchedulerSettings) -> None:
+        self.now = now
+        self.ends = ends
+        self.state = state
+        self.settings = settings
+        self._made: dict[tuple[Demand, int], Estimate | None] = {}
+
+    def earliest(self, wanted: Demand, usable: int) -> Estimate | None:
+        key = (wanted, usable)
+        if key not in self._made:
+            self._made[key] = earliest_start(
+                wanted,
+                self.state,
+                self.ends,
+                usable,
+                self.now,
+                kill_wait=self.settings.kill_wait,
+                window_scale=self.settings.bf_window_linear,
+            )
+        return self._made[key]
+
+    def forget(self) -> None:
+        """A job started: the running jobs and the free nodes have changed."""
+        self._made.clear()
+
+
 def _next(now: int, interval: int) -> int:
     """The first multiple of `interval` after `now`."""
     return (now // interval + 1) * interval
-
-
-def _mask(nodes: np.ndarray, size: int) -> np.ndarray:
-    mask = np.zeros(size, dtype=bool)
-    mask[nodes] = True
-    return mask

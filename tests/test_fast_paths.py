@@ -1,6 +1,7 @@
 """The simulator's shortcuts give what the general code gives: `Profile.earlier_slot` (conservative backfilling's
 compression without a release), and the node choice and start estimates on clusters of one-CPU nodes
-(`nodes.pick_unit_nodes`, `nodeplan.earliest_start`'s bit sets)."""
+(`nodes.pick_unit_nodes`, `nodeplan.earliest_start`'s bit sets), and start estimates on nodes with memory and GPUs
+with the ends of running jobs counted before they are given back."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from hypothesis import strategies as st
 
 from kernel.resources import ResourceRequest
 from simulator.backfill import Profile
+from simulator.cluster import Cluster, Node, Partition, SelectSettings
 from simulator.clusterreplay import single_cpu_nodes
-from simulator.nodeplan import RunningEnd, earliest_start
-from simulator.nodes import NodeState, NodeTable, demand, pick
+from simulator.nodeplan import RunningEnd, _batches, earliest_start, guess_end
+from simulator.nodes import Demand, NodeState, NodeTable, demand, pick, to_bits
 
 
 @settings(max_examples=150, deadline=None)
@@ -100,10 +102,93 @@ def test_start_estimates_on_unit_nodes_are_the_general_ones(nodes: int, seed: in
     available = rng.random(nodes) < 0.85
     wanted = demand(ResourceRequest(tasks=tasks), cluster, cluster.partitions[0])
     scale = int(rng.choice([0, 30]))
-    fast = earliest_start(wanted, state, ends, available, now, window_scale=scale)
+    fast = earliest_start(wanted, state, ends, to_bits(available), now, window_scale=scale)
     table.unit_nodes = False  # the general planner and chooser
-    general = earliest_start(wanted, state, ends, available, now, window_scale=scale)
+    general = earliest_start(wanted, state, ends, to_bits(available), now, window_scale=scale)
     assert (fast is None) == (general is None)
     if fast is not None and general is not None:
         assert fast.start == general.start
-        assert fast.allocation.nodes.tolist() == general.allocation.nodes.tolist()
+        assert fast.allocation().nodes.tolist() == general.allocation().nodes.tolist()
+        assert fast.nodes == general.nodes
+
+
+def _given_back_batch_by_batch(
+    wanted: Demand, state: NodeState, ends: list[RunningEnd], available: np.ndarray, now: int, scale: int
+) -> tuple[int, list[int], list[int], list[int], list[int]] | None:
+    """`earliest_start` as _will_run_test does it, without the counting shortcut: every batch of ends given back
+    node by node, and a placement tried after each."""
+    found = state.pick(wanted, available)
+    last_end = None
+    free = state.free.copy()
+    for batch in [None, *_batches(ends, state.holdings, to_bits(available), scale)]:
+        if batch is not None:
+            for job in batch:
+                free.add(state.allocations[job.key])
+            found = pick(wanted, state.table, free, available)
+            last_end = batch[-1]
+        if found is not None:
+            start = now if last_end is None else (guess_end(last_end, now, 30) if last_end.end <= now else last_end.end)
+            return (start, *(getattr(found, field).tolist() for field in ("nodes", "cpus", "memory", "gpus")))
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), now=st.integers(0, 400))
+def test_start_estimates_with_memory_and_gpus_are_those_of_giving_back_every_batch(seed: int, now: int) -> None:
+    """Nodes with CPUs, memory and GPUs, jobs of every kind running and asked about: counting what a batch frees
+    before giving it back (`earliest_start`) changes no estimate."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(2, 12))
+    nodes = tuple(
+        Node(
+            f"n{i}",
+            int(rng.choice([2, 4, 8])),
+            memory=int(rng.choice([4000, 8000])),
+            gres={"gpu": int(rng.integers(0, 3))},
+        )
+        for i in range(size)
+    )
+    cluster = Cluster(
+        "random",
+        nodes=nodes,
+        partitions=(Partition("p", tuple(range(size)), default=True),),
+        select=SelectSettings(unit="cpu", memory=True),
+    )
+
+    def request() -> ResourceRequest:
+        gpus = int(rng.integers(0, 4))
+        kind = int(rng.integers(0, 4))
+        return ResourceRequest(
+            tasks=int(rng.integers(1, 9)),
+            mem_per_cpu=int(rng.choice([100, 500, 1500])),
+            exclusive=bool(rng.random() < 0.25),
+            gpus=gpus if kind == 1 and gpus else None,
+            gpus_per_node=gpus if kind == 2 and gpus else None,
+            gpus_per_task=1 if kind == 3 and gpus else None,
+        )
+
+    table = NodeTable(cluster)
+    state = NodeState(table)
+    ends = []
+    for key in range(int(rng.integers(0, 3 * size))):
+        allocation = state.pick(demand(request(), cluster, cluster.partitions[0]), rng.random(size) < 0.8)
+        if allocation is not None:
+            state.allocate(key, allocation)
+            limit = None if rng.random() < 0.2 else int(rng.integers(60, 600))
+            ends.append(RunningEnd(int(rng.integers(0, 500)), key, limit, int(rng.integers(0, 3))))
+    ends.sort()
+    available = rng.random(size) < 0.8
+    scale = int(rng.choice([0, 30]))
+    for _ in range(4):
+        wanted = demand(request(), cluster, cluster.partitions[0])
+        counted = earliest_start(wanted, state, ends, to_bits(available), now, window_scale=scale)
+        expected = _given_back_batch_by_batch(wanted, state, ends, available, now, scale)
+        if counted is None or expected is None:
+            assert counted is None and expected is None
+            continue
+        allocation = counted.allocation()
+        assert (
+            counted.start,
+            *(getattr(allocation, field).tolist() for field in ("nodes", "cpus", "memory", "gpus")),
+        ) == expected
+        assert counted.nodes == to_bits(np.isin(np.arange(size), allocation.nodes))

@@ -7,8 +7,8 @@ import pytest
 
 from kernel.resources import ResourceRequest
 from simulator.cluster import Cluster, Node, Partition, SelectSettings
-from simulator.nodeplan import NodeSpace, RunningEnd, earliest_start, from_bits, guess_end, to_bits
-from simulator.nodes import Allocation, NodeState, NodeTable, demand
+from simulator.nodeplan import NodeSpace, RunningEnd, earliest_start, guess_end
+from simulator.nodes import Allocation, NodeState, NodeTable, demand, from_bits, to_bits
 
 FOUR = Cluster(
     "four",
@@ -31,8 +31,8 @@ def running(*jobs: tuple[int, int]) -> tuple[NodeState, list[RunningEnd]]:
 def estimate(state: NodeState, ends: list[RunningEnd], nodes: int, now: int = 50, available=None, **kwargs) -> tuple:
     job = demand(ResourceRequest(tasks=nodes), FOUR, FOUR.partitions[0])
     mask = np.ones(4, dtype=bool) if available is None else np.array(available)
-    found = earliest_start(job, state, ends, mask, now, **kwargs)
-    return None if found is None else (found.start, [FOUR.nodes[i].name for i in found.allocation.nodes])
+    found = earliest_start(job, state, ends, to_bits(mask), now, **kwargs)
+    return None if found is None else (found.start, [FOUR.nodes[i].name for i in found.allocation().nodes])
 
 
 def test_it_starts_now_when_it_fits_now():

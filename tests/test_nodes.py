@@ -197,3 +197,21 @@ def test_requests_slurm_refuses():
     machine = cluster(Node("n1", 4))
     with pytest.raises(ValueError, match="cannot spread"):
         demand(ResourceRequest(nodes=3, tasks=2), machine, machine.partitions[0])
+
+
+def test_a_whole_node_job_gets_no_more_gpus_per_task_than_its_nodes_have():
+    """Its tasks spread over the CPUs the GPUs let each node offer, not over every CPU it is given (the round robin
+    over all CPUs put 2 one-GPU tasks on a one-GPU node: an allocation that could not be made)."""
+    state = state_of(cluster(Node("n1", 2, gres={"gpu": 1}), Node("n2", 4, gres={"gpu": 2})))
+    assert place(state, ResourceRequest(tasks=3, exclusive=True, gpus_per_task=1), key=1) == {
+        "n1": (2, 0, 1),
+        "n2": (4, 0, 2),
+    }
+
+
+def test_a_whole_node_job_needs_memory_for_every_cpu_it_is_given():
+    """MaxCPUsPerNode caps the CPUs a node offers, but a whole node is given all of its CPUs and memory per CPU for
+    each: a node without that memory free cannot take it (it was chosen, and its allocation could not be made)."""
+    state = state_of(cluster(Node("n1", 10, 1000), select=MEMORY, max_cpus_per_node=2))
+    assert place(state, ResourceRequest(tasks=1, exclusive=True, mem_per_cpu=200)) is None
+    assert place(state, ResourceRequest(tasks=1, exclusive=True, mem_per_cpu=100), key=1) == {"n1": (10, 1000, 0)}
