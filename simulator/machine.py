@@ -206,23 +206,26 @@ class Machine(ABC):
         """(expected end, processors) of every running job, earliest first."""
         return sorted([(r.expected_end, r.size) for r in self.running.values()])
 
-    def correct_overruns(self, now: int) -> None:
-        """Push back the expected end of every running job that has passed it.
+    def correct_overruns(self, now: int) -> list[RunningJob]:
+        """Push back the expected end of every running job that has passed it; the jobs whose end moved.
 
         Only predictions can be passed (a job is killed at t_req), so this is a
         no-op unless the planning mode plans running jobs with predictions.
         """
         ends = self._ends
+        moved = []
         while ends and ends[0][0] <= now:
             expected_end, index = heapq.heappop(ends)
             job = self.running.get(index)
             if job is None or job.expected_end != expected_end:
                 continue  # finished, or already corrected
+            moved.append(job)
             if self.outlives_limit and job.start + job.t_req <= now:
                 job.expected_end = job.start + job.t_req  # past its limit, ending at the sweep: planned as with t_req
                 continue
             job.expected_end = self.correction.corrected_end(job, now)
             heapq.heappush(ends, (job.expected_end, index))
+        return moved
 
 
 class ProcessorPool(Machine):

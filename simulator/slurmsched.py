@@ -34,7 +34,7 @@ says) and the running jobs' expected ends; the driver decides when jobs end
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -95,7 +95,8 @@ class NodeMachine(Machine):
         self._out_of_service = np.zeros(self.table.size, dtype=np.int64)  # events holding each node out now
         self._placed: set[int] = set()
         self._over_time: dict[int, int | None] = {}
-        self._running_ends: dict[int, RunningEnd] = {}  # `running_ends`' last, by trace position
+        self._end_of: dict[int, RunningEnd] = {}  # each running job's, by trace position
+        self._ends_in_order: list[RunningEnd] = []  # the same, by expected end (`running_ends`)
 
     def take_out(self, node: int) -> None:
         """A node goes down or drains: no job starts on it until every event that took it out has ended."""
@@ -130,28 +131,40 @@ class NodeMachine(Machine):
         self.free -= int(self.state.allocations[job.index].cpus.sum())
         self.changes += 1
 
+    def start(self, job: WaitingJob, now: int) -> RunningJob:
+        running = super().start(job, now)
+        self._keep_end(running)
+        return running
+
     def _release(self, job: RunningJob) -> None:
         self.free += int(self.state.release(job.index).cpus.sum())
+        self._drop_end(job.index)
         del self._over_time[job.index]
-        self._running_ends.pop(job.index, None)
         self.changes += 1
         self.ended += 1
+
+    def correct_overruns(self, now: int) -> list[RunningJob]:
+        moved = super().correct_overruns(now)
+        for job in moved:
+            self._drop_end(job.index)
+            self._keep_end(job)
+        return moved
 
     def running_end(self, index: int, expected_end: int, t_req: int) -> RunningEnd:
         return RunningEnd(expected_end, index, t_req, self._over_time[index])
 
     def running_ends(self) -> list[RunningEnd]:
-        """The running jobs by expected end, earliest first, as Slurm's start estimates free them (each job's
-        made again only when its expected end has moved)."""
-        made = self._running_ends
-        ends = []
-        for index, job in self.running.items():
-            end = made.get(index)
-            if end is None or end.end != job.expected_end:
-                end = made[index] = self.running_end(index, job.expected_end, job.t_req)
-            ends.append(end)
-        ends.sort()
-        return ends
+        """The running jobs by expected end, earliest first, as Slurm's start estimates free them (a copy: a pass
+        adds the jobs it starts)."""
+        return list(self._ends_in_order)
+
+    def _keep_end(self, job: RunningJob) -> None:
+        end = self._end_of[job.index] = self.running_end(job.index, job.expected_end, job.t_req)
+        insort(self._ends_in_order, end)
+
+    def _drop_end(self, index: int) -> None:
+        end = self._end_of.pop(index)
+        del self._ends_in_order[bisect_left(self._ends_in_order, end)]
 
 
 class SlurmBackfill(Backfill):
