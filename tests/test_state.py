@@ -196,12 +196,41 @@ def test_a_damaged_write_ahead_log_is_refused(crashed: Path) -> None:
     damaged = bytearray(intact)
     damaged[32 + 24 + 100] ^= 0xFF  # inside the first frame's page: the commits after it would be dropped
     wal.write_bytes(bytes(damaged))
-    with pytest.raises(StateError, match="would be lost"):
+    with pytest.raises(StateError, match=r"would be lost|acknowledged are not in it"):
         CompletionStore(crashed)
     wal.write_bytes(intact)
     store = CompletionStore(crashed)
     assert len(store.load()["cluster"].events) == 1
     store.close()
+
+
+def test_a_damaged_frame_in_the_last_transaction_loses_only_that_transaction(tmp_path: Path) -> None:
+    """SQLite writes a commit frame before it rewrites the checksums of frames it overwrote in place: a kill -9
+    between the two leaves a bad frame followed by its own transaction's commit, never acknowledged. That log is
+    read without the torn transaction; a bad frame followed by more than its own commit is refused."""
+    state = tmp_path / "state.sqlite"
+    server = ServerProcess(state=str(state))
+    with PredictorClient(server.address, timeout=PATIENT_SECONDS) as client:
+        for job in history(3):
+            client.observe([job], namespace="cluster")
+    server.stop(signal.SIGKILL)
+    wal = Path(f"{state}-wal")
+    intact = wal.read_bytes()
+    frame = 24 + 4096
+    count = (len(intact) - 32) // frame
+    commits = [i for i in range(count) if int.from_bytes(intact[32 + i * frame + 4 : 32 + i * frame + 8], "big")]
+    assert len(commits) >= 2 and check_wal(wal) == len(commits)
+
+    def damaged_at(index: int) -> bytes:
+        data = bytearray(intact)
+        data[32 + index * frame + 24 + 100] ^= 0xFF
+        return bytes(data)
+
+    wal.write_bytes(damaged_at(commits[-2] + 1))  # the last transaction's first frame
+    assert check_wal(wal) == len(commits) - 1
+    wal.write_bytes(damaged_at(commits[-2]))  # the commit frame before it: the last transaction would be lost too
+    with pytest.raises(StateError, match="would be lost"):
+        check_wal(wal)
 
 
 #: Acknowledged calls (one transaction each) before the kill, in the torn-log test.

@@ -257,7 +257,8 @@ def check_wal(wal: Path) -> int:
     SQLite reads a log up to its first frame that fails the checksum or is of
     an earlier generation of the log, and ignores a log whose header fails it:
     either would silently lose acknowledged writes. A torn last transaction (a
-    crash during its write, never acknowledged) is fine.
+    crash during its write, never acknowledged) is fine, even where a frame
+    before its commit frame fails the checksum.
     """
     try:
         data = wal.read_bytes()
@@ -296,7 +297,10 @@ def check_wal(wal: Path) -> int:
             valid += 1
         if valid < first + len(chunk):
             break
-    lost = np.flatnonzero(current[valid:] & (headers[valid:, 1] != 0))
+    # The first commit after the damaged frame ends that frame's own transaction. If it is the last one, it was torn
+    # while written (SQLite writes a commit frame before it rewrites the checksums of frames it overwrote in place),
+    # and dropping it loses nothing acknowledged unless the lock file says so (`CompletionStore._check_acknowledged`).
+    lost = np.flatnonzero(current[valid:] & (headers[valid:, 1] != 0))[1:]
     if lost.size:
         raise StateError(
             f"{wal}: damaged write-ahead log: transactions committed after the frame at byte "
