@@ -22,7 +22,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
-from itertools import accumulate
 
 from sortedcontainers import SortedKeyList
 
@@ -310,32 +309,46 @@ class Profile:
             del times[i], free[i]
         return start
 
-    def earlier_slot(self, size: int, duration: int, held: int, first: int) -> int | None:
-        """The earliest start before `held` at which `size` processors are free for `duration`, for a job that
-        holds them from `held` on (its own hold counts as free); None if there is none.
+    def earlier_slot(self, size: int, duration: int, held_step: int, first: int) -> int | None:
+        """The step of the earliest start before step `held_step` at which `size` processors are free for
+        `duration`, for a job that holds them from that step on (its own hold counts as free); None if none.
 
-        `place` after releasing the job's hold finds the same start, or `held`;
-        this finds it without the release, so that a job that cannot move
-        costs a scan and no change. `first` is the first step with `size`
-        processors free (the scan starts there).
+        `place` after releasing the job's hold finds the same start, or the
+        hold's; this finds it without the release, so that a job that cannot
+        move costs a scan and no change. `first` is the first step with `size`
+        processors free.
+
+        A profile being compressed is never overbooked, so a start in the run
+        of steps with room that reaches `held_step` continues into the job's own
+        hold: the run's first step is a start. An earlier one must fit wholly
+        before the step without room that precedes that run, and is looked
+        for only if a job started at `first` would end by then. Compression
+        mostly moves a job by a step or two, so the scan is mostly that short.
         """
         times, free = self.times, self.free
-        count = len(times)
+        if first >= held_step:
+            return None
+        run = held_step
+        while run > first and free[run - 1] >= size:
+            run -= 1
+        if run == first:
+            return first
+        latest_end = times[run - 1]  # step run - 1 lacks room
         i = first
-        while i < count and times[i] < held:
+        while i < run:
             if free[i] < size:
                 i += 1
                 continue
-            start = times[i]
-            end = start + duration
+            end = times[i] + duration
+            if end > latest_end:
+                break  # and so would every later start
             j = i + 1
-            # before `held` the job needs `size` free; from `held` on (up to end < held + duration) its own hold
-            while j < count and times[j] < end and free[j] >= (size if times[j] < held else 0):
+            while times[j] < end and free[j] >= size:  # stops at run - 1 at the latest
                 j += 1
-            if j == count or times[j] >= end:
-                return start
+            if times[j] >= end:
+                return i
             i = j
-        return None
+        return run if run < held_step else None
 
     def copy(self) -> Profile:
         """An independent profile with the same steps (a virtual schedule is planned on a copy)."""
@@ -344,33 +357,52 @@ class Profile:
         twin.free = list(self.free)
         return twin
 
-    def _split(self, time: int) -> int:
-        """Make `time` a step boundary; return its index."""
-        times = self.times
-        i = bisect_left(times, time)
-        if i < len(times) and times[i] == time:
-            return i
-        self.times.insert(i, time)
-        self.free.insert(i, self.free[i - 1])
-        return i
-
     def reserve(self, start: int, duration: int, size: int) -> None:
         """Take `size` processors over [start, start + duration)."""
-        first = self._split(start)
-        last = self._split(start + duration)
-        free = self.free
+        self._take(start, start + duration, size)
+
+    def release(self, start: int, duration: int, size: int) -> None:
+        """Give back a reservation made with `reserve`."""
+        self._take(start, start + duration, -size)
+
+    def move(self, old: int, start: int, duration: int, size: int) -> None:
+        """Move a reservation of `size` for `duration` from `old` to the earlier `start`.
+
+        The same profile as `release` at `old` then `reserve` at `start`, but
+        only the steps where the two slots differ change: compression mostly
+        moves a job by a little, and the long overlap stays as it is.
+        """
+        new_end = start + duration
+        if new_end > old:  # the slots overlap from `old` to `new_end`
+            self._take(start, old, size)
+            self._take(new_end, old + duration, -size)
+        else:
+            self._take(start, new_end, size)
+            self._take(old, old + duration, -size)
+
+    def _take(self, begin: int, end: int, size: int) -> None:
+        """Take `size` processors (give back if negative) over [begin, end), `begin` not before the first step.
+
+        Compression calls this twice per move, so the two new step
+        boundaries are made here rather than by a helper called for each.
+        """
+        times, free = self.times, self.free
+        first = bisect_left(times, begin)
+        if first == len(times) or times[first] != begin:
+            times.insert(first, begin)
+            free.insert(first, free[first - 1])
+        last = bisect_left(times, end, first)
+        if last == len(times) or times[last] != end:
+            times.insert(last, end)
+            free.insert(last, free[last - 1])
         for k in range(first, last):
             free[k] -= size
         # Only the two ends can have become redundant; merging them keeps the
         # profile at most two steps per job however many changes it sees.
         if last < len(free) and free[last] == free[last - 1]:
-            del self.times[last], free[last]
+            del times[last], free[last]
         if first > 0 and free[first] == free[first - 1]:
-            del self.times[first], free[first]
-
-    def release(self, start: int, duration: int, size: int) -> None:
-        """Give back a reservation made with `reserve`."""
-        self.reserve(start, duration, -size)
+            del times[first], free[first]
 
     def advance(self, now: int) -> None:
         """Drop the steps that lie wholly in the past."""
@@ -383,11 +415,13 @@ class Profile:
     def extend_room(self, room: list[int], through: int) -> None:
         """Extend `room`, the most processors free at each step or any earlier one for the first steps, through
         step `through`."""
-        known = len(room)
-        peaks = accumulate(self.free[known : through + 1], max, initial=room[-1] if known else None)
-        if known:
-            next(peaks)  # the initial value, already in `room`
-        room.extend(peaks)
+        free = self.free
+        peak = room[-1] if room else free[0]
+        # mostly a step or two: a loop costs less than `accumulate`, and a comparison less than calling `max`
+        for step in range(len(room), through + 1):
+            if free[step] > peak:  # noqa: PLR1730
+                peak = free[step]
+            room.append(peak)
 
     def overbooked(self) -> bool:
         """Whether more processors are promised than exist at some time."""
@@ -471,15 +505,11 @@ class ConservativeBackfill(Backfill):
         if replan:
             profile = self._rebuild(now, machine)
         elif compress:
-            self._compress(profile, now, queue if self._shortest is None else self._shortest)
+            self._compress(profile, queue if self._shortest is None else self._shortest)
         reserved = self._reserved
-        started = []
-        for job in queue:
-            start = reserved.get(job.index)
-            if start is None:
-                start = reserved[job.index] = profile.place(job.size, job.t_est)
-            if start == now:
-                started.append(job)
+        for job in [job for job in queue if job.index not in reserved]:  # new since the last pass, in queue order
+            reserved[job.index] = profile.place(job.size, job.t_est)
+        started = [job for job in queue if reserved[job.index] == now]
         for job in started:
             planned_end = now + machine.planned_runtime(job)
             self._hold(profile, now + job.t_est, planned_end, job.size)
@@ -526,7 +556,7 @@ class ConservativeBackfill(Backfill):
                     self._running[index] = (corrected, size)
         return gave_back
 
-    def _compress(self, profile: Profile, now: int, jobs: Iterable[WaitingJob]) -> None:
+    def _compress(self, profile: Profile, jobs: Iterable[WaitingJob]) -> None:
         """In the order of `jobs`, move each reservation to its earliest feasible start.
 
         A job's own old slot stays feasible, so no job moves later. A job is
@@ -540,26 +570,22 @@ class ConservativeBackfill(Backfill):
         room: list[int] = []  # prefix maxima of the free processors, for the steps before the last move
         for job in jobs:
             old = reserved.get(job.index)
-            if old is None or old == now:
+            if old is None:  # placed after compression
                 continue
-            before = bisect_left(times, old) - 1
-            if before < 0:
+            held_step = bisect_left(times, old)
+            if held_step == 0:  # reserved for now
                 continue
             size = job.size
-            if len(room) <= before:
-                profile.extend_room(room, before)
-            if room[before] < size:
+            if len(room) < held_step:
+                profile.extend_room(room, held_step - 1)
+            if room[held_step - 1] < size:
                 continue
-            first = bisect_left(room, size, 0, before + 1)
-            if profile.free[before] < size and times[first] + job.t_est > times[before]:
-                continue  # a start before `old` must end by the step before it, which lacks room, and cannot
-            start = profile.earlier_slot(size, job.t_est, old, first)
-            if start is None:
+            start_step = profile.earlier_slot(size, job.t_est, held_step, bisect_left(room, size, 0, held_step))
+            if start_step is None:
                 continue
-            profile.release(old, job.t_est, size)
-            profile.reserve(start, job.t_est, size)
-            reserved[job.index] = start
-            del room[bisect_left(times, start) :]  # the steps before the new start are as they were
+            start = reserved[job.index] = times[start_step]
+            profile.move(old, start, job.t_est, size)
+            del room[start_step:]  # the steps before the new start are as they were
 
     def _rebuild(self, now: int, machine: Machine) -> Profile:
         """Plan again from the running jobs alone; `select` then places every waiting job anew.

@@ -5,16 +5,24 @@ with the ends of running jobs counted before they are given back."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from typing import Any
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel.resources import ResourceRequest
-from simulator.backfill import Profile
+from predictor.registry import make_estimator
+from predictor.session import LocalSession
+from simulator.backfill import ConservativeBackfill, Profile
 from simulator.cluster import Cluster, Node, Partition, SelectSettings
 from simulator.clusterreplay import single_cpu_nodes
+from simulator.engine import SimulationConfig, simulate
 from simulator.nodeplan import RunningEnd, _batches, earliest_start, guess_end
 from simulator.nodes import Demand, NodeState, NodeTable, demand, pick, to_bits
+from simulator.workloads.synthetic import generate_workload
 
 
 @settings(max_examples=150, deadline=None)
@@ -39,7 +47,8 @@ def test_earlier_slot_is_where_place_puts_a_released_job(
     room: list[int] = []
     profile.extend_room(room, len(profile.times) - 1)
     first = next((i for i, peak in enumerate(room) if peak >= size), len(room))
-    found = profile.earlier_slot(size, duration, old, first)
+    step = profile.earlier_slot(size, duration, bisect_left(profile.times, old), first)
+    found = None if step is None else profile.times[step]
     released = profile.copy()
     released.release(old, duration, size)
     placed = released.place(size, duration)
@@ -192,3 +201,28 @@ def test_start_estimates_with_memory_and_gpus_are_those_of_giving_back_every_bat
             *(getattr(allocation, field).tolist() for field in ("nodes", "cpus", "memory", "gpus")),
         ) == expected
         assert counted.nodes == to_bits(np.isin(np.arange(size), allocation.nodes))
+
+
+@pytest.mark.parametrize("order", ["queue", "sjf"])
+def test_compression_never_meets_an_overbooked_profile(monkeypatch: pytest.MonkeyPatch, order: str) -> None:
+    """`earlier_slot` takes the steps from a job's own hold on to have room for it, which holds only if no time is
+    promised more processors than exist: a plan that became overbooked (estimates overrun in regular mode) must be
+    rebuilt, never compressed. Checked on a replay where overruns do overbook it."""
+    seen = {"compressions": 0, "rebuilds": 0}
+    earlier_slot, rebuild = Profile.earlier_slot, ConservativeBackfill._rebuild
+
+    def checked(profile: Profile, *args: int) -> int | None:
+        assert not profile.overbooked()
+        seen["compressions"] += 1
+        return earlier_slot(profile, *args)
+
+    def counted(backfill: ConservativeBackfill, *args: Any) -> Profile:
+        seen["rebuilds"] += 1
+        return rebuild(backfill, *args)
+
+    monkeypatch.setattr(Profile, "earlier_slot", checked)
+    monkeypatch.setattr(ConservativeBackfill, "_rebuild", counted)
+    table = generate_workload(jobs=800, procs=64, load=0.95, seed=3).jobs
+    config = SimulationConfig(64, "fcfs", "conservative", "regular", "request", order)
+    simulate(table, config, LocalSession(make_estimator("last2")))
+    assert seen["compressions"] > 100 and seen["rebuilds"] > 10
