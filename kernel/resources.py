@@ -102,3 +102,32 @@ class ResourceRequest:
     def processors(cls, count: int) -> ResourceRequest:
         """A request for `count` CPUs anywhere: what an SWF job says."""
         return cls(tasks=count)
+
+    @classmethod
+    def from_totals(
+        cls, procs: int, nodes: int = 0, memory_mb: int = 0, gpus: int = 0, exclusive: bool = False, partition: str = ""
+    ) -> ResourceRequest:
+        """A request from a job's totals, as a scheduler reports a job to the service (`kernel.jobs.JobRequest`'s
+        fields and a partition name).
+
+        `procs` one-CPU tasks on at least `nodes` nodes (0: as Slurm places
+        them), exactly that many when more than one, as `-N` asks; `memory_mb`
+        in all (0: the cluster's default), per node on one node, else per CPU
+        (spread with the tasks); `gpus` in all, per node when they split evenly
+        over fixed nodes, else per job. What totals cannot say (CPUs per task,
+        a range of nodes, a GPU type) is left to Slurm's defaults, as sacct's
+        totals are read (`simulator.workloads.tres`).
+        """
+        fixed = nodes > 1
+        per_node = gpus // nodes if gpus and fixed and gpus % nodes == 0 else None
+        return cls(
+            nodes=nodes or None,
+            max_nodes=nodes if fixed else None,
+            tasks=procs,
+            mem_per_node=memory_mb if memory_mb and nodes == 1 else None,
+            mem_per_cpu=-(-memory_mb // procs) if memory_mb and nodes != 1 else None,
+            gpus=gpus if gpus and per_node is None else None,
+            gpus_per_node=per_node,
+            partitions=(partition,) if partition else (),
+            exclusive=exclusive,
+        )

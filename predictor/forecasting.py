@@ -24,6 +24,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from kernel.jobs import JobRequest
+from kernel.resources import ResourceRequest
 from predictor.lifetimes import LifetimeModel
 
 #: The Downey-model quantile of each job's lifetime the lower bound assumes.
@@ -39,12 +40,17 @@ class StartedJob(NamedTuple):
 
 @dataclass(frozen=True)
 class QueueState:
-    """What a scheduler knows at `now`: its machine, the running jobs, and the waiting jobs in priority order."""
+    """What a scheduler knows at `now`: its machine, the running jobs, and the waiting jobs in priority order.
+
+    `requests` says what each job asked of a cluster (the running jobs', then the waiting jobs', in order), for a
+    forecast on a cluster's nodes; empty, every job asks for its processors only.
+    """
 
     now: int
     procs: int
     running: Sequence[StartedJob]
     waiting: Sequence[JobRequest]
+    requests: Sequence[ResourceRequest] = ()
 
     @property
     def free(self) -> int:
@@ -65,8 +71,9 @@ class Scheduler:
 class StartForecaster(Protocol):
     """The forward simulation a forecast runs (`simulator.forecast.FORWARD_SIMULATION`)."""
 
-    def check(self, scheduler: Scheduler) -> None:
-        """Raise ValueError, naming the field (policy, backfill, backfill_order), for a scheduler it cannot run."""
+    def check(self, scheduler: Scheduler, state: QueueState) -> None:
+        """Raise ValueError, naming the field (policy, backfill, backfill_order, a job's), for a scheduler it cannot
+        run or a state it cannot run it from."""
 
     def starts(
         self,

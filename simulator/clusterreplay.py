@@ -30,7 +30,7 @@ node takes new jobs until its event ends.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -43,7 +43,7 @@ from simulator.calendar import Calendar, NodeEvent, ReservedNodes
 from simulator.cluster import Cluster, Node, Partition, SelectSettings
 from simulator.engine import SimulationConfig, SimulationResult, TraceReplay
 from simulator.jobs import WaitingJob
-from simulator.loop import EventKind
+from simulator.loop import EventKind, Observer
 from simulator.machine import make_correction, planning_mode
 from simulator.nodes import NodeState, NodeTable, demand
 from simulator.policies import QueuePolicy
@@ -283,6 +283,7 @@ def simulate_cluster(
     accounting: SiteAccounting | None = None,
     names: Mapping[str, Mapping[int, str]] | None = None,
     calendar: Calendar | None = None,
+    observers: Sequence[Observer] = (),
 ) -> SimulationResult:
     """Replay `jobs` on `cluster` under the `slurm` scheduler; `config` says the planning mode.
 
@@ -292,7 +293,7 @@ def simulate_cluster(
     `priority` (at submission, as sacct's Priority; a requeued job's when it may start again) and `pending_reason` (the
     last limit that held the job, empty if none). `calendar` holds the site's
     reservations and node events; every result has each job's `state`
-    (COMPLETED, TIMEOUT or NODE_FAIL).
+    (COMPLETED, TIMEOUT or NODE_FAIL). `observers` watch the replay (a forecast's check that it is still wanted).
     """
     queued, skipped = queued_jobs(jobs, cluster, requests)
     kept = jobs.loc[np.isin(jobs["job_id"].to_numpy(), list(queued))]
@@ -307,6 +308,7 @@ def simulate_cluster(
     policy, gate = (site.policy, site.gate) if site else (None, None)
     scheduler = slurm_scheduler(cluster, queued, config, policy, gate, reserved)
     replay = ClusterReplay(kept, config, session, history, scheduler, calendar.events)
+    replay.observers.extend(observers)
     result = replay.replay()
     for reason, count in skipped.items():
         result.skipped[reason] = result.skipped.get(reason, 0) + count

@@ -71,7 +71,11 @@ class ForwardSimulation:
     """The `predictor.forecasting.StartForecaster` the service runs: `forecast_starts`, and the check of a
     scheduler's names that lets it refuse a bad one naming the field."""
 
-    def check(self, scheduler: Scheduler) -> None:
+    def check(self, scheduler: Scheduler, state: QueueState) -> None:
+        if scheduler.backfill == "slurm":
+            raise ValueError(
+                "backfill: 'slurm' runs on a cluster's nodes; this server has none (tsched serve --cluster slurm.conf)"
+            )
         for field, value, choices in (
             ("policy", scheduler.policy, POLICIES),
             ("backfill", scheduler.backfill, BACKFILLS),

@@ -30,6 +30,7 @@ from kernel.jobs import (
     JobRequest,
     Prediction,
 )
+from kernel.resources import ResourceRequest
 from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, StartedJob, StartForecast
 from predictor.proto import pb
 from predictor.service.forecasts import check_counts
@@ -348,15 +349,35 @@ def forecast_question(request: pb.ForecastStartRequest) -> tuple[QueueState, Sch
             raise InvalidRequest(f"{place}.start is required")
         running.append(StartedJob(job_request(message.job, f"{place}.job"), message.start))
     waiting = [job_request(job, "waiting", index) for index, job in enumerate(request.waiting)]
-    state = QueueState(request.now, request.machine_procs, running, waiting)
     defaults = Scheduler()
     scheduler = Scheduler(
         request.policy or defaults.policy,
         request.backfill or defaults.backfill,
         request.backfill_order or defaults.backfill_order,
     )
+    requests = _cluster_requests(request) if scheduler.backfill == CLUSTER_BACKFILL else ()
+    state = QueueState(request.now, request.machine_procs, running, waiting, requests)
     quantile = request.lower_quantile if request.HasField("lower_quantile") else DEFAULT_LOWER_QUANTILE
     return state, scheduler, quantile
+
+
+#: The backfilling that forecasts on a cluster's nodes (`simulator.clusterforecast`), from each job's resources.
+CLUSTER_BACKFILL = "slurm"
+
+
+def _cluster_requests(request: pb.ForecastStartRequest) -> list[ResourceRequest]:
+    """What each job (running, then waiting) asked of the cluster, from its totals and partition name."""
+    places = [(f"running[{index}].job", message.job) for index, message in enumerate(request.running)]
+    places += [(f"waiting[{index}]", job) for index, job in enumerate(request.waiting)]
+    requests = []
+    for place, job in places:
+        try:
+            requests.append(
+                ResourceRequest.from_totals(job.procs, job.nodes, job.memory_mb, job.gpus, job.exclusive, job.partition)
+            )
+        except ValueError as error:
+            raise InvalidRequest(f"{place}: {error}") from None
+    return requests
 
 
 def forecast_request(

@@ -237,13 +237,13 @@ class PredictorCore:
         forecaster = self._start_forecaster
         if forecaster is None:
             raise FailedPrecondition("this server cannot forecast: it was started without the forward simulation")
-        try:
-            forecaster.check(scheduler)
-        except ValueError as error:
-            raise InvalidRequest(str(error)) from None
         if not 0 < lower_quantile < 1:
             raise InvalidRequest(f"lower_quantile must be in (0, 1), got {lower_quantile}")
         check_state(state)
+        try:
+            forecaster.check(scheduler, state)
+        except ValueError as error:
+            raise InvalidRequest(str(error)) from None
         asked = [job._replace(submit=state.now) for job in (*(s.job for s in state.running), *state.waiting)]
         answer = self.predict(namespace, spec, asked, check_deadline)
         held = self.table.get(namespace)  # a question never creates a namespace: without one, no lifetimes

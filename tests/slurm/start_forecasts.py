@@ -6,7 +6,7 @@ Slurm's backfill scheduler in each cycle and, with `DebugFlags=Backfill`, logged
 Every job the backfill scheduler planned is asked about at the first cycle
 that planned it (within a second or two of its submission): Slurm's answer is
 that line's start. tsched's is a forward run of its `slurm` scheduler on the
-run's nodes (`simulator.clusterreplay.simulate_cluster`) from the state at that
+run's nodes (`simulator.clusterforecast`, as `ForecastStart` runs it) from the state at that
 moment, as a scheduler would send it to `ForecastStart`:
 
 - the jobs running then (sacct's starts and ends), each to end as the service
@@ -34,22 +34,19 @@ import argparse
 import gzip
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from predictor.forecasting import LifetimeLookup, QueueState, StartedJob, running_ends
+from predictor.forecasting import LifetimeLookup, QueueState, Scheduler, StartedJob, running_ends
 from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.lifetimes import QueueLifetimes
 from predictor.registry import make_estimator
-from predictor.session import LocalSession
-from simulator.cluster import Cluster, SchedulerSettings
 from simulator.clusterconf import read_slurm_conf
-from simulator.clusterreplay import simulate_cluster
-from simulator.engine import SimulationConfig
+from simulator.clusterforecast import ClusterForwardSimulation
 from simulator.waiteval import score
 from simulator.workloads.formats import read_trace
 from simulator.workloads.sacctrequests import read_sacct_requests
@@ -61,6 +58,8 @@ CYCLE_GAP = 0.5
 #: jobs' actual runtimes (`ACTUAL`: the ceiling of any estimator, what the forward run itself can reach).
 ACTUAL = "actual"
 ESTIMATORS = ("request", "last2", "percentile", ACTUAL)
+#: The forward run: the slurm scheduler on the run's nodes, the queue in the order given.
+SLURM_ON_NODES = Scheduler("fcfs", "slurm", "queue")
 
 
 def _seconds(text: str) -> float:
@@ -107,12 +106,6 @@ def questions(log: Path) -> list[Question]:
     return sorted(asked.values(), key=lambda question: (question.asked_at, question.job_id))
 
 
-def _ordered_by_cluster_alone(cluster: Cluster) -> Cluster:
-    """`cluster` with priority/basic and no limits: the forward run's order is the one it is given."""
-    settings: SchedulerSettings = replace(cluster.scheduler, priority_type="priority/basic")
-    return replace(cluster, scheduler=settings, priority=replace(cluster.priority, accounting_enforce=frozenset()))
-
-
 def _in_priority_order(pending: Sequence[int], cycle: Sequence[int]) -> list[int]:
     """The `pending` jobs (in submission order) with those the `cycle` planned in its order, in the places they
     hold in submission order: a cycle may plan only some of the queue (one it cut short, a job held by a limit),
@@ -129,10 +122,10 @@ class Forecaster:
     """tsched's forecasts on one captured run (its sacct, slurm.conf and the requests sacct gives)."""
 
     def __init__(self, folder: Path) -> None:
-        self.cluster = _ordered_by_cluster_alone(read_slurm_conf(folder / "slurm.conf"))
+        self.forward = ClusterForwardSimulation(read_slurm_conf(folder / "slurm.conf"))
         trace = read_trace(folder / "jobs.sacct")
         self.jobs = trace.jobs.set_index("job_id", drop=False)
-        self.requests = read_sacct_requests(folder / "jobs.sacct", self.cluster)
+        self.requests = read_sacct_requests(folder / "jobs.sacct", self.forward.cluster)
         self.starts = self.jobs["submit"] + self.jobs["wait"]
 
     def estimates(self, spec: str, now: int, jobs: pd.DataFrame) -> np.ndarray:
@@ -161,34 +154,21 @@ class Forecaster:
         running = jobs.loc[(starts <= now) & (jobs["end"] > now)]
         pending = jobs.loc[(jobs["submit"] <= now) & (starts > now)]
         waiting = pending.loc[_in_priority_order(pending.sort_values("submit", kind="stable").index, question.order)]
-        ages = (now - starts.loc[running.index]).to_numpy()
-        left = np.maximum(running["t_req"].to_numpy() - ages, 1)
         state = QueueState(
             now,
-            self.cluster.procs,
+            self.forward.cluster.procs,
             [
                 StartedJob(job, int(start))
                 for job, start in zip(jobs_to_requests(running), starts.loc[running.index], strict=True)
             ],
-            [],
+            jobs_to_requests(waiting),
+            [self.requests[job] for job in (*running.index, *waiting.index)],
         )
         ends = running_ends(state, self.estimates(spec, now, running).tolist(), self.lifetimes(now))
-        runs = np.minimum(np.array(ends, dtype=np.int64) - now, left)
-        mini = pd.concat(
-            [
-                running.assign(t_req=left, t_act=runs),
-                waiting.assign(t_act=np.minimum(self.estimates(spec, now, waiting), waiting["t_req"].to_numpy())),
-            ]
-        )
-        original = mini["job_id"].tolist()
-        mini = mini.assign(job_id=np.arange(1, len(mini) + 1), submit=now).drop(columns=["wait", "run", "end"])
-        requests = {number: self.requests[job] for number, job in enumerate(original, start=1)}
-        config = SimulationConfig(self.cluster.procs, "fcfs", "slurm", "none", "request")
-        result = simulate_cluster(
-            mini.reset_index(drop=True), config, LocalSession(make_estimator("request")), self.cluster, requests
-        )
-        row = original.index(question.job_id) + 1
-        return int(result.jobs.set_index("job_id").loc[row, "start"])
+        if question.job_id in running.index:  # asked at the cycle that started it: it starts now
+            return now
+        forecasts = self.forward.starts(state, SLURM_ON_NODES, ends, self.estimates(spec, now, waiting).tolist())
+        return forecasts[waiting.index.get_loc(question.job_id)]
 
 
 def evaluate(folder: Path, estimators: Sequence[str] = ESTIMATORS) -> pd.DataFrame:

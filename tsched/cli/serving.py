@@ -25,6 +25,7 @@ from kernel.errors import UsageError
 from tsched.cli.spec import Command, Group, Option, Table
 
 if TYPE_CHECKING:
+    from predictor.forecasting import StartForecaster
     from predictor.service.limits import Limits
     from predictor.service.server import Security
 
@@ -70,6 +71,13 @@ def serve_groups() -> tuple[Group, ...]:
             "--metrics-listen",
             "serve Prometheus metrics over HTTP at /metrics (HOST defaults to 127.0.0.1; off unless given)",
             metavar="[HOST:]PORT",
+        ),
+        Option(
+            "--cluster",
+            "the site's slurm.conf (gres.conf beside it) or a cluster TOML: ForecastStart with backfill 'slurm' "
+            "runs tsched's Slurm scheduler on its nodes",
+            local_path,
+            metavar="FILE",
         ),
     )
     access = (
@@ -283,7 +291,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from predictor.service.server import serve
     from simulator.estimators import with_simulated
     from simulator.evaluation.plan import split_specs
-    from simulator.forecast import FORWARD_SIMULATION
 
     settings = effective_settings(args)
     text = format_settings(settings, args.config)
@@ -294,6 +301,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("%s", text)
+    forecaster = start_forecaster(values["cluster"])
     serve(
         listen=values["listen"],
         state=values["state"],
@@ -302,9 +310,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         security=security,
         limits=limits,
         metrics_listen=values["metrics_listen"],
-        start_forecaster=FORWARD_SIMULATION,
+        start_forecaster=forecaster,
         extend_factory=with_simulated,
     )
+
+
+def start_forecaster(cluster: str | None) -> StartForecaster:
+    """ForecastStart's forward simulation: on the cluster's nodes for backfill 'slurm' when one is given (read
+    now, so that a bad file stops the start naming its line), else on a pool of the request's processors."""
+    from simulator.forecast import FORWARD_SIMULATION
+
+    if cluster is None:
+        return FORWARD_SIMULATION
+    from simulator.clusterconf import read_cluster
+    from simulator.clusterforecast import ClusterForwardSimulation
+
+    forward = ClusterForwardSimulation(read_cluster(cluster))
+    log.info(
+        "forecasts with backfill 'slurm' run on %s: %d nodes, %d CPUs",
+        cluster,
+        len(forward.cluster.nodes),
+        forward.cluster.procs,
+    )
+    return forward
 
 
 def security_and_limits(settings: list[Setting]) -> tuple[Security, Limits]:

@@ -1,0 +1,147 @@
+"""Forecasts on a site's nodes: the `slurm` scheduler run forward from a scheduler's state on its cluster.
+
+`simulator.forecast` runs a queue policy and backfilling forward on a pool of
+processors. A site whose Slurm reserves whole nodes and schedules GPUs, memory
+and partitions asks `ForecastStart` with `backfill` `slurm` instead: this runs
+tsched's `slurm` scheduler (`simulator.clusterreplay.simulate_cluster`) forward
+on the cluster read from the site's `slurm.conf` (`tsched serve --cluster`):
+
+- the running jobs start again at `now` first, in the order given, on the
+  cluster's nodes (where they run is not part of the state: the scheduler
+  places them as it would place them now), each ending as the forecast
+  assumes;
+- the waiting jobs follow in the order given, which is the site's priority
+  order: the forward run's own priority is that order (priority/basic, no
+  limits), as `tests/slurm/start_forecasts.py` measured it against
+  `squeue --start`;
+- each job asks what `QueueState.requests` says it asked (the service builds
+  it from the job's totals, `ResourceRequest.from_totals`), planned with its
+  request, as Slurm plans.
+
+Any other backfilling is `simulator.forecast`'s, on a pool of the state's
+processors. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from kernel.jobs import JobRequest
+from kernel.resources import ResourceRequest
+from predictor.forecasting import QueueState, Scheduler
+from predictor.registry import make_estimator
+from predictor.session import LocalSession
+from simulator.cluster import Cluster
+from simulator.clusterreplay import SLURM, queued_jobs, simulate_cluster
+from simulator.engine import SimulationConfig
+from simulator.forecast import CHECK_EVERY_PASSES, FORWARD_SIMULATION
+from simulator.loop import Observer
+
+
+def forward_order_cluster(cluster: Cluster) -> Cluster:
+    """`cluster` with priority/basic and no limits: a forward run's order is the one it is given."""
+    settings = replace(cluster.scheduler, priority_type="priority/basic")
+    return replace(cluster, scheduler=settings, priority=replace(cluster.priority, accounting_enforce=frozenset()))
+
+
+class _Check(Observer):
+    """Calls a forecast's `check` every `CHECK_EVERY_PASSES` rounds: it raises to stop a run nobody waits for."""
+
+    def __init__(self, check: Callable[[], None]) -> None:
+        self._check = check
+        self._rounds = 0
+
+    def settled(self, now: int) -> None:
+        self._rounds += 1
+        if self._rounds % CHECK_EVERY_PASSES == 0:
+            self._check()
+
+
+class ClusterForwardSimulation:
+    """The `predictor.forecasting.StartForecaster` of a server started with a cluster: `slurm` on its nodes, the
+    other backfillings on a pool (`simulator.forecast.FORWARD_SIMULATION`)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = forward_order_cluster(cluster)
+
+    def check(self, scheduler: Scheduler, state: QueueState) -> None:
+        if scheduler.backfill != SLURM:
+            FORWARD_SIMULATION.check(scheduler, state)
+            return
+        if scheduler.policy != "fcfs" or scheduler.backfill_order != "queue":
+            raise ValueError(
+                "policy and backfill_order: with backfill 'slurm' the waiting jobs are taken in the order given "
+                f"(the site's priority order); got policy {scheduler.policy!r}, order {scheduler.backfill_order!r}"
+            )
+        if state.procs != self.cluster.procs:
+            raise ValueError(f"machine_procs ({state.procs}) is not the cluster's CPU count ({self.cluster.procs})")
+        jobs = [*(started.job for started in state.running), *state.waiting]
+        if state.requests and len(state.requests) != len(jobs):
+            raise ValueError(f"one request per job is needed: {len(state.requests)} for {len(jobs)} jobs")
+        requests = dict(enumerate(_requests_of(state), start=1))
+        queued, _ = queued_jobs(_frame(jobs), self.cluster, requests)
+        for number in range(1, len(jobs) + 1):
+            if number not in queued:  # why, from the job alone
+                _, reasons = queued_jobs(_frame(jobs).iloc[number - 1 : number], self.cluster, requests)
+                raise ValueError(f"{_place(state, number - 1)} cannot run on this cluster: {', '.join(reasons)}")
+
+    def starts(
+        self,
+        state: QueueState,
+        scheduler: Scheduler,
+        running_ends: Sequence[int],
+        waiting_runtimes: Sequence[int],
+        check: Callable[[], None] | None = None,
+    ) -> list[int]:
+        """Every waiting job's start, in `state.waiting` order (see the module docstring)."""
+        if scheduler.backfill != SLURM:
+            return FORWARD_SIMULATION.starts(state, scheduler, running_ends, waiting_runtimes, check)
+        now, running = state.now, len(state.running)
+        jobs = [*(started.job for started in state.running), *state.waiting]
+        left = [max(started.start + started.job.t_req - now, 1) for started in state.running]
+        runs = [min(end - now, limit) for end, limit in zip(running_ends, left, strict=True)]
+        runs += [min(runtime, job.t_req) for runtime, job in zip(waiting_runtimes, state.waiting, strict=True)]
+        table = _frame(jobs).assign(
+            submit=now,
+            t_req=left + [job.t_req for job in state.waiting],
+            t_act=np.maximum(np.asarray(runs, dtype=np.int64), 1),
+        )
+        config = SimulationConfig(self.cluster.procs, "fcfs", SLURM, "none", "request")
+        observers = [] if check is None else [_Check(check)]
+        requests = dict(enumerate(_requests_of(state), start=1))
+        result = simulate_cluster(
+            table, config, LocalSession(make_estimator("request")), self.cluster, requests, observers=observers
+        )
+        found = dict(zip(result.jobs["job_id"].tolist(), result.jobs["start"].tolist(), strict=True))
+        return [int(found[number]) for number in range(running + 1, len(jobs) + 1)]
+
+
+def _frame(jobs: Sequence[JobRequest]) -> pd.DataFrame:
+    """The jobs as a replay's table, numbered from 1 in the order given."""
+    return pd.DataFrame(
+        {
+            "job_id": np.arange(1, len(jobs) + 1),
+            "user": [job.user for job in jobs],
+            "group": [job.group for job in jobs],
+            "procs": [job.procs for job in jobs],
+            "queue": [job.queue for job in jobs],
+            "executable": [job.executable for job in jobs],
+        }
+    )
+
+
+def _requests_of(state: QueueState) -> Sequence[ResourceRequest]:
+    """Each job's request (running, then waiting): the state's, or its processors."""
+    if state.requests:
+        return state.requests
+    return [ResourceRequest.processors(job.procs) for job in (*(s.job for s in state.running), *state.waiting)]
+
+
+def _place(state: QueueState, position: int) -> str:
+    """The request field of the job at `position` among the running, then the waiting jobs."""
+    running = len(state.running)
+    return f"running[{position}].job" if position < running else f"waiting[{position - running}]"

@@ -1,0 +1,191 @@
+"""`ForecastStart` on a site's nodes (issue 26): a server started with a cluster runs the `slurm` scheduler forward
+on it for `backfill: "slurm"`, from each job's totals and partition; bad requests are INVALID_ARGUMENT naming the
+field, and the server keeps serving. The cluster is the live mixed run's (tests/data): four CPU nodes and three
+GPU nodes with two GPUs each, partitions `cpu` (n1-n4, default) and `gpu` (n4-n6)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kernel.jobs import JobRequest
+from kernel.resources import ResourceRequest
+from predictor.forecasting import QueueState, Scheduler, StartedJob
+from predictor.proto import pb, rpc
+from predictor.service.codec import job_message
+from predictor.service.server import start_server
+from simulator.cluster import Cluster
+from simulator.clusterconf import read_cluster
+from simulator.clusterforecast import ClusterForwardSimulation
+from simulator.forecast import FORWARD_SIMULATION
+from tsched.cli.serving import start_forecaster
+
+CLUSTER = Path(__file__).parent / "data" / "slurm-22.05-cluster" / "mixed" / "slurm.conf"
+ON_NODES = Scheduler("fcfs", "slurm", "queue")
+NOW = 10_000
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Cluster:
+    return read_cluster(CLUSTER)
+
+
+def job(job_id: int, procs: int, t_req: int, **resources: int) -> JobRequest:
+    return JobRequest(job_id, NOW - 500, 1, 1, t_req, procs, **resources)
+
+
+#: A CPU job filling a node and a GPU job holding two GPUs run; waiting: two GPUs, four CPUs, and two whole GPU
+#: nodes' GPUs (2 nodes x 2), each with its partition.
+RUNNING = [(job(1, 8, 3_600), "cpu"), (job(2, 8, 3_600, gpus=2), "gpu")]
+WAITING = [(job(3, 2, 1_200, gpus=2), "gpu"), (job(4, 4, 1_200), "cpu"), (job(5, 8, 600, nodes=2, gpus=4), "gpu")]
+
+
+def state_of(procs: int, with_requests: bool = True) -> QueueState:
+    requests = [
+        ResourceRequest.from_totals(j.procs, j.nodes, j.memory_mb, j.gpus, bool(j.exclusive), partition)
+        for j, partition in (*RUNNING, *WAITING)
+    ]
+    running = [StartedJob(j, NOW - 100) for j, _ in RUNNING]
+    return QueueState(NOW, procs, running, [j for j, _ in WAITING], requests if with_requests else ())
+
+
+def test_a_job_waits_for_the_gpus_its_nodes_have_not_for_free_processors(cluster: Cluster) -> None:
+    forward = ClusterForwardSimulation(cluster)
+    state = state_of(cluster.procs)
+    forward.check(ON_NODES, state)
+    # jobs 3 and 4 start now; job 5 needs two nodes with two free GPUs each, and only one GPU node is left until
+    # job 3 ends (1,000 s: its estimate) or job 2 does (1,500 s from now)
+    assert forward.starts(state, ON_NODES, [NOW + 1_500, NOW + 2_000], [1_000, 1_000, 500]) == [NOW, NOW, NOW + 1_000]
+    # as processors only, the same jobs all start now: 18 of 48 CPUs are free
+    pool = FORWARD_SIMULATION.starts(
+        state_of(cluster.procs, False), Scheduler(), [NOW + 1_500, NOW + 2_000], [1_000] * 3
+    )
+    assert pool == [NOW, NOW, NOW]
+
+
+def test_other_backfillings_run_on_a_pool(cluster: Cluster) -> None:
+    forward = ClusterForwardSimulation(cluster)
+    state = state_of(cluster.procs, False)
+    ends, runtimes = [NOW + 1_500, NOW + 2_000], [1_000, 1_000, 500]
+    for scheduler in (Scheduler(), Scheduler("sjf", "conservative")):
+        forward.check(scheduler, state)
+        assert forward.starts(state, scheduler, ends, runtimes) == FORWARD_SIMULATION.starts(
+            state, scheduler, ends, runtimes
+        )
+
+
+def test_a_forecast_nobody_waits_for_stops(cluster: Cluster) -> None:
+    class GoneError(Exception):
+        pass
+
+    def gone() -> None:
+        raise GoneError
+
+    with pytest.raises(GoneError):
+        ClusterForwardSimulation(cluster).starts(state_of(cluster.procs), ON_NODES, [NOW + 1, NOW + 1], [1] * 3, gone)
+
+
+def test_totals_become_a_request_as_slurm_reads_them() -> None:
+    one_node = ResourceRequest.from_totals(4, nodes=1, memory_mb=8_000, gpus=2, partition="gpu")
+    assert (one_node.nodes, one_node.mem_per_node, one_node.gpus, one_node.partitions) == (1, 8_000, 2, ("gpu",))
+    spread = ResourceRequest.from_totals(8, nodes=2, memory_mb=8_000, gpus=4, exclusive=True)
+    assert (spread.nodes, spread.max_nodes, spread.mem_per_cpu, spread.gpus_per_node) == (2, 2, 1_000, 2)
+    assert spread.exclusive and spread.partitions == ()
+    uneven = ResourceRequest.from_totals(3, nodes=2, gpus=3)
+    assert (uneven.gpus, uneven.gpus_per_node) == (3, None)
+    unsaid = ResourceRequest.from_totals(16, memory_mb=1_600)
+    assert (unsaid.nodes, unsaid.mem_per_cpu, unsaid.mem_per_node) == (None, 100, None)
+
+
+# --- through the service ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(cluster: Cluster) -> Iterator[str]:
+    running, port = start_server(
+        "127.0.0.1:0", default_estimators=["request"], start_forecaster=ClusterForwardSimulation(cluster)
+    )
+    yield f"127.0.0.1:{port}"
+    running.stop(0).wait()
+
+
+def request_of(procs: int = 48, backfill: str = "slurm", partitions: tuple[str, ...] = ()) -> pb.ForecastStartRequest:
+    """The state above as a scheduler sends it: totals and partition names."""
+    request = pb.ForecastStartRequest(now=NOW, machine_procs=procs, backfill=backfill, estimator="request")
+    names = partitions or tuple(partition for _, partition in (*RUNNING, *WAITING))
+    for (running, _), name in zip(RUNNING, names[: len(RUNNING)], strict=True):
+        request.running.add(job=job_message(running), start=NOW - 100).job.partition = name
+    for (waiting, _), name in zip(WAITING, names[len(RUNNING) :], strict=True):
+        message = request.waiting.add()
+        message.CopyFrom(job_message(waiting))
+        message.partition = name
+    return request
+
+
+def forecast(server: str, request: pb.ForecastStartRequest) -> pb.ForecastStartResponse:
+    with grpc.insecure_channel(server) as channel:
+        return rpc.PredictorStub(channel).ForecastStart(request, timeout=30)
+
+
+def test_the_service_forecasts_on_the_clusters_nodes(server: str) -> None:
+    answer = forecast(server, request_of())
+    # requests as runtimes: job 5 waits for job 3, the first GPU job to end, which runs to its limit (1,200 s)
+    # and is ended by Slurm's 30 s limit sweep (at 11,220)
+    assert [(f.job_id, f.start, f.upper) for f in answer.forecasts] == [
+        (3, NOW, NOW),
+        (4, NOW, NOW),
+        (5, NOW + 1_220, NOW + 1_220),
+    ]
+    pool = forecast(server, request_of(backfill="easy"))
+    assert [f.start for f in pool.forecasts] == [NOW, NOW, NOW]
+
+
+@pytest.mark.parametrize(
+    ("request_message", "words"),
+    [
+        (request_of(procs=64), "machine_procs (64) is not the cluster's CPU count (48)"),
+        (
+            request_of(partitions=("cpu", "gpu", "gpu", "cpu", "big")),
+            "waiting[2] cannot run on this cluster: partition",
+        ),
+        (request_of(partitions=("cpu", "nope", "gpu", "cpu", "gpu")), "running[1].job cannot run on this cluster"),
+    ],
+)
+def test_requests_the_cluster_cannot_run_are_invalid_arguments(
+    server: str, request_message: pb.ForecastStartRequest, words: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as raised:
+        forecast(server, request_message)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert words in raised.value.details()
+    assert len(forecast(server, request_of()).forecasts) == 3  # and it keeps serving
+
+
+def test_policy_and_order_are_the_sites_own_under_slurm(server: str) -> None:
+    request = request_of()
+    request.policy = "sjf"
+    with pytest.raises(grpc.RpcError) as raised:
+        forecast(server, request)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "with backfill 'slurm' the waiting jobs are taken in the order given" in raised.value.details()
+
+
+def test_a_server_without_a_cluster_says_how_to_give_one() -> None:
+    assert start_forecaster(None) is FORWARD_SIMULATION
+    running, port = start_server("127.0.0.1:0", default_estimators=["request"], start_forecaster=start_forecaster(None))
+    try:
+        with pytest.raises(grpc.RpcError) as raised:
+            forecast(f"127.0.0.1:{port}", request_of())
+    finally:
+        running.stop(0).wait()
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "tsched serve --cluster slurm.conf" in raised.value.details()
+
+
+def test_serve_reads_the_cluster_it_is_given() -> None:
+    forward = start_forecaster(str(CLUSTER))
+    assert isinstance(forward, ClusterForwardSimulation)
+    assert forward.cluster.procs == 48 and forward.cluster.scheduler.priority_type == "priority/basic"
