@@ -5,6 +5,7 @@ GPU nodes with two GPUs each, partitions `cpu` (n1-n4, default) and `gpu` (n4-n6
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from simulator.cluster import Cluster
 from simulator.clusterconf import read_cluster
 from simulator.clusterforecast import ClusterForwardSimulation
 from simulator.forecast import FORWARD_SIMULATION
+from tsched.cli import main
 from tsched.cli.serving import start_forecaster
 
 CLUSTER = Path(__file__).parent / "data" / "slurm-22.05-cluster" / "mixed" / "slurm.conf"
@@ -189,3 +191,28 @@ def test_serve_reads_the_cluster_it_is_given() -> None:
     forward = start_forecaster(str(CLUSTER))
     assert isinstance(forward, ClusterForwardSimulation)
     assert forward.cluster.procs == 48 and forward.cluster.scheduler.priority_type == "priority/basic"
+
+
+def test_tsched_forecast_sends_partitions_by_name(
+    server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tsched forecast --backfill slurm`: the JSON's jobs name their partition, as `squeue` shows it."""
+
+    def item(asked: JobRequest, partition: str) -> dict[str, object]:
+        return {**asked._asdict(), "partition": partition}
+
+    state = {
+        "now": NOW,
+        "machine_procs": 48,
+        "running": [{**item(j, p), "start": NOW - 100} for j, p in RUNNING],
+        "waiting": [item(j, p) for j, p in WAITING],
+    }
+    path = tmp_path / "queue.json"
+    path.write_text(json.dumps(state))
+    arguments = ["forecast", "--address", server, "--queue-state", str(path), "--estimator", "request"]
+    assert main([*arguments, "--backfill", "slurm", "--json"]) == 0
+    assert [row["start"] for row in json.loads(capsys.readouterr().out)["forecasts"]] == [NOW, NOW, NOW + 1_220]
+    state["waiting"][2]["partition"] = 7  # type: ignore[index]
+    path.write_text(json.dumps(state))
+    assert main([*arguments, "--backfill", "slurm"]) == 2
+    assert "waiting[2].partition must be a name, got 7" in capsys.readouterr().err

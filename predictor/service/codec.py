@@ -400,6 +400,11 @@ def forecast_request(
     for started in state.running:
         request.running.add(job=job_message(started.job), start=started.start)
     add_jobs(request.waiting, state.waiting)
+    # the partitions travel by name (the rest of a request is in the jobs' totals)
+    messages = [*(running.job for running in request.running), *request.waiting]
+    for message, asked in zip(messages, state.requests, strict=False):
+        if asked.partitions:
+            message.partition = asked.partitions[0]
     return request
 
 

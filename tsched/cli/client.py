@@ -263,8 +263,10 @@ def id_or_name(text: str) -> int | str:
 
 def read_queue_state(path: str) -> QueueState:
     """A scheduler's state from a JSON file (docs/queue-time.md): `now`, `machine_procs`, `running` (jobs with
-    their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job."""
+    their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job, and may
+    name its `partition` (for a forecast on a cluster's nodes)."""
     from kernel.jobs import JOB_FIELDS, JobRequest
+    from kernel.resources import ResourceRequest
     from predictor.forecasting import QueueState, StartedJob
 
     try:
@@ -295,12 +297,27 @@ def read_queue_state(path: str) -> QueueState:
             raise UsageError(f"{path}: {key} must be a list of jobs")
         return items
 
+    def request(where: str, item: dict[str, Any], asked: JobRequest) -> ResourceRequest:
+        partition = item.get("partition", "")
+        if not isinstance(partition, str):
+            raise UsageError(f"{path}: {where}partition must be a name, got {partition!r}")
+        try:
+            return ResourceRequest.from_totals(
+                asked.procs, asked.nodes, asked.memory_mb, asked.gpus, bool(asked.exclusive), partition
+            )
+        except ValueError as error:
+            raise UsageError(f"{path}: {where.rstrip('.')}: {error}") from None
+
     running = [
         StartedJob(job(f"running[{index}].", item), number(f"running[{index}].", item, "start"))
         for index, item in enumerate(listed("running"))
     ]
     waiting = [job(f"waiting[{index}].", item) for index, item in enumerate(listed("waiting"))]
-    return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting)
+    places = [f"running[{index}]." for index in range(len(running))] + [f"waiting[{i}]." for i in range(len(waiting))]
+    items = listed("running") + listed("waiting")
+    asked = [*(started.job for started in running), *waiting]
+    requests = [request(where, item, job) for where, item, job in zip(places, items, asked, strict=True)]
+    return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting, requests)
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
@@ -384,7 +401,10 @@ def forecast_table() -> Table:
             required=True,
             old=("--state",),
         ),
-        scheduler_group(plain_policy_option()),
+        scheduler_group(
+            plain_policy_option(),
+            on_nodes="slurm: tsched's Slurm scheduler on the nodes of the server's --cluster, in the given order",
+        ),
         Option("--estimator", "estimator SPEC for the runtimes (default: the server's first)", metavar="SPEC"),
         Option(
             "--lower-quantile", "lifetime quantile of the lower bound (default: the server's, 0.1)", float, metavar="Q"
