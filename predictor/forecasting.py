@@ -23,7 +23,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from kernel.jobs import JobRequest
+from kernel.jobs import JobName, JobRequest
 from kernel.resources import ResourceRequest
 from predictor.lifetimes import LifetimeModel
 
@@ -43,7 +43,9 @@ class QueueState:
     """What a scheduler knows at `now`: its machine, the running jobs, and the waiting jobs in priority order.
 
     `requests` says what each job asked of a cluster (the running jobs', then the waiting jobs', in order), for a
-    forecast on a cluster's nodes; empty, every job asks for its processors only.
+    forecast on a cluster's nodes; empty, every job asks for its processors only. `names` are the users, groups,
+    partitions and QOS given by name (`kernel.jobs.JobName`, by the job's place in that same order): the
+    service maps them to the namespace's ids, as for a prediction.
     """
 
     now: int
@@ -51,6 +53,7 @@ class QueueState:
     running: Sequence[StartedJob]
     waiting: Sequence[JobRequest]
     requests: Sequence[ResourceRequest] = ()
+    names: Sequence[JobName] = ()
 
     @property
     def free(self) -> int:

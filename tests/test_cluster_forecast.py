@@ -16,7 +16,7 @@ from kernel.jobs import JobRequest
 from kernel.resources import ResourceRequest
 from predictor.forecasting import QueueState, Scheduler, StartedJob
 from predictor.proto import pb, rpc
-from predictor.service.codec import job_message
+from predictor.service.codec import add_names, job_message
 from predictor.service.server import start_server
 from simulator.cluster import Cluster
 from simulator.clusterconf import read_cluster
@@ -119,11 +119,9 @@ def request_of(procs: int = 48, backfill: str = "slurm", partitions: tuple[str, 
     request = pb.ForecastStartRequest(now=NOW, machine_procs=procs, backfill=backfill, estimator="request")
     names = partitions or tuple(partition for _, partition in (*RUNNING, *WAITING))
     for (running, _), name in zip(RUNNING, names[: len(RUNNING)], strict=True):
-        request.running.add(job=job_message(running), start=NOW - 100).job.partition = name
+        request.running.add(job=add_names(job_message(running), partition=name), start=NOW - 100)
     for (waiting, _), name in zip(WAITING, names[len(RUNNING) :], strict=True):
-        message = request.waiting.add()
-        message.CopyFrom(job_message(waiting))
-        message.partition = name
+        request.waiting.append(add_names(job_message(waiting), partition=name))
     return request
 
 
@@ -216,3 +214,28 @@ def test_tsched_forecast_sends_partitions_by_name(
     path.write_text(json.dumps(state))
     assert main([*arguments, "--backfill", "slurm"]) == 2
     assert "waiting[2].partition must be a name, got 7" in capsys.readouterr().err
+
+
+def test_a_forecasts_users_by_name_are_the_namespaces(server: str) -> None:
+    """A scheduler that reports its users by name (as jobcomp and job_submit.lua do) is forecast with what the
+    namespace learnt of them: alice's jobs ran 600 s of their hour, so last2 expects her running job to end
+    500 s from now and the job behind it to start then; the same job from an unnamed user runs its request."""
+    learnt = pb.ObserveCompletionsRequest(namespace="named")
+    for index in range(3):
+        asked = JobRequest(100 + index, 1_000 * index, -1, -1, 3_600, 8)
+        completion = learnt.completions.add(end=1_000 * index + 600, runtime=600)
+        completion.job.CopyFrom(add_names(job_message(asked), user="alice", account="physics"))
+    with grpc.insecure_channel(server) as channel:
+        rpc.PredictorStub(channel).ObserveCompletions(learnt, timeout=30)
+
+    def start_behind(user: str | None) -> int:
+        request = pb.ForecastStartRequest(now=NOW, machine_procs=48, namespace="named", estimator="last2")
+        running = job_message(JobRequest(1, NOW - 200, 7, 7, 3_600, 48))
+        if user:
+            add_names(running, user=user, account="physics")
+        request.running.add(job=running, start=NOW - 100)
+        request.waiting.append(job_message(JobRequest(2, NOW - 50, 7, 7, 3_600, 48)))
+        return forecast(server, request).forecasts[0].start
+
+    assert start_behind("alice") == NOW + 500
+    assert start_behind(None) == NOW + 3_500

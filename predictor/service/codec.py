@@ -356,7 +356,9 @@ def forecast_question(request: pb.ForecastStartRequest) -> tuple[QueueState, Sch
         request.backfill_order or defaults.backfill_order,
     )
     requests = _cluster_requests(request) if scheduler.backfill == CLUSTER_BACKFILL else ()
-    state = QueueState(request.now, request.machine_procs, running, waiting, requests)
+    names = job_names([message.job for message in request.running], "running", inner=".job")
+    names += [(len(running) + index, field, name) for index, field, name in job_names(request.waiting, "waiting")]
+    state = QueueState(request.now, request.machine_procs, running, waiting, requests, names)
     quantile = request.lower_quantile if request.HasField("lower_quantile") else DEFAULT_LOWER_QUANTILE
     return state, scheduler, quantile
 
@@ -400,12 +402,14 @@ def forecast_request(
     for started in state.running:
         request.running.add(job=job_message(started.job), start=started.start)
     add_jobs(request.waiting, state.waiting)
-    # the partitions travel by name (the rest of a request is in the jobs' totals)
     messages = [*(running.job for running in request.running), *request.waiting]
-    for message, asked in zip(messages, state.requests, strict=False):
-        if asked.partitions:
-            message.partition = asked.partitions[0]
+    for index, field, name in state.names:
+        add_names(messages[index], **{_NAME_ARGUMENTS[field]: name})
     return request
+
+
+#: `add_names`'s argument for each field a `JobName` names.
+_NAME_ARGUMENTS = {"user": "user", "group": "group", "queue": "partition", "qos": "qos"}
 
 
 def add_start_forecasts(field: Any, forecasts: Sequence[StartForecast]) -> None:

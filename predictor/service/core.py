@@ -245,7 +245,7 @@ class PredictorCore:
         except ValueError as error:
             raise InvalidRequest(str(error)) from None
         asked = [job._replace(submit=state.now) for job in (*(s.job for s in state.running), *state.waiting)]
-        answer = self.predict(namespace, spec, asked, check_deadline)
+        answer = self.predict(namespace, spec, asked, check_deadline, names=state.names)
         held = self.table.get(namespace)  # a question never creates a namespace: without one, no lifetimes
         lifetimes = None
         if held is not None:

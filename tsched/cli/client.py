@@ -266,7 +266,6 @@ def read_queue_state(path: str) -> QueueState:
     their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job, and may
     name its `partition` (for a forecast on a cluster's nodes)."""
     from kernel.jobs import JOB_FIELDS, JobRequest
-    from kernel.resources import ResourceRequest
     from predictor.forecasting import QueueState, StartedJob
 
     try:
@@ -297,16 +296,11 @@ def read_queue_state(path: str) -> QueueState:
             raise UsageError(f"{path}: {key} must be a list of jobs")
         return items
 
-    def request(where: str, item: dict[str, Any], asked: JobRequest) -> ResourceRequest:
-        partition = item.get("partition", "")
-        if not isinstance(partition, str):
-            raise UsageError(f"{path}: {where}partition must be a name, got {partition!r}")
-        try:
-            return ResourceRequest.from_totals(
-                asked.procs, asked.nodes, asked.memory_mb, asked.gpus, bool(asked.exclusive), partition
-            )
-        except ValueError as error:
-            raise UsageError(f"{path}: {where.rstrip('.')}: {error}") from None
+    def partition(where: str, item: dict[str, Any]) -> str:
+        named = item.get("partition", "")
+        if not isinstance(named, str):
+            raise UsageError(f"{path}: {where}partition must be a name, got {named!r}")
+        return named
 
     running = [
         StartedJob(job(f"running[{index}].", item), number(f"running[{index}].", item, "start"))
@@ -314,16 +308,39 @@ def read_queue_state(path: str) -> QueueState:
     ]
     waiting = [job(f"waiting[{index}].", item) for index, item in enumerate(listed("waiting"))]
     places = [f"running[{index}]." for index in range(len(running))] + [f"waiting[{i}]." for i in range(len(waiting))]
-    items = listed("running") + listed("waiting")
-    asked = [*(started.job for started in running), *waiting]
-    requests = [request(where, item, job) for where, item, job in zip(places, items, asked, strict=True)]
-    return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting, requests)
+    named = [partition(where, item) for where, item in zip(places, listed("running") + listed("waiting"), strict=True)]
+    names = [(index, "queue", name) for index, name in enumerate(named) if name]
+    return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting, names=names)
+
+
+def queue_to_forecast(args: argparse.Namespace) -> tuple[QueueState, dict[int, str], list[int | None]]:
+    """The state `--queue-state` or `--squeue` gives, the jobs squeue showed that are left out (by id, with
+    Slurm's reason) and the starts Slurm planned for the waiting jobs (none from a JSON state)."""
+    if (args.queue_state is None) == (args.squeue is None):
+        raise UsageError("give the queue as one of --queue-state FILE.json or --squeue FILE")
+    if args.queue_state is not None:
+        state = read_queue_state(args.queue_state)
+        return state, {}, [None] * len(state.waiting)
+    if args.cluster is None:
+        raise UsageError("--squeue needs --cluster slurm.conf: the jobs' partitions and the machine's CPUs")
+    from simulator.clusterconf import read_cluster
+    from sites.squeue import read_squeue
+
+    if args.squeue == "-":
+        text, now = sys.stdin.read(), int(time.time())
+    else:
+        try:
+            text, now = Path(args.squeue).read_text(), int(Path(args.squeue).stat().st_mtime)
+        except OSError as error:
+            raise UsageError(f"--squeue {args.squeue}: cannot read it: {error.strerror}") from None
+    queue = read_squeue(text, args.squeue, args.now if args.now is not None else now, read_cluster(args.cluster))
+    return queue.state, queue.left_out, queue.planned
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
     from predictor.forecasting import Scheduler
 
-    state = read_queue_state(args.queue_state)
+    state, left_out, planned = queue_to_forecast(args)
     with connect(args) as client:
         answer = client.forecast_start(
             state,
@@ -333,17 +350,29 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             lower_quantile=args.lower_quantile,
         )
     rows = [forecast._asdict() for forecast in answer.forecasts]
+    if args.squeue is not None:
+        rows = [{**row, "slurm": slurm} for row, slurm in zip(rows, planned, strict=True)]
     payload = {"estimator": answer.estimator, "namespace": answer.namespace, "now": answer.now, "forecasts": rows}
-    show(args.json, payload, lambda: _format_forecast(answer.now, answer.namespace, answer.estimator, rows))
+    if args.squeue is not None:
+        payload["left_out"] = {str(job): reason for job, reason in left_out.items()}
+    show(args.json, payload, lambda: _format_forecast(answer.now, answer.namespace, answer.estimator, rows, left_out))
     return 0
 
 
-def _format_forecast(now: int, namespace: str, estimator: str, rows: list[dict[str, Any]]) -> str:
+def _format_forecast(
+    now: int, namespace: str, estimator: str, rows: list[dict[str, Any]], left_out: dict[int, str]
+) -> str:
+    """The forecasts as a table; from squeue, with the start Slurm planned (`squeue --start`) and the jobs left
+    out."""
+    slurm = bool(rows) and "slurm" in rows[0]
     lines = [f"now {now}  namespace {namespace}  estimator {estimator}"]
-    lines.append(f"{'job':>10} {'start':>12} {'wait':>10} {'lower':>10} {'upper':>10}")
+    lines.append(f"{'job':>10} {'start':>12} {'wait':>10} {'lower':>10} {'upper':>10}" + f" {'slurm':>10}" * slurm)
     for row in rows:
         waits = [_duration(row[key] - now) for key in ("start", "lower", "upper")]
-        lines.append(f"{row['job_id']:>10} {row['start']:>12} {waits[0]:>10} {waits[1]:>10} {waits[2]:>10}")
+        if slurm:
+            waits.append("-" if row["slurm"] is None else _duration(row["slurm"] - now))
+        lines.append(f"{row['job_id']:>10} {row['start']:>12} " + " ".join(f"{wait:>10}" for wait in waits))
+    lines += [f"left out: job {job} ({reason})" for job, reason in left_out.items()]
     return "\n".join(lines)
 
 
@@ -396,10 +425,24 @@ def forecast_table() -> Table:
         service_group(),
         Option(
             "--queue-state",
-            "the scheduler's state: now, machine_procs, running, waiting",
+            "the scheduler's state: now, machine_procs, running, waiting (or --squeue)",
             metavar="FILE.json",
-            required=True,
             old=("--state",),
+        ),
+        Option(
+            "--squeue",
+            "the queue as a running Slurm shows it: the output of the command in docs/service.md (- reads it from "
+            "standard input); with --cluster",
+            metavar="FILE|-",
+        ),
+        Option(
+            "--cluster", "--squeue: the site's slurm.conf (gres.conf beside it), for the machine's CPUs", metavar="FILE"
+        ),
+        Option(
+            "--now",
+            "--squeue: when squeue ran, Unix seconds (default: now, for standard input; the file's time, for a file)",
+            int,
+            metavar="SECONDS",
         ),
         scheduler_group(
             plain_policy_option(),
