@@ -344,7 +344,7 @@ def cmd_forecast(args: argparse.Namespace) -> int:
     with connect(args) as client:
         answer = client.forecast_start(
             state,
-            Scheduler(args.policy, args.backfill, args.backfill_order),
+            Scheduler(args.policy, args.backfill or ("slurm" if args.squeue else "easy"), args.backfill_order),
             namespace=args.namespace,
             estimator=args.estimator or "",
             lower_quantile=args.lower_quantile,
@@ -446,7 +446,8 @@ def forecast_table() -> Table:
         ),
         scheduler_group(
             plain_policy_option(),
-            on_nodes="slurm: tsched's Slurm scheduler on the nodes of the server's --cluster, in the given order",
+            on_nodes="slurm: tsched's Slurm scheduler on the nodes of the server's --cluster, in the given order; "
+            "default: slurm with --squeue, else easy",
         ),
         Option("--estimator", "estimator SPEC for the runtimes (default: the server's first)", metavar="SPEC"),
         Option(

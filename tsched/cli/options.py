@@ -324,7 +324,7 @@ def scheduler_group(policy: Option, *more: Option, on_nodes: str = "") -> Group:
         "--backfill",
         "backfilling (replan: conservative with the whole plan rebuilt in the policy's order at every job end, "
         f"as Streit's CCS{on_nodes and '; ' + on_nodes})",
-        default=Scheduler.backfill,
+        default=None if on_nodes else Scheduler.backfill,
         choices=(*BACKFILLS, "slurm") if on_nodes else BACKFILLS,
     )
     order = Option(
