@@ -105,10 +105,17 @@ class ResourceRequest:
 
     @classmethod
     def from_totals(
-        cls, procs: int, nodes: int = 0, memory_mb: int = 0, gpus: int = 0, exclusive: bool = False, partition: str = ""
+        cls,
+        procs: int,
+        nodes: int = 0,
+        memory_mb: int = 0,
+        gpus: int = 0,
+        exclusive: bool = False,
+        partition: str = "",
+        qos: str = "",
     ) -> ResourceRequest:
         """A request from a job's totals, as a scheduler reports a job to the service (`kernel.jobs.JobRequest`'s
-        fields and a partition name).
+        fields, its partition and QOS by name; partitions separated by commas, in the order Slurm tries them).
 
         `procs` one-CPU tasks on at least `nodes` nodes (0: as Slurm places
         them), exactly that many when more than one, as `-N` asks; `memory_mb`
@@ -128,6 +135,7 @@ class ResourceRequest:
             mem_per_cpu=-(-memory_mb // procs) if memory_mb and nodes != 1 else None,
             gpus=gpus if gpus and per_node is None else None,
             gpus_per_node=per_node,
-            partitions=(partition,) if partition else (),
+            partitions=tuple(name for name in partition.split(",") if name),
+            qos=qos or None,
             exclusive=exclusive,
         )

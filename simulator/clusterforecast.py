@@ -9,7 +9,10 @@ on the cluster read from the site's `slurm.conf` (`tsched serve --cluster`):
 - the running jobs start again at `now` first, in the order given, on the
   cluster's nodes (where they run is not part of the state: the scheduler
   places them as it would place them now), each ending as the forecast
-  assumes;
+  assumes; if one no longer fits beside those before it (nodes fragmented
+  otherwise than Slurm's), they are placed again biggest first, and if one
+  still does not fit the state is refused (`UnplaceableStateError`), not
+  forecast with that job started later;
 - the waiting jobs follow in the order given, which is the site's priority
   order: the forward run's own priority is that order (priority/basic, no
   limits), as `tests/slurm/start_forecasts.py` measured it against
@@ -32,7 +35,7 @@ import pandas as pd
 
 from kernel.jobs import JobRequest
 from kernel.resources import ResourceRequest
-from predictor.forecasting import QueueState, Scheduler
+from predictor.forecasting import QueueState, Scheduler, UnplaceableStateError
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator.cluster import Cluster
@@ -100,24 +103,62 @@ class ClusterForwardSimulation:
         """Every waiting job's start, in `state.waiting` order (see the module docstring)."""
         if scheduler.backfill != SLURM:
             return FORWARD_SIMULATION.starts(state, scheduler, running_ends, waiting_runtimes, check)
-        now, running = state.now, len(state.running)
-        jobs = [*(started.job for started in state.running), *state.waiting]
-        left = [max(started.start + started.job.t_req - now, 1) for started in state.running]
-        runs = [min(end - now, limit) for end, limit in zip(running_ends, left, strict=True)]
+        given = list(range(len(state.running)))
+        starts, misfit = self._forward(state, given, running_ends, waiting_runtimes, check)
+        if misfit is None:
+            return starts
+        # the nodes fragment otherwise than Slurm's did: the biggest first, as a packer would
+        biggest = sorted(given, key=lambda i: _size(state.running[i].job), reverse=True)
+        starts, still = self._forward(state, biggest, running_ends, waiting_runtimes, check)
+        if still is None:
+            return starts
+        job = state.running[misfit].job
+        raise UnplaceableStateError(
+            f"running[{misfit}].job (job {job.job_id}) does not fit the cluster's nodes beside the other running jobs "
+            "as the forecast places them again (in the order given, then the biggest first)"
+        )
+
+    def _forward(
+        self,
+        state: QueueState,
+        order: Sequence[int],
+        running_ends: Sequence[int],
+        waiting_runtimes: Sequence[int],
+        check: Callable[[], None] | None,
+    ) -> tuple[list[int], int | None]:
+        """The waiting jobs' starts with the running jobs placed again in `order` (positions in `state.running`),
+        and the first of those that did not start at `now` (None: all did)."""
+        now = state.now
+        requests = _requests_of(state)
+        running = [state.running[i] for i in order]
+        jobs = [*(started.job for started in running), *state.waiting]
+        left = [max(started.start + started.job.t_req - now, 1) for started in running]
+        runs = [min(running_ends[i] - now, limit) for i, limit in zip(order, left, strict=True)]
         runs += [min(runtime, job.t_req) for runtime, job in zip(waiting_runtimes, state.waiting, strict=True)]
         table = _frame(jobs).assign(
             submit=now,
             t_req=left + [job.t_req for job in state.waiting],
             t_act=np.maximum(np.asarray(runs, dtype=np.int64), 1),
         )
+        asked = [requests[i] for i in order] + list(requests[len(state.running) :])
         config = SimulationConfig(self.cluster.procs, "fcfs", SLURM, "none", "request")
         observers = [] if check is None else [_Check(check)]
-        requests = dict(enumerate(_requests_of(state), start=1))
         result = simulate_cluster(
-            table, config, LocalSession(make_estimator("request")), self.cluster, requests, observers=observers
+            table,
+            config,
+            LocalSession(make_estimator("request")),
+            self.cluster,
+            dict(enumerate(asked, start=1)),
+            observers=observers,
         )
         found = dict(zip(result.jobs["job_id"].tolist(), result.jobs["start"].tolist(), strict=True))
-        return [int(found[number]) for number in range(running + 1, len(jobs) + 1)]
+        misfit = next((order[n] for n in range(len(order)) if found[n + 1] != now), None)
+        return [int(found[n]) for n in range(len(order) + 1, len(jobs) + 1)], misfit
+
+
+def _size(job: JobRequest) -> tuple[int, int, int]:
+    """What a running job takes of its nodes, biggest first: memory, GPUs, CPUs."""
+    return job.memory_mb, job.gpus, job.procs
 
 
 def _frame(jobs: Sequence[JobRequest]) -> pd.DataFrame:

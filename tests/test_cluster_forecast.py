@@ -14,7 +14,7 @@ import pytest
 
 from kernel.jobs import JobRequest
 from kernel.resources import ResourceRequest
-from predictor.forecasting import QueueState, Scheduler, StartedJob
+from predictor.forecasting import QueueState, Scheduler, StartedJob, UnplaceableStateError
 from predictor.proto import pb, rpc
 from predictor.service.codec import add_names, job_message
 from predictor.service.server import start_server
@@ -239,3 +239,45 @@ def test_a_forecasts_users_by_name_are_the_namespaces(server: str) -> None:
 
     assert start_behind("alice") == NOW + 500
     assert start_behind(None) == NOW + 3_500
+
+
+def _memory_bound(sizes: list[int]) -> QueueState:
+    """Running one-CPU jobs holding `sizes` MB each on one node of the `cpu` partition (16,000 MB a node), and one
+    small job waiting."""
+    requests = [ResourceRequest.from_totals(1, 1, size, partition="cpu") for size in sizes]
+    running = [
+        StartedJob(job(index + 1, 1, 3_600, nodes=1, memory_mb=size), NOW - 100) for index, size in enumerate(sizes)
+    ]
+    waiting = [job(20, 1, 600, nodes=1, memory_mb=100)]
+    return QueueState(NOW, 48, running, waiting, [*requests, ResourceRequest.from_totals(1, 1, 100, partition="cpu")])
+
+
+def test_running_jobs_that_fragment_otherwise_are_placed_again_biggest_first(cluster: Cluster) -> None:
+    """Four 7,000 MB and four 9,000 MB jobs fill n1-n4 as Slurm placed them (one of each a node); placed again in
+    the order given, two 7,000 MB jobs share a node and the 9,000 MB ones would not fit: the biggest go first."""
+    state = _memory_bound([7_000] * 4 + [9_000] * 4)
+    assert ClusterForwardSimulation(cluster).starts(state, ON_NODES, [NOW + 3_000] * 8, [600]) == [NOW + 3_000]
+
+
+def test_running_jobs_no_placement_fits_are_refused(cluster: Cluster, server: str) -> None:
+    state = _memory_bound([9_000] * 5)  # five 9,000 MB jobs on four 16,000 MB nodes: no node holds two
+    with pytest.raises(UnplaceableStateError, match=r"running\[4\].job \(job 5\) does not fit the cluster's nodes"):
+        ClusterForwardSimulation(cluster).starts(state, ON_NODES, [NOW + 3_000] * 5, [600])
+    request = pb.ForecastStartRequest(now=NOW, machine_procs=48, backfill="slurm", estimator="request")
+    for started in state.running:
+        request.running.add(job=add_names(job_message(started.job), partition="cpu"), start=started.start)
+    request.waiting.append(add_names(job_message(state.waiting[0]), partition="cpu"))
+    with pytest.raises(grpc.RpcError) as raised:
+        forecast(server, request)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "running[4].job (job 5) does not fit" in raised.value.details()
+
+
+def test_a_partition_given_by_number_is_refused_under_slurm(server: str) -> None:
+    request = request_of()
+    request.waiting[0].ClearField("partition")
+    request.waiting[0].queue = 3
+    with pytest.raises(grpc.RpcError) as raised:
+        forecast(server, request)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "waiting[0].queue: with backfill 'slurm' a job names its partition" in raised.value.details()

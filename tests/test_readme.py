@@ -23,8 +23,8 @@ from site_support import write_dump
 
 from predictor.service.client import PredictorClient, PredictorError
 from predictor.service.server import start_server
-from simulator.forecast import FORWARD_SIMULATION
 from tsched.cli import build_parser, main
+from tsched.cli.serving import start_forecaster
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -37,6 +37,8 @@ CHEAP = ("trace info", "trace generate", "simulate", "predict-eval")
 COSTLY = ("--grid", "--predictor-address", "--address")
 #: The address the service examples use; they run against a server started for the test.
 README_ADDRESS = "127.0.0.1:50051"
+#: The cluster docs/service.md's forecast on nodes (`tsched serve --cluster`) was run on: the live mixed run's.
+DOCS_CLUSTER = ROOT / "tests" / "data" / "slurm-22.05-cluster" / "mixed" / "slurm.conf"
 #: The deadline a replay through the test's server gets where the example leaves the default (1 s, a live
 #: cluster's): on a loaded, shared test machine that default measures the machine, not the example.
 REPLAY_DEADLINE = ["--timeout", "600"]
@@ -161,7 +163,8 @@ def test_the_readme_service_examples_run_as_written(
     monkeypatch.chdir(tmp_path)
     for name, text in readme_files().items():
         (tmp_path / name).write_text(text)
-    running, port = start_server("127.0.0.1:0", start_forecaster=FORWARD_SIMULATION)  # as `tsched serve` does
+    # as `tsched serve --cluster` does, with the cluster docs/service.md's forecast on nodes was run on
+    running, port = start_server("127.0.0.1:0", start_forecaster=start_forecaster(str(DOCS_CLUSTER)))
     try:
         for command in SERVICE_COMMANDS:
             arguments = _as_here(command.replace(README_ADDRESS, f"127.0.0.1:{port}"), request)

@@ -77,7 +77,7 @@ def test_a_live_queue_is_forecast_as_slurm_plans_it(tmp_path: Path, capsys: pyte
     queue = read_squeue(text, "squeue", now, site)
     assert [started.job.job_id for started in queue.state.running] == ids[:3]
     assert [job.job_id for job in queue.state.waiting] == [ids[3], ids[4], ids[5], ids[7]]
-    assert queue.left_out == {ids[6]: "PartitionTimeLimit"}
+    assert queue.left_out == {str(ids[6]): "PartitionTimeLimit"}
     assert (2, "user", "tsched-carol") in queue.state.names
 
     squeue = tmp_path / "squeue.txt"

@@ -19,6 +19,7 @@ import pytest
 
 from kernel.errors import UsageError
 from predictor.forecasting import Scheduler
+from predictor.service.codec import forecast_question, forecast_request
 from predictor.service.server import start_server
 from simulator.cluster import Cluster
 from simulator.clusterconf import read_cluster
@@ -51,12 +52,13 @@ def test_the_queue_reads_as_slurm_showed_it(queue: SlurmQueue, cluster: Cluster)
     state = queue.state
     assert [started.job.job_id for started in state.running] == [1, 2, 3]
     assert [job.job_id for job in state.waiting] == [4, 5, 6, 8, 9, 9, 9]
-    assert queue.left_out == {7: "PartitionTimeLimit"}
+    assert queue.labels == ["4", "5", "6", "8", "9_1", "9_2", "9_3"]
+    assert queue.left_out == {"7": "PartitionTimeLimit"}
     assert state.procs == cluster.procs == 16
     requests = dict(zip([1, 2, 3, 4, 5, 6, 8], state.requests, strict=False))
     assert (requests[1].mem_per_node, requests[1].tasks) == (2_000, 4)
     assert (requests[2].nodes, requests[2].max_nodes, requests[2].mem_per_cpu) == (2, 2, 500)
-    assert requests[3].gpus_per_node == 2 and requests[3].partitions == ("gpu",)
+    assert requests[3].gpus == 2 and requests[3].partitions == ("gpu",) and requests[3].qos == "normal"
     assert requests[5].exclusive and requests[5].tasks == 12
     assert (requests[6].nodes, requests[6].gpus_per_node) == (2, 1)
     assert requests[8].partitions == ("cpu",)
@@ -97,10 +99,13 @@ def test_the_command_line_forecasts_a_squeue_capture(
         assert "--squeue needs --cluster" in capsys.readouterr().err
         assert main([*arguments, "--queue-state", "queue.json"]) == 2
         assert "one of --queue-state FILE.json or --squeue FILE" in capsys.readouterr().err
+        assert main([*arguments[:3], "--queue-state", "queue.json", "--now", "5"]) == 2
+        assert "--cluster and --now go with --squeue" in capsys.readouterr().err
     finally:
         running.stop(0).wait()
     assert [row["job_id"] for row in answer["forecasts"]] == [4, 5, 6, 8, 9, 9, 9]
     assert answer["left_out"] == {"7": "PartitionTimeLimit"}
+    assert [row["job"] for row in answer["forecasts"]][-3:] == ["9_1", "9_2", "9_3"]
     assert all(abs(row["start"] - row["slurm"]) <= SWEEP for row in answer["forecasts"][:4])
     assert "slurm" in table.splitlines()[1] and "left out: job 7 (PartitionTimeLimit)" in table
 
@@ -120,7 +125,7 @@ def _line(**changes: str) -> str:
         (_line(State="COMPLETING"), "line 1: State 'COMPLETING': not RUNNING or PENDING"),
         (_line(TimeLimit="soon"), "line 1: TimeLimit 'soon': 'soon' is not a time limit"),
         (_line(**{"tres-alloc": "cpu=two"}), "line 1: tres-alloc 'cpu=two':"),
-        (_line(TimeLimit="UNLIMITED", Partition="big"), "line 1: Partition 'big': not a partition of the cluster"),
+        (_line(TimeLimit="UNLIMITED", Partition="big"), "line 1: Partition 'big': 'big' is not a partition of the"),
     ],
 )
 def test_lines_squeue_could_not_print_are_refused_naming_the_field(cluster: Cluster, text: str, words: str) -> None:
@@ -132,3 +137,20 @@ def test_lines_squeue_could_not_print_are_refused_naming_the_field(cluster: Clus
 def test_a_job_without_a_limit_runs_its_partitions_max_time(cluster: Cluster) -> None:
     queue = read_squeue(_line(TimeLimit="UNLIMITED"), "squeue.txt", 0, cluster)
     assert queue.state.waiting[0].t_req == 60 * 60
+
+
+def test_the_service_rebuilds_the_requests_the_reader_made(queue: SlurmQueue) -> None:
+    """What a forecast through the service runs on is what one in-process runs on: the reader asks each job what
+    its totals say, and the totals, names and partitions are what travels."""
+    message = forecast_request(queue.state, ON_NODES, "site", "request")
+    state, scheduler, _ = forecast_question(message)
+    assert scheduler == ON_NODES
+    assert list(state.requests) == list(queue.state.requests)
+    assert sorted(state.names) == sorted(queue.state.names)
+
+
+@pytest.mark.parametrize("reason", ["JobArrayTaskLimit", "QOSJobLimit", "Reservation", "Dependency", "JobHeldUser"])
+def test_jobs_pending_for_what_the_scheduler_does_not_model_are_left_out(cluster: Cluster, reason: str) -> None:
+    queue = read_squeue(_line(Reason=reason) + "\n" + _line(JobID="10"), "squeue.txt", 0, cluster)
+    assert queue.left_out == {"4": reason}
+    assert [job.job_id for job in queue.state.waiting] == [10]

@@ -368,14 +368,18 @@ CLUSTER_BACKFILL = "slurm"
 
 
 def _cluster_requests(request: pb.ForecastStartRequest) -> list[ResourceRequest]:
-    """What each job (running, then waiting) asked of the cluster, from its totals and partition name."""
+    """What each job (running, then waiting) asked of the cluster, from its totals, partition and QOS by name."""
     places = [(f"running[{index}].job", message.job) for index, message in enumerate(request.running)]
     places += [(f"waiting[{index}]", job) for index, job in enumerate(request.waiting)]
     requests = []
     for place, job in places:
+        if job.HasField("queue") and job.queue != -1:
+            raise InvalidRequest(f"{place}.queue: with backfill 'slurm' a job names its partition (partition)")
         try:
             requests.append(
-                ResourceRequest.from_totals(job.procs, job.nodes, job.memory_mb, job.gpus, job.exclusive, job.partition)
+                ResourceRequest.from_totals(
+                    job.procs, job.nodes, job.memory_mb, job.gpus, job.exclusive, job.partition, job.qos_name
+                )
             )
         except ValueError as error:
             raise InvalidRequest(f"{place}: {error}") from None

@@ -17,7 +17,10 @@ moment, as a scheduler would send it to `ForecastStart`:
   its order (Slurm's priority order) in the places they hold, each to run for
   its estimate; nothing arrives after.
 
-The forward run plans with the requests, as Slurm does; only the runtimes it
+The jobs' requests are sacct's reading of them (`read_sacct_requests`), which
+uses what the job was given (AllocTRES, NodeList) to tell what it asked for
+(an exclusive job, memory per node or per CPU): what Slurm knew at submission,
+and sacct records only afterwards. The forward run plans with the requests, as Slurm does; only the runtimes it
 plays out are the estimates, from an estimator that has seen the jobs that
 ended before the question and nothing else (causal). Its priority is the order
 given (the queue as it stood), with no fair-share or limit of its own. With

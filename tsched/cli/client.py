@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from predictor.forecasting import QueueState
     from predictor.service.client import JobResources, PredictorClient
     from sites.seeding import Seeded
+    from sites.squeue import SlurmQueue
 
 
 def connect(args: argparse.Namespace) -> PredictorClient:
@@ -313,14 +314,14 @@ def read_queue_state(path: str) -> QueueState:
     return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting, names=names)
 
 
-def queue_to_forecast(args: argparse.Namespace) -> tuple[QueueState, dict[int, str], list[int | None]]:
-    """The state `--queue-state` or `--squeue` gives, the jobs squeue showed that are left out (by id, with
-    Slurm's reason) and the starts Slurm planned for the waiting jobs (none from a JSON state)."""
+def queue_to_forecast(args: argparse.Namespace) -> SlurmQueue | QueueState:
+    """The queue `--squeue` shows (with Slurm's plan and the jobs left out), or the state `--queue-state` gives."""
     if (args.queue_state is None) == (args.squeue is None):
         raise UsageError("give the queue as one of --queue-state FILE.json or --squeue FILE")
     if args.queue_state is not None:
-        state = read_queue_state(args.queue_state)
-        return state, {}, [None] * len(state.waiting)
+        if args.cluster is not None or args.now is not None:
+            raise UsageError("--cluster and --now go with --squeue: a --queue-state file gives its machine and now")
+        return read_queue_state(args.queue_state)
     if args.cluster is None:
         raise UsageError("--squeue needs --cluster slurm.conf: the jobs' partitions and the machine's CPUs")
     from simulator.clusterconf import read_cluster
@@ -333,14 +334,14 @@ def queue_to_forecast(args: argparse.Namespace) -> tuple[QueueState, dict[int, s
             text, now = Path(args.squeue).read_text(), int(Path(args.squeue).stat().st_mtime)
         except OSError as error:
             raise UsageError(f"--squeue {args.squeue}: cannot read it: {error.strerror}") from None
-    queue = read_squeue(text, args.squeue, args.now if args.now is not None else now, read_cluster(args.cluster))
-    return queue.state, queue.left_out, queue.planned
+    return read_squeue(text, args.squeue, args.now if args.now is not None else now, read_cluster(args.cluster))
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
-    from predictor.forecasting import Scheduler
+    from predictor.forecasting import QueueState, Scheduler
 
-    state, left_out, planned = queue_to_forecast(args)
+    queue = queue_to_forecast(args)
+    state = queue if isinstance(queue, QueueState) else queue.state
     with connect(args) as client:
         answer = client.forecast_start(
             state,
@@ -350,17 +351,22 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             lower_quantile=args.lower_quantile,
         )
     rows = [forecast._asdict() for forecast in answer.forecasts]
-    if args.squeue is not None:
-        rows = [{**row, "slurm": slurm} for row, slurm in zip(rows, planned, strict=True)]
+    left_out: dict[str, str] = {}
+    if not isinstance(queue, QueueState):  # squeue's names for the jobs, and Slurm's own plan
+        rows = [
+            {**row, "job": label, "slurm": slurm}
+            for row, label, slurm in zip(rows, queue.labels, queue.planned, strict=True)
+        ]
+        left_out = queue.left_out
     payload = {"estimator": answer.estimator, "namespace": answer.namespace, "now": answer.now, "forecasts": rows}
-    if args.squeue is not None:
-        payload["left_out"] = {str(job): reason for job, reason in left_out.items()}
+    if not isinstance(queue, QueueState):
+        payload["left_out"] = left_out
     show(args.json, payload, lambda: _format_forecast(answer.now, answer.namespace, answer.estimator, rows, left_out))
     return 0
 
 
 def _format_forecast(
-    now: int, namespace: str, estimator: str, rows: list[dict[str, Any]], left_out: dict[int, str]
+    now: int, namespace: str, estimator: str, rows: list[dict[str, Any]], left_out: dict[str, str]
 ) -> str:
     """The forecasts as a table; from squeue, with the start Slurm planned (`squeue --start`) and the jobs left
     out."""
@@ -371,7 +377,8 @@ def _format_forecast(
         waits = [_duration(row[key] - now) for key in ("start", "lower", "upper")]
         if slurm:
             waits.append("-" if row["slurm"] is None else _duration(row["slurm"] - now))
-        lines.append(f"{row['job_id']:>10} {row['start']:>12} " + " ".join(f"{wait:>10}" for wait in waits))
+        name = row.get("job", row["job_id"])
+        lines.append(f"{name:>10} {row['start']:>12} " + " ".join(f"{wait:>10}" for wait in waits))
     lines += [f"left out: job {job} ({reason})" for job, reason in left_out.items()]
     return "\n".join(lines)
 
