@@ -169,7 +169,7 @@ def _line(row: dict[str, str], field: Callable[[str, Callable[[str], Any]], Any]
     limit = field("TimeLimit", slurm_duration)
     if limit is None:
         limit = field("Partition", lambda names: _max_time(cluster, names))
-    tres = field("tres-alloc", parse_tres)
+    tres = {} if row["tres-alloc"] in ("", "N/A") else field("tres-alloc", parse_tres)  # N/A: its CPUs alone
     job = JobRequest(
         job_id=field("JobID", _count),
         submit=field("SubmitTime", _unix),

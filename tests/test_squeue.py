@@ -134,6 +134,12 @@ def test_lines_squeue_could_not_print_are_refused_naming_the_field(cluster: Clus
     assert words in str(raised.value)
 
 
+def test_a_job_whose_tres_squeue_does_not_know_asks_for_its_cpus(cluster: Cluster) -> None:
+    queue = read_squeue(_line(**{"tres-alloc": "N/A"}), "squeue.txt", 0, cluster)
+    job = queue.state.waiting[0]
+    assert (job.procs, job.nodes, job.memory_mb, job.gpus) == (2, 0, 0, 0)
+
+
 def test_a_job_without_a_limit_runs_its_partitions_max_time(cluster: Cluster) -> None:
     queue = read_squeue(_line(TimeLimit="UNLIMITED"), "squeue.txt", 0, cluster)
     assert queue.state.waiting[0].t_req == 60 * 60
