@@ -60,11 +60,6 @@ class QueueState:
         return self.procs - sum(started.job.procs for started in self.running)
 
 
-class UnplaceableStateError(ValueError):
-    """The forward simulation cannot rebuild the state it was given: a running job that does not fit the nodes
-    as it places the running jobs again. The service answers INVALID_ARGUMENT with the message."""
-
-
 @dataclass(frozen=True)
 class Scheduler:
     """How the forecast scheduler chooses jobs: queue policy, backfilling and backfill order, by name

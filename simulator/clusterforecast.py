@@ -9,10 +9,12 @@ on the cluster read from the site's `slurm.conf` (`tsched serve --cluster`):
 - the running jobs start again at `now` first, in the order given, on the
   cluster's nodes (where they run is not part of the state: the scheduler
   places them as it would place them now), each ending as the forecast
-  assumes; if one no longer fits beside those before it (nodes fragmented
-  otherwise than Slurm's), they are placed again biggest first, and if one
-  still does not fit the state is refused (`UnplaceableStateError`), not
-  forecast with that job started later;
+  assumes. Where they run is not in the state, so the nodes may fragment
+  otherwise than Slurm's: if one no longer fits beside those before it, they
+  are placed again biggest first, and the placement that fits more of them
+  is kept; a job that still does not fit starts once room frees, and the
+  forecasts behind it may be late (pinning running jobs to their nodes,
+  which squeue's NodeList gives, would remove this; not done);
 - the waiting jobs follow in the order given, which is the site's priority
   order: the forward run's own priority is that order (priority/basic, no
   limits), as `tests/slurm/start_forecasts.py` measured it against
@@ -35,7 +37,7 @@ import pandas as pd
 
 from kernel.jobs import JobRequest
 from kernel.resources import ResourceRequest
-from predictor.forecasting import QueueState, Scheduler, UnplaceableStateError
+from predictor.forecasting import QueueState, Scheduler
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator.cluster import Cluster
@@ -104,19 +106,13 @@ class ClusterForwardSimulation:
         if scheduler.backfill != SLURM:
             return FORWARD_SIMULATION.starts(state, scheduler, running_ends, waiting_runtimes, check)
         given = list(range(len(state.running)))
-        starts, misfit = self._forward(state, given, running_ends, waiting_runtimes, check)
-        if misfit is None:
-            return starts
-        # the nodes fragment otherwise than Slurm's did: the biggest first, as a packer would
-        biggest = sorted(given, key=lambda i: _size(state.running[i].job), reverse=True)
-        starts, still = self._forward(state, biggest, running_ends, waiting_runtimes, check)
-        if still is None:
-            return starts
-        job = state.running[misfit].job
-        raise UnplaceableStateError(
-            f"running[{misfit}].job (job {job.job_id}) does not fit the cluster's nodes beside the other running jobs "
-            "as the forecast places them again (in the order given, then the biggest first)"
-        )
+        starts, late = self._forward(state, given, running_ends, waiting_runtimes, check)
+        if late:  # the nodes fragment otherwise than Slurm's did: the biggest first, as a packer would
+            biggest = sorted(given, key=lambda i: _size(state.running[i].job), reverse=True)
+            packed, fewer = self._forward(state, biggest, running_ends, waiting_runtimes, check)
+            if fewer < late:
+                starts = packed
+        return starts
 
     def _forward(
         self,
@@ -125,9 +121,9 @@ class ClusterForwardSimulation:
         running_ends: Sequence[int],
         waiting_runtimes: Sequence[int],
         check: Callable[[], None] | None,
-    ) -> tuple[list[int], int | None]:
+    ) -> tuple[list[int], int]:
         """The waiting jobs' starts with the running jobs placed again in `order` (positions in `state.running`),
-        and the first of those that did not start at `now` (None: all did)."""
+        and how many of those did not fit at `now` (they start once room frees, and hold their nodes after)."""
         now = state.now
         requests = _requests_of(state)
         running = [state.running[i] for i in order]
@@ -152,8 +148,8 @@ class ClusterForwardSimulation:
             observers=observers,
         )
         found = dict(zip(result.jobs["job_id"].tolist(), result.jobs["start"].tolist(), strict=True))
-        misfit = next((order[n] for n in range(len(order)) if found[n + 1] != now), None)
-        return [int(found[n]) for n in range(len(order) + 1, len(jobs) + 1)], misfit
+        late = sum(found[n] != now for n in range(1, len(order) + 1))
+        return [int(found[n]) for n in range(len(order) + 1, len(jobs) + 1)], late
 
 
 def _size(job: JobRequest) -> tuple[int, int, int]:

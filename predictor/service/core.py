@@ -51,7 +51,6 @@ from predictor.forecasting import (
     QueueState,
     Scheduler,
     StartForecaster,
-    UnplaceableStateError,
     forecast_with_bounds,
 )
 from predictor.service.forecasts import ForecastAnswer, NamespaceLifetimes, check_state
@@ -255,18 +254,15 @@ class PredictorCore:
         check_deadline()
         estimates = [prediction.t_sched for prediction in answer.predictions]
         running = len(state.running)
-        try:
-            forecasts = forecast_with_bounds(
-                forecaster,
-                state,
-                scheduler,
-                (estimates[:running], estimates[running:]),
-                lifetimes,
-                lower_quantile,
-                check_deadline,
-            )
-        except UnplaceableStateError as error:
-            raise InvalidRequest(str(error)) from None
+        forecasts = forecast_with_bounds(
+            forecaster,
+            state,
+            scheduler,
+            (estimates[:running], estimates[running:]),
+            lifetimes,
+            lower_quantile,
+            check_deadline,
+        )
         check_deadline()
         return ForecastAnswer(forecasts, answer.estimator, answer.namespace, state.now)
 
