@@ -45,7 +45,7 @@ from simulator.engine import SimulationConfig, SimulationResult, TraceReplay
 from simulator.jobs import WaitingJob
 from simulator.loop import EventKind, Observer
 from simulator.machine import make_correction, planning_mode
-from simulator.nodes import NodeState, NodeTable, demand
+from simulator.nodes import Demand, NodeState, NodeTable, demand
 from simulator.policies import QueuePolicy
 from simulator.scheduler import QueueScheduler
 from simulator.slurmpolicy import BasicPriority, SiteAccounting, SitePolicy, SlurmGate, owners, site_policy
@@ -78,29 +78,39 @@ def sweep_phase(jobs: pd.DataFrame) -> int:
 def queued_jobs(
     jobs: pd.DataFrame, cluster: Cluster, requests: Mapping[int, ResourceRequest]
 ) -> tuple[dict[int, QueuedJob], dict[str, int]]:
-    """Each job's request resolved in its partitions (by job id), and the jobs left out, counted by reason."""
+    """Each job's request resolved in its partitions (by job id), and the jobs left out, counted by reason.
+
+    Jobs asking the same thing are resolved once: a queue holds many alike, and a forecast's queue is a client's.
+    """
     empty = NodeState(NodeTable(cluster))
-    default = cluster.default_partition
+    resolved: dict[ResourceRequest, tuple[Demand, ...] | str] = {}
     queued: dict[int, QueuedJob] = {}
     skipped: Counter[str] = Counter()
     for job_id, user, procs in zip(*(jobs[c].tolist() for c in ("job_id", "user", "procs")), strict=True):
         request = requests.get(job_id) or ResourceRequest.processors(procs)
-        names = request.partitions or ((default.name,) if default else ())
-        unknown = [name for name in names if name not in cluster.partition_names]
-        if unknown or not names:
-            skipped[f"partition {unknown[0]} not in the cluster" if unknown else "no partition and no default"] += 1
-            continue
-        try:
-            demands = tuple(demand(request, cluster, cluster.partition(name)) for name in names)
-        except ValueError:
-            skipped["request Slurm would refuse"] += 1
-            continue
-        fitting = tuple(d for d in demands if empty.pick(d, empty.table.partition_masks[d.partition]) is not None)
-        if not fitting:
-            skipped["does not fit its partition"] += 1
+        fitting = resolved.get(request)
+        if fitting is None:
+            fitting = resolved[request] = _fitting_demands(request, cluster, empty)
+        if isinstance(fitting, str):
+            skipped[fitting] += 1
             continue
         queued[job_id] = QueuedJob(user, fitting, request.reservation)
     return queued, dict(skipped)
+
+
+def _fitting_demands(request: ResourceRequest, cluster: Cluster, empty: NodeState) -> tuple[Demand, ...] | str:
+    """The request resolved in each of its partitions that could ever hold it, or why none can."""
+    default = cluster.default_partition
+    names = request.partitions or ((default.name,) if default else ())
+    unknown = [name for name in names if name not in cluster.partition_names]
+    if unknown or not names:
+        return f"partition {unknown[0]} not in the cluster" if unknown else "no partition and no default"
+    try:
+        demands = tuple(demand(request, cluster, cluster.partition(name)) for name in names)
+    except ValueError:
+        return "request Slurm would refuse"
+    fitting = tuple(d for d in demands if empty.pick(d, empty.table.partition_masks[d.partition]) is not None)
+    return fitting or "does not fit its partition"
 
 
 def slurm_scheduler(
