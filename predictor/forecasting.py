@@ -60,6 +60,11 @@ class QueueState:
         return self.procs - sum(started.job.procs for started in self.running)
 
 
+#: The backfilling that forecasts on a cluster's nodes (`simulator.clusterforecast`, a server started with a
+#: cluster): tsched's Slurm scheduler, from each job's resources.
+ON_NODES = "slurm"
+
+
 @dataclass(frozen=True)
 class Scheduler:
     """How the forecast scheduler chooses jobs: queue policy, backfilling and backfill order, by name

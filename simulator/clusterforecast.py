@@ -37,7 +37,7 @@ import pandas as pd
 
 from kernel.jobs import JobRequest
 from kernel.resources import ResourceRequest
-from predictor.forecasting import QueueState, Scheduler
+from predictor.forecasting import ON_NODES, QueueState, Scheduler
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
 from simulator.cluster import Cluster
@@ -74,7 +74,7 @@ class ClusterForwardSimulation:
         self.cluster = forward_order_cluster(cluster)
 
     def check(self, scheduler: Scheduler, state: QueueState) -> None:
-        if scheduler.backfill != SLURM:
+        if scheduler.backfill != ON_NODES:
             FORWARD_SIMULATION.check(scheduler, state)
             return
         if scheduler.policy != "fcfs" or scheduler.backfill_order != "queue":
@@ -103,7 +103,7 @@ class ClusterForwardSimulation:
         check: Callable[[], None] | None = None,
     ) -> list[int]:
         """Every waiting job's start, in `state.waiting` order (see the module docstring)."""
-        if scheduler.backfill != SLURM:
+        if scheduler.backfill != ON_NODES:
             return FORWARD_SIMULATION.starts(state, scheduler, running_ends, waiting_runtimes, check)
         given = list(range(len(state.running)))
         starts, late = self._forward(state, given, running_ends, waiting_runtimes, check)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
 
-from predictor.forecasting import QueueState, Scheduler
+from predictor.forecasting import ON_NODES, QueueState, Scheduler
 from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, make_backfill
 from simulator.jobs import WaitingJob
 from simulator.loop import EventKind, Simulation
@@ -72,7 +72,7 @@ class ForwardSimulation:
     scheduler's names that lets it refuse a bad one naming the field."""
 
     def check(self, scheduler: Scheduler, state: QueueState) -> None:
-        if scheduler.backfill == "slurm":
+        if scheduler.backfill == ON_NODES:
             raise ValueError(
                 "backfill: 'slurm' runs on a cluster's nodes; this server has none (tsched serve --cluster slurm.conf)"
             )

@@ -31,7 +31,7 @@ from kernel.jobs import (
     Prediction,
 )
 from kernel.resources import ResourceRequest
-from predictor.forecasting import DEFAULT_LOWER_QUANTILE, QueueState, Scheduler, StartedJob, StartForecast
+from predictor.forecasting import DEFAULT_LOWER_QUANTILE, ON_NODES, QueueState, Scheduler, StartedJob, StartForecast
 from predictor.proto import pb
 from predictor.service.forecasts import check_counts
 from predictor.service.live import LiveSummary
@@ -355,16 +355,12 @@ def forecast_question(request: pb.ForecastStartRequest) -> tuple[QueueState, Sch
         request.backfill or defaults.backfill,
         request.backfill_order or defaults.backfill_order,
     )
-    requests = _cluster_requests(request) if scheduler.backfill == CLUSTER_BACKFILL else ()
+    requests = _cluster_requests(request) if scheduler.backfill == ON_NODES else ()
     names = job_names([message.job for message in request.running], "running", inner=".job")
     names += [(len(running) + index, field, name) for index, field, name in job_names(request.waiting, "waiting")]
     state = QueueState(request.now, request.machine_procs, running, waiting, requests, names)
     quantile = request.lower_quantile if request.HasField("lower_quantile") else DEFAULT_LOWER_QUANTILE
     return state, scheduler, quantile
-
-
-#: The backfilling that forecasts on a cluster's nodes (`simulator.clusterforecast`), from each job's resources.
-CLUSTER_BACKFILL = "slurm"
 
 
 def _cluster_requests(request: pb.ForecastStartRequest) -> list[ResourceRequest]:

@@ -338,14 +338,16 @@ def queue_to_forecast(args: argparse.Namespace) -> SlurmQueue | QueueState:
 
 
 def cmd_forecast(args: argparse.Namespace) -> int:
-    from predictor.forecasting import QueueState, Scheduler
+    from predictor.forecasting import ON_NODES, QueueState, Scheduler
 
     queue = queue_to_forecast(args)
     state = queue if isinstance(queue, QueueState) else queue.state
     with connect(args) as client:
         answer = client.forecast_start(
             state,
-            Scheduler(args.policy, args.backfill or ("slurm" if args.squeue else "easy"), args.backfill_order),
+            Scheduler(
+                args.policy, args.backfill or (ON_NODES if args.squeue else Scheduler.backfill), args.backfill_order
+            ),
             namespace=args.namespace,
             estimator=args.estimator or "",
             lower_quantile=args.lower_quantile,

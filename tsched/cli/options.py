@@ -317,7 +317,7 @@ def scheduler_group(policy: Option, *more: Option, on_nodes: str = "") -> Group:
     """The scheduler a command simulates or forecasts for: its queue `policy` (a SPEC, or one of the plain
     policies), backfilling and backfill order, and `more` (how it uses predictions). `on_nodes`, where given,
     is one more backfilling, and what it does: a forecast's `slurm`, on the server's cluster."""
-    from predictor.forecasting import Scheduler
+    from predictor.forecasting import ON_NODES, Scheduler
     from simulator.backfill import BACKFILL_ORDERS, BACKFILLS
 
     backfill = Option(
@@ -325,7 +325,7 @@ def scheduler_group(policy: Option, *more: Option, on_nodes: str = "") -> Group:
         "backfilling (replan: conservative with the whole plan rebuilt in the policy's order at every job end, "
         f"as Streit's CCS{on_nodes and '; ' + on_nodes})",
         default=None if on_nodes else Scheduler.backfill,
-        choices=(*BACKFILLS, "slurm") if on_nodes else BACKFILLS,
+        choices=(*BACKFILLS, ON_NODES) if on_nodes else BACKFILLS,
     )
     order = Option(
         "--backfill-order",
