@@ -13,6 +13,7 @@ Units are Slurm's: memory in MB (1024**2 bytes), counts as whole numbers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: `mem_per_node` value that asks for all of each node's memory (Slurm's `--mem=0`).
@@ -33,7 +34,9 @@ class ResourceRequest:
       (`--gpus-per-task`), of `gpu_type` if given;
     - `partitions` in the order Slurm tries them (empty: the default partition), `qos`,
       `exclusive` (`--exclusive`: whole nodes), and the advance `reservation` it runs in
-      (`--reservation`: only on the reservation's nodes, only while it lasts).
+      (`--reservation`: only on the reservation's nodes, only while it lasts);
+    - `nodelist`: the nodes it runs on, and no others (`--nodelist` naming every node of the job; what a running
+      job holds, as squeue's NodeList shows it, so that a forecast keeps it there).
     """
 
     nodes: int | None = None
@@ -51,6 +54,7 @@ class ResourceRequest:
     qos: str | None = None
     exclusive: bool = False
     reservation: str | None = None
+    nodelist: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("nodes", "max_nodes", "tasks", "tasks_per_node", "gpus", "gpus_per_node", "gpus_per_task"):
@@ -69,6 +73,16 @@ class ResourceRequest:
             raise ValueError("GPUs are asked per job, per node or per task, not several of these")
         if self.nodes is not None and self.max_nodes is not None and self.max_nodes < self.nodes:
             raise ValueError(f"max_nodes ({self.max_nodes}) is below nodes ({self.nodes})")
+        if self.nodelist:
+            self._check_nodelist()
+
+    def _check_nodelist(self) -> None:
+        """A node list names each of the job's nodes once, and so says how many it runs on."""
+        count = len(self.nodelist)
+        if len(set(self.nodelist)) != count:
+            raise ValueError(f"nodelist names a node twice: {','.join(self.nodelist)}")
+        if (self.nodes, self.max_nodes) != (count, count):
+            raise ValueError(f"nodelist names {count} nodes; nodes and max_nodes must be {count}")
 
     @property
     def min_nodes(self) -> int:
@@ -113,6 +127,7 @@ class ResourceRequest:
         exclusive: bool = False,
         partition: str = "",
         qos: str = "",
+        nodelist: Sequence[str] = (),
     ) -> ResourceRequest:
         """A request from a job's totals, as a scheduler reports a job to the service (`kernel.jobs.JobRequest`'s
         fields, its partition and QOS by name; partitions separated by commas, in the order Slurm tries them).
@@ -123,13 +138,18 @@ class ResourceRequest:
         (spread with the tasks); `gpus` in all, per node when they split evenly
         over fixed nodes, else per job. What totals cannot say (CPUs per task,
         a range of nodes, a GPU type) is left to Slurm's defaults, as sacct's
-        totals are read (`simulator.workloads.tres`).
+        totals are read (`simulator.workloads.tres`). A `nodelist` (where a
+        running job runs) keeps it on those nodes, as many as it names.
         """
+        if nodelist:
+            if nodes not in (0, len(nodelist)):
+                raise ValueError(f"nodelist names {len(nodelist)} nodes, not the {nodes} the job runs on")
+            nodes = len(nodelist)
         fixed = nodes > 1
         per_node = gpus // nodes if gpus and fixed and gpus % nodes == 0 else None
         return cls(
             nodes=nodes or None,
-            max_nodes=nodes if fixed else None,
+            max_nodes=nodes if fixed or nodelist else None,
             tasks=procs,
             mem_per_node=memory_mb if memory_mb and nodes == 1 else None,
             mem_per_cpu=-(-memory_mb // procs) if memory_mb and nodes != 1 else None,
@@ -138,4 +158,5 @@ class ResourceRequest:
             partitions=tuple(name for name in partition.split(",") if name),
             qos=qos or None,
             exclusive=exclusive,
+            nodelist=tuple(nodelist),
         )

@@ -6,15 +6,17 @@ and partitions asks `ForecastStart` with `backfill` `slurm` instead: this runs
 tsched's `slurm` scheduler (`simulator.clusterreplay.simulate_cluster`) forward
 on the cluster read from the site's `slurm.conf` (`tsched serve --cluster`):
 
-- the running jobs start again at `now` first, in the order given, on the
-  cluster's nodes (where they run is not part of the state: the scheduler
-  places them as it would place them now), each ending as the forecast
-  assumes. Where they run is not in the state, so the nodes may fragment
-  otherwise than Slurm's: if one no longer fits beside those before it, they
-  are placed again biggest first, and the placement that fits more of them
-  is kept; a job that still does not fit starts once room frees, and the
-  forecasts behind it may be late (pinning running jobs to their nodes,
-  which squeue's NodeList gives, would remove this; not done);
+- the running jobs start again at `now` first, in the order given, each
+  ending as the forecast assumes, on the nodes their node lists name (a
+  request's `nodelist`: squeue's NodeList, `RunningJob.node_list`). Where a
+  running job's nodes are not given, the scheduler places it as it would
+  place it now, so the nodes may fragment otherwise than Slurm's: if one no
+  longer fits beside those before it (or a job given its nodes does not fit
+  there: a node list does not say how its CPUs split over them), they are
+  placed again without node lists in the order given, then biggest first,
+  and the placement that fits the most of them is kept; a job that still
+  does not fit starts once room frees, and the forecasts behind it may be
+  late;
 - the waiting jobs follow in the order given, which is the site's priority
   order: the forward run's own priority is that order (priority/basic, no
   limits), as `tests/slurm/start_forecasts.py` measured it against
@@ -106,26 +108,34 @@ class ClusterForwardSimulation:
         if scheduler.backfill != ON_NODES:
             return FORWARD_SIMULATION.starts(state, scheduler, running_ends, waiting_runtimes, check)
         given = list(range(len(state.running)))
-        starts, late = self._forward(state, given, running_ends, waiting_runtimes, check)
-        if late:  # the nodes fragment otherwise than Slurm's did: the biggest first, as a packer would
-            biggest = sorted(given, key=lambda i: _size(state.running[i].job), reverse=True)
-            packed, fewer = self._forward(state, biggest, running_ends, waiting_runtimes, check)
-            if fewer < late:
-                starts = packed
-        return starts
+        biggest = sorted(given, key=lambda i: _size(state.running[i].job), reverse=True)
+        tries = [(given, True)] if any(r.nodelist for r in _requests_of(state)) else []
+        tries += [(given, False), (biggest, False)]  # the nodes fragment otherwise: the biggest first, as a packer
+        best = self._forward(state, *tries[0], running_ends, waiting_runtimes, check)
+        for order, pinned in tries[1:]:
+            if not best[1]:
+                break
+            attempt = self._forward(state, order, pinned, running_ends, waiting_runtimes, check)
+            if attempt[1] < best[1]:
+                best = attempt
+        return best[0]
 
     def _forward(
         self,
         state: QueueState,
         order: Sequence[int],
+        pinned: bool,
         running_ends: Sequence[int],
         waiting_runtimes: Sequence[int],
         check: Callable[[], None] | None,
     ) -> tuple[list[int], int]:
         """The waiting jobs' starts with the running jobs placed again in `order` (positions in `state.running`),
-        and how many of those did not fit at `now` (they start once room frees, and hold their nodes after)."""
+        on their listed nodes if `pinned`, and how many of those did not fit at `now` (they start once room frees,
+        and hold their nodes after)."""
         now = state.now
         requests = _requests_of(state)
+        if not pinned:
+            requests = [replace(request, nodelist=()) for request in requests]
         running = [state.running[i] for i in order]
         jobs = [*(started.job for started in running), *state.waiting]
         left = [max(started.start + started.job.t_req - now, 1) for started in running]

@@ -45,7 +45,7 @@ from simulator.engine import SimulationConfig, SimulationResult, TraceReplay
 from simulator.jobs import WaitingJob
 from simulator.loop import EventKind, Observer
 from simulator.machine import make_correction, planning_mode
-from simulator.nodes import Demand, NodeState, NodeTable, demand
+from simulator.nodes import Demand, NodeState, NodeTable, demand, from_bits
 from simulator.policies import QueuePolicy
 from simulator.scheduler import QueueScheduler
 from simulator.slurmpolicy import BasicPriority, SiteAccounting, SitePolicy, SlurmGate, owners, site_policy
@@ -83,7 +83,7 @@ def queued_jobs(
     Jobs asking the same thing are resolved once: a queue holds many alike, and a forecast's queue is a client's.
     """
     empty = NodeState(NodeTable(cluster))
-    resolved: dict[ResourceRequest, tuple[Demand, ...] | str] = {}
+    resolved: dict[ResourceRequest, tuple[tuple[Demand, ...], int] | str] = {}
     queued: dict[int, QueuedJob] = {}
     skipped: Counter[str] = Counter()
     for job_id, user, procs in zip(*(jobs[c].tolist() for c in ("job_id", "user", "procs")), strict=True):
@@ -94,23 +94,45 @@ def queued_jobs(
         if isinstance(fitting, str):
             skipped[fitting] += 1
             continue
-        queued[job_id] = QueuedJob(user, fitting, request.reservation)
+        demands, only = fitting
+        queued[job_id] = QueuedJob(user, demands, request.reservation, only)
     return queued, dict(skipped)
 
 
-def _fitting_demands(request: ResourceRequest, cluster: Cluster, empty: NodeState) -> tuple[Demand, ...] | str:
-    """The request resolved in each of its partitions that could ever hold it, or why none can."""
+def _fitting_demands(
+    request: ResourceRequest, cluster: Cluster, empty: NodeState
+) -> tuple[tuple[Demand, ...], int] | str:
+    """The request resolved in each of its partitions that could ever hold it and the nodes it may use (-1: any),
+    or why none can."""
     default = cluster.default_partition
     names = request.partitions or ((default.name,) if default else ())
     unknown = [name for name in names if name not in cluster.partition_names]
     if unknown or not names:
         return f"partition {unknown[0]} not in the cluster" if unknown else "no partition and no default"
+    only = _listed_nodes(request.nodelist, cluster)
+    if isinstance(only, str):
+        return only
     try:
         demands = tuple(demand(request, cluster, cluster.partition(name)) for name in names)
     except ValueError:
         return "request Slurm would refuse"
-    fitting = tuple(d for d in demands if empty.pick(d, empty.table.partition_masks[d.partition]) is not None)
-    return fitting or "does not fit its partition"
+    masks = empty.table.partition_masks
+    if only != -1:
+        listed = from_bits(only, empty.table.size)
+        masks = {name: mask & listed for name, mask in masks.items()}
+    fitting = tuple(d for d in demands if empty.pick(d, masks[d.partition]) is not None)
+    return (fitting, only) if fitting else "does not fit its partition"
+
+
+def _listed_nodes(nodelist: tuple[str, ...], cluster: Cluster) -> int | str:
+    """The nodes a node list names, as bits of the cluster's node order (-1: no list, any node), or why not."""
+    if not nodelist:
+        return -1
+    index = {node.name: position for position, node in enumerate(cluster.nodes)}
+    unknown = [name for name in nodelist if name not in index]
+    if unknown:
+        return f"node {unknown[0]} not in the cluster"
+    return sum(1 << index[name] for name in nodelist)
 
 
 def slurm_scheduler(

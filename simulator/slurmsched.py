@@ -64,11 +64,13 @@ def over_time_minutes(cluster: Cluster, partition: Partition) -> int | None:
 @dataclass(frozen=True, slots=True)
 class QueuedJob:
     """What the scheduler knows of a job beyond `WaitingJob`: its user, its request in each partition it
-    may run in, in the order it asked for them, and the advance reservation it runs in (None: none)."""
+    may run in, in the order it asked for them, the advance reservation it runs in (None: none), and the nodes
+    it may run on (bits in the cluster's node order; -1: any; a forecast's running job keeps its own)."""
 
     user: int
     demands: tuple[Demand, ...]
     reservation: str | None = None
+    only: int = -1
 
 
 class NodeMachine(Machine):
@@ -310,12 +312,14 @@ class SlurmBackfill(Backfill):
         return None if reservation is None or over_run is None else reservation.end + over_run * 60
 
     def _usable(self, job: WaitingJob, start: int, end: int) -> int | None:
-        """The nodes the reservations let `job` use from `start` to `end` (-1: all); None: none yet or any more
-        (its reservation has not begun or has ended)."""
-        reservation = self.reserved.named(self.jobs[job.job_id].reservation)
+        """The nodes the reservations and its node list let `job` use from `start` to `end` (-1: all); None: none
+        yet or any more (its reservation has not begun or has ended)."""
+        queued = self.jobs[job.job_id]
+        reservation = self.reserved.named(queued.reservation)
         if reservation is not None:
-            return self.reserved.usable(reservation, start, end)
-        return ~self.reserved.blocked(start, end) if self.reserved else -1
+            usable = self.reserved.usable(reservation, start, end)
+            return None if usable is None else usable & queued.only
+        return ~self.reserved.blocked(start, end) & queued.only if self.reserved else queued.only
 
     def _at_submission(
         self, queue: list[WaitingJob], submitted: set[int], machine: NodeMachine, ends: list[RunningEnd]
@@ -418,7 +422,7 @@ class SlurmBackfill(Backfill):
                     continue
             reservation = self.reserved.named(queued.reservation)
             for wanted in queued.demands:
-                estimate = self._plan(now, wanted, job.t_est, space, estimates, reservation)
+                estimate = self._plan(now, wanted, job.t_est, space, estimates, reservation, queued.only)
                 if estimate is None:
                     continue
                 if estimate.start <= now:
@@ -436,16 +440,17 @@ class SlurmBackfill(Backfill):
         space: NodeSpace,
         estimates: _CycleEstimates,
         reservation: Reservation | None = None,
+        only: int = -1,
     ) -> Estimate | None:
         """_attempt_backfill for one job in one partition: a start now, or a reservation made (None: neither).
 
         The job is tried from `now` on the nodes free of reservations over its
-        window; when its estimate lies past the next change of those nodes, or
+        window, among the `only` nodes it may use; when its estimate lies past the next change of those nodes, or
         its nodes overlap a reservation, it is tried again from that later time.
         """
         settings = self.settings
         resolution = settings.bf_resolution
-        partition = self._partition_bits[wanted.partition]
+        partition = self._partition_bits[wanted.partition] & only
         start_from: int | None = now
         while start_from is not None:
             free, later = space.free_over(start_from, start_from + limit, partition)

@@ -19,7 +19,8 @@ every array task on its own line, the pending jobs in Slurm's priority order):
   (`FORECAST_REASONS`: held, over a limit, for another job, a begin time, a
   reservation, its array's task limit) is left out and reported with Slurm's
   reason: tsched's scheduler does not model why;
-- the running jobs are placed again in the order they started.
+- a running job stays on the nodes squeue's NodeList names (no more than
+  its CPUs); the running jobs are placed again in the order they started.
 
 A line squeue could not have printed is refused naming the source, the line
 and the field; nothing is guessed.
@@ -33,6 +34,7 @@ from typing import Any
 
 from kernel.durations import slurm_duration
 from kernel.errors import UsageError
+from kernel.hostlist import expand_hostlist
 from kernel.jobs import JobName, JobRequest
 from kernel.resources import ResourceRequest
 from predictor.forecasting import QueueState, StartedJob
@@ -57,6 +59,7 @@ SQUEUE_FIELDS = (
     "NumNodes",
     "tres-alloc",
     "OverSubscribe",
+    "NodeList",
     "Reason",
 )
 #: The reasons a pending job waits that tsched's scheduler models: Slurm's priority order and its resources. A
@@ -182,15 +185,19 @@ def _line(row: dict[str, str], field: Callable[[str, Callable[[str], Any]], Any]
         gpus=tres_gpus(tres)[0],
         exclusive=int(row["OverSubscribe"] == "NO"),
     )
-    request = ResourceRequest.from_totals(
-        job.procs, job.nodes, job.memory_mb, job.gpus, bool(job.exclusive), partition, qos
+    running = row["State"] == "RUNNING"
+    nodelist = field("NodeList", lambda text: expand_hostlist(text, job.procs)) if running else ()
+    request = field(
+        "NodeList",
+        lambda _: ResourceRequest.from_totals(
+            job.procs, job.nodes, job.memory_mb, job.gpus, bool(job.exclusive), partition, qos, nodelist
+        ),
     )
     names = [
         (kind, name)
         for kind, name in (("user", row["UserName"]), ("group", row["Account"]), ("queue", partition), ("qos", qos))
         if name and name != "(null)"
     ]
-    running = row["State"] == "RUNNING"
     start = field("StartTime", _unix) if running else (int(row["StartTime"]) if row["StartTime"].isdigit() else None)
     return _Line(job, _label(row, field), start, request, names)
 

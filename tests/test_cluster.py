@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from kernel.hostlist import expand_hostlist
 from simulator.cluster import Cluster, Node, Partition, natural_key
 from simulator.clusterconf import ClusterConfigError, read_cluster, read_cluster_toml, read_slurm_conf
-from simulator.clusterconf.hostlist import expand_hostlist
 from simulator.clusterconf.settings import memory_mb, parse_gres, slurm_minutes
 
 SITE = """\
@@ -365,6 +366,21 @@ def test_host_lists_expand_as_slurm_expands_them(text, names):
 def test_bad_host_lists_are_refused(text):
     with pytest.raises(ValueError, match=r"."):
         expand_hostlist(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("n[1-5]", "range '1-5' in 'n[1-5]' names over 4 hosts"),
+        ("r[1-2]n[1-3]", "'r[1-2]n[1-3]' names over 4 hosts"),
+        ("a,b,c,n[1-2]", "'a,b,c,n[1-2]' names over 4 hosts"),
+        ("n[1-999999999]", "names over 4 hosts"),  # refused before it is expanded
+    ],
+)
+def test_a_host_list_names_no_more_than_its_limit(text, words):
+    assert expand_hostlist("n[1-4]", 4) == ["n1", "n2", "n3", "n4"]
+    with pytest.raises(ValueError, match=re.escape(words)):
+        expand_hostlist(text, 4)
 
 
 def test_slurm_values():

@@ -215,6 +215,18 @@ def test_tsched_forecast_sends_partitions_by_name(
     assert main([*arguments, "--backfill", "slurm"]) == 2
     assert "waiting[2].partition must be a name, got 7" in capsys.readouterr().err
 
+    # running jobs on their nodes (squeue's NodeList): one 4-CPU job on each of n1-n4 keeps a whole-node job waiting
+    pinned = _one_per_node(True)
+    running = [{**item(s.job, "cpu"), "start": s.start, "node_list": f"n{n}"} for n, s in enumerate(pinned.running, 1)]
+    state = {**state, "running": running, "waiting": [item(pinned.waiting[0], "cpu")]}
+    path.write_text(json.dumps(state))
+    assert main([*arguments, "--backfill", "slurm", "--json"]) == 0
+    assert [row["start"] for row in json.loads(capsys.readouterr().out)["forecasts"]] == [NOW - 100 + 3_600]
+    state["running"][0]["node_list"] = "n[1-9]"  # type: ignore[index]
+    path.write_text(json.dumps(state))
+    assert main([*arguments, "--backfill", "slurm"]) == 2
+    assert "running[0].node_list: range '1-9' in 'n[1-9]' names over 4 hosts" in capsys.readouterr().err
+
 
 def test_a_forecasts_users_by_name_are_the_namespaces(server: str) -> None:
     """A scheduler that reports its users by name (as jobcomp and job_submit.lua do) is forecast with what the
@@ -279,3 +291,80 @@ def test_a_partition_given_by_number_is_refused_under_slurm(server: str) -> None
         forecast(server, request)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "waiting[0].queue: with backfill 'slurm' a job names its partition" in raised.value.details()
+
+
+# --- running jobs on their own nodes ------------------------------------------------------------
+
+
+def _one_per_node(pinned: bool) -> QueueState:
+    """Four 4-CPU jobs, one on each of n1-n4 (Slurm spread them so) when `pinned`; waiting, a whole-node job."""
+    running = [StartedJob(job(number, 4, 3_600), NOW - 100) for number in range(1, 5)]
+    requests = [
+        ResourceRequest.from_totals(4, 1, partition="cpu", nodelist=(f"n{number}",) if pinned else ())
+        for number in range(1, 5)
+    ]
+    waiting = job(9, 8, 1_200, exclusive=1)
+    requests.append(ResourceRequest.from_totals(8, exclusive=True, partition="cpu"))
+    return QueueState(NOW, 48, running, [waiting], requests)
+
+
+def test_running_jobs_stay_on_the_nodes_they_run_on(cluster: Cluster) -> None:
+    """On their own nodes, no node of `cpu` is idle until the first of them ends; placed again, two share a node
+    and the whole-node job would start now, which Slurm could not do."""
+    forward = ClusterForwardSimulation(cluster)
+    ends = [NOW + 1_000, NOW + 2_000, NOW + 3_000, NOW + 4_000]
+    for pinned, start in ((True, NOW + 1_000), (False, NOW)):
+        state = _one_per_node(pinned)
+        forward.check(ON_NODES, state)
+        assert forward.starts(state, ON_NODES, ends, [600]) == [start]
+
+
+def test_a_running_job_given_nodes_it_does_not_fit_on_is_placed_again(cluster: Cluster) -> None:
+    """A node list that cannot hold the job (nine CPUs' worth on an 8-CPU node beside another job) is not a
+    placement: the forecast places the running jobs again rather than start one late."""
+    state = _one_per_node(True)
+    crowded = [ResourceRequest.from_totals(4, 1, partition="cpu", nodelist=("n1",)) for _ in range(4)]
+    state = QueueState(NOW, 48, state.running, state.waiting, [*crowded, *state.requests[4:]])
+    assert ClusterForwardSimulation(cluster).starts(state, ON_NODES, [NOW + 1_000] * 4, [600]) == [NOW]
+
+
+def test_the_service_keeps_running_jobs_on_their_node_lists(server: str) -> None:
+    state = _one_per_node(True)
+    request = pb.ForecastStartRequest(now=NOW, machine_procs=48, backfill="slurm", estimator="request")
+    for number, started in enumerate(state.running, start=1):
+        message = add_names(job_message(started.job), partition="cpu")
+        request.running.add(job=message, start=started.start, node_list=f"n{number}")
+    request.waiting.append(add_names(job_message(state.waiting[0]), partition="cpu"))
+    # requests as runtimes: the running jobs end at their limit, 3,600 s after their start (on a limit sweep)
+    assert [f.start for f in forecast(server, request).forecasts] == [NOW - 100 + 3_600]
+
+
+@pytest.mark.parametrize(
+    ("node_list", "words"),
+    [
+        ("n[1-9]", "running[0].node_list: range '1-9' in 'n[1-9]' names over 8 hosts (a job runs on no more"),
+        ("n[1-", "running[0].node_list: '[' without ']'"),
+        ("x9", "running[0].job cannot run on this cluster: node x9 not in the cluster"),
+        ("n5", "running[0].job cannot run on this cluster: does not fit its partition"),
+        ("n1,n1", "running[0].job: nodelist names a node twice: n1,n1"),
+    ],
+)
+def test_node_lists_that_cannot_be_are_invalid_arguments(server: str, node_list: str, words: str) -> None:
+    request = request_of()
+    request.running[0].node_list = node_list
+    with pytest.raises(grpc.RpcError) as raised:
+        forecast(server, request)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert words in raised.value.details()
+    assert len(forecast(server, request_of()).forecasts) == 3  # and it keeps serving
+
+
+def test_a_node_list_says_how_many_nodes_a_job_runs_on() -> None:
+    pinned = ResourceRequest.from_totals(8, memory_mb=8_000, nodelist=("n1", "n2"))
+    assert (pinned.nodes, pinned.max_nodes, pinned.mem_per_cpu, pinned.nodelist) == (2, 2, 1_000, ("n1", "n2"))
+    single = ResourceRequest.from_totals(4, 1, memory_mb=2_000, nodelist=("n3",))
+    assert (single.nodes, single.max_nodes, single.mem_per_node) == (1, 1, 2_000)
+    with pytest.raises(ValueError, match="nodelist names 2 nodes, not the 3 the job runs on"):
+        ResourceRequest.from_totals(8, 3, nodelist=("n1", "n2"))
+    with pytest.raises(ValueError, match="nodelist names 1 nodes; nodes and max_nodes must be 1"):
+        ResourceRequest(tasks=2, nodelist=("n1",))

@@ -4,7 +4,8 @@ The one-host cluster of tests/test_squeue.py's capture (four nodes of 4 CPUs and
 `cpu` and `gpu`, memory a consumable) runs three jobs and queues six more, one of them over its partition's
 MaxTime; once Slurm's backfill scheduler has planned the queue, `sites.squeue.SQUEUE_COMMAND` is read into a
 forecast's state and `tsched forecast --squeue` asks a real server started with the same slurm.conf. The jobs
-Slurm planned one by one start when Slurm planned them, within its 30 s limit sweep. About half a minute; skipped
+Slurm planned one by one start when Slurm planned them, within its 30 s limit sweep and the 60 s its plan rounds
+to (bf_resolution). Each running job stays on the nodes squeue shows. About half a minute; skipped
 without root or Debian's slurm packages.
 """
 
@@ -16,23 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm.workload import Cluster, running_cluster, unavailable
+from slurm.squeue_capture import SETTINGS, planned_queue
+from slurm.workload import running_cluster, unavailable
 
 from predictor.service.server import start_server
 from simulator.clusterconf import read_cluster
 from simulator.clusterforecast import ClusterForwardSimulation
-from sites.squeue import SQUEUE_COMMAND, read_squeue
+from sites.squeue import read_squeue
 from tsched.cli import main
 
 pytestmark = pytest.mark.slurm
-SETTINGS = {
-    "TSCHED_SLURM_MEMORY": "4000",
-    "TSCHED_SLURM_GPUS": "2",
-    "TSCHED_SLURM_GPU_NODES": "3 4",
-    "TSCHED_SLURM_SELECT": "CR_Core_Memory",
-    "TSCHED_SLURM_PARTITIONS": "PartitionName=cpu Nodes=n[1-3] Default=YES MaxTime=60 State=UP\n"
-    "PartitionName=gpu Nodes=n[3-4] MaxTime=60 State=UP",
-}
 #: (user, sbatch options): three that run, then the queue in submission order (the fourth over MaxTime).
 JOBS = [
     ("tsched-alice", ("-p", "cpu", "-n", "4", "-t", "30", "--mem=2000")),
@@ -44,20 +38,8 @@ JOBS = [
     ("tsched-bob", ("-p", "cpu", "-n", "1", "-t", "1-00:00:00")),
     ("tsched-bob", ("-n", "2", "-t", "45")),
 ]
-SWEEP = 30
-
-
-def _planned(cluster: Cluster, timeout: float = 60) -> str:
-    """squeue's output once Slurm's backfill scheduler has planned a start for the first two queued jobs."""
-    deadline = time.monotonic() + timeout
-    while True:
-        text = cluster.run("bash", "-c", SQUEUE_COMMAND)
-        pending = [line.split("|") for line in text.splitlines() if "|PENDING|" in line]
-        if len(pending) >= 5 and all(fields[10].isdigit() for fields in pending[:2]):
-            return text
-        if time.monotonic() > deadline:
-            raise AssertionError(f"Slurm planned no start within {timeout}s:\n{text}")
-        time.sleep(1)
+#: The limit sweep tsched plays out, and bf_resolution, to which Slurm's plan rounds a start down.
+SWEEP, RESOLUTION = 30, 60
 
 
 def test_a_live_queue_is_forecast_as_slurm_plans_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,7 +51,7 @@ def test_a_live_queue_is_forecast_as_slurm_plans_it(tmp_path: Path, capsys: pyte
         ids = [cluster.sbatch(user, *options, command="sleep 600") for user, options in JOBS]
         cluster.wait_running(ids[:3])
         now = int(time.time())
-        text = _planned(cluster)
+        text = planned_queue(cluster, pending=5)
         conf = tmp_path / "slurm.conf"
         conf.write_text((cluster.scratch / "etc" / "slurm.conf").read_text())
         (tmp_path / "gres.conf").write_text((cluster.scratch / "etc" / "gres.conf").read_text())
@@ -79,6 +61,7 @@ def test_a_live_queue_is_forecast_as_slurm_plans_it(tmp_path: Path, capsys: pyte
     assert [job.job_id for job in queue.state.waiting] == [ids[3], ids[4], ids[5], ids[7]]
     assert queue.left_out == {str(ids[6]): "PartitionTimeLimit"}
     assert (2, "user", "tsched-carol") in queue.state.names
+    assert all(len(request.nodelist) == request.nodes for request in queue.state.requests[:3])  # where they run
 
     squeue = tmp_path / "squeue.txt"
     squeue.write_text(text)
@@ -92,4 +75,4 @@ def test_a_live_queue_is_forecast_as_slurm_plans_it(tmp_path: Path, capsys: pyte
         running.stop(0).wait()
     rows = json.loads(capsys.readouterr().out)["forecasts"]
     for row in rows[:2]:  # planned off the running jobs' limits
-        assert abs(row["start"] - row["slurm"]) <= SWEEP + 2, (row, text)
+        assert abs(row["start"] - row["slurm"]) <= SWEEP + RESOLUTION, (row, text)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernel.errors import InvalidRequest
+from kernel.hostlist import expand_hostlist
 from kernel.jobs import (
     JOB_FIELD_NAMES,
     JOB_FIELDS,
@@ -33,7 +34,7 @@ from kernel.jobs import (
 from kernel.resources import ResourceRequest
 from predictor.forecasting import DEFAULT_LOWER_QUANTILE, ON_NODES, QueueState, Scheduler, StartedJob, StartForecast
 from predictor.proto import pb
-from predictor.service.forecasts import check_counts
+from predictor.service.forecasts import MAX_LISTED_NODES, check_counts
 from predictor.service.live import LiveSummary
 from predictor.service.views import CallCount, Description, EstimatorView, NamespaceView, ServiceStatus
 
@@ -364,22 +365,41 @@ def forecast_question(request: pb.ForecastStartRequest) -> tuple[QueueState, Sch
 
 
 def _cluster_requests(request: pb.ForecastStartRequest) -> list[ResourceRequest]:
-    """What each job (running, then waiting) asked of the cluster, from its totals, partition and QOS by name."""
-    places = [(f"running[{index}].job", message.job) for index, message in enumerate(request.running)]
-    places += [(f"waiting[{index}]", job) for index, job in enumerate(request.waiting)]
+    """What each job (running, then waiting) asked of the cluster, from its totals, partition and QOS by name; a
+    running job on the nodes its node list names."""
+    places = [(f"running[{index}]", message.job, message.node_list) for index, message in enumerate(request.running)]
+    places += [(f"waiting[{index}]", job, "") for index, job in enumerate(request.waiting)]
+    budget = MAX_LISTED_NODES
     requests = []
-    for place, job in places:
+    for place, job, node_list in places:
+        field = f"{place}.job" if place.startswith("running") else place
         if job.HasField("queue") and job.queue != -1:
-            raise InvalidRequest(f"{place}.queue: with backfill 'slurm' a job names its partition (partition)")
+            raise InvalidRequest(f"{field}.queue: with backfill 'slurm' a job names its partition (partition)")
+        nodelist = _listed(node_list, min(job.procs, budget), f"{place}.node_list")
+        budget -= len(nodelist)
         try:
             requests.append(
                 ResourceRequest.from_totals(
-                    job.procs, job.nodes, job.memory_mb, job.gpus, job.exclusive, job.partition, job.qos_name
+                    job.procs, job.nodes, job.memory_mb, job.gpus, job.exclusive, job.partition, job.qos_name, nodelist
                 )
             )
         except ValueError as error:
-            raise InvalidRequest(f"{place}: {error}") from None
+            raise InvalidRequest(f"{field}: {error}") from None
     return requests
+
+
+def _listed(node_list: str, limit: int, field: str) -> list[str]:
+    """The nodes a running job's node list names: no more than its CPUs, nor than a request's node lists may
+    name together (`MAX_LISTED_NODES`), counted before they are expanded."""
+    if not node_list:
+        return []
+    try:
+        return expand_hostlist(node_list, limit)
+    except ValueError as error:
+        raise InvalidRequest(
+            f"{field}: {error} (a job runs on no more nodes than CPUs, and a request's node lists name at most "
+            f"{MAX_LISTED_NODES} in all)"
+        ) from None
 
 
 def forecast_request(
@@ -399,8 +419,9 @@ def forecast_request(
         backfill_order=scheduler.backfill_order,
         lower_quantile=lower_quantile,
     )
-    for started in state.running:
-        request.running.add(job=job_message(started.job), start=started.start)
+    lists = [",".join(asked.nodelist) for asked in state.requests[: len(state.running)]] or [""] * len(state.running)
+    for started, node_list in zip(state.running, lists, strict=True):
+        request.running.add(job=job_message(started.job), start=started.start, node_list=node_list)
     add_jobs(request.waiting, state.waiting)
     messages = [*(running.job for running in request.running), *request.waiting]
     for index, field, name in state.names:

@@ -31,6 +31,9 @@ from predictor.service.records import History
 MAX_FORECAST_WAITING = 5_000
 MAX_FORECAST_RUNNING = 20_000
 MAX_MACHINE_PROCS = 10_000_000
+#: The running jobs' node lists of one forecast name at most this many nodes together (a client's list is
+#: expanded only within it).
+MAX_LISTED_NODES = 200_000
 
 
 @dataclass(frozen=True)

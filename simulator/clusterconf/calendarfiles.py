@@ -27,9 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from kernel.hostlist import expand_hostlist
 from simulator.calendar import Calendar, NodeEvent, Reservation
 from simulator.cluster import Cluster
-from simulator.clusterconf.hostlist import expand_hostlist
 from simulator.clusterconf.sacctmgr import parsable_rows
 from simulator.clusterconf.settings import ClusterConfigError, Where
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernel.hostlist import expand_hostlist, split_list
 from simulator.cluster import Node
 from simulator.clusterconf.conffile import read_lines
-from simulator.clusterconf.hostlist import expand_hostlist, split_list
 from simulator.clusterconf.settings import Value, lower_keys, parse_gres
 
 GRES_KEYS = frozenset(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from kernel.errors import TschedError
+from kernel.hostlist import expand_expression, split_list
 from simulator.cluster import (
     NODE_STATES,
     PARTITION_STATES,
@@ -25,7 +26,6 @@ from simulator.cluster import (
     SchedulerSettings,
     SelectSettings,
 )
-from simulator.clusterconf.hostlist import expand_expression, split_list
 
 UNLIMITED = frozenset({"UNLIMITED", "INFINITE"})
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")

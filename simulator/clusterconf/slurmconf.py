@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kernel.hostlist import expand_hostlist
 from simulator.cluster import Cluster, Node, Partition, natural_key
 from simulator.clusterconf.conffile import Line, read_lines
 from simulator.clusterconf.gresconf import check_gres_conf
-from simulator.clusterconf.hostlist import expand_hostlist
 from simulator.clusterconf.prioritykeys import priority_settings
 from simulator.clusterconf.settings import (
     MEMORY_KEYS,

@@ -56,8 +56,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kernel.hostlist import expand_hostlist
 from simulator.cluster import Cluster, Node, natural_key
-from simulator.clusterconf.hostlist import expand_hostlist
 from simulator.clusterconf.prioritykeys import priority_settings
 from simulator.clusterconf.settings import (
     ClusterConfigError,

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kernel.errors import TraceError
+from kernel.hostlist import expand_hostlist
 from kernel.resources import ResourceRequest
 from simulator.cluster import Cluster
-from simulator.clusterconf.hostlist import expand_hostlist
 from simulator.workloads.trace import read_trace_bytes
 from simulator.workloads.tres import sacct_request
 

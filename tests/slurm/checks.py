@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from kernel.hostlist import expand_hostlist
 from kernel.resources import ResourceRequest
 from simulator.calendar import Reservation, ReservedNodes
 from simulator.cluster import Cluster
 from simulator.clusterconf import read_slurm_conf
 from simulator.clusterconf.calendarfiles import read_reservations, time_zone
-from simulator.clusterconf.hostlist import expand_hostlist
 from simulator.nodes import Allocation, Demand, NodeState, NodeTable, demand
 from simulator.workloads.tres import parse_tres, sacct_request, submit_options
 

@@ -37,7 +37,7 @@ import argparse
 import gzip
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,7 +52,7 @@ from simulator.clusterconf import read_slurm_conf
 from simulator.clusterforecast import ClusterForwardSimulation
 from simulator.waiteval import score
 from simulator.workloads.formats import read_trace
-from simulator.workloads.sacctrequests import read_sacct_requests
+from simulator.workloads.sacctrequests import read_sacct_nodes, read_sacct_requests
 
 _PLANNED = re.compile(r"^\[(\S+)\] sched/backfill: _dump_job_sched: JobId=(\d+) to start at (\S+),")
 #: Dump lines this far apart (s) belong to two backfill cycles.
@@ -122,13 +122,21 @@ def _in_priority_order(pending: Sequence[int], cycle: Sequence[int]) -> list[int
 
 
 class Forecaster:
-    """tsched's forecasts on one captured run (its sacct, slurm.conf and the requests sacct gives)."""
+    """tsched's forecasts on one captured run (its sacct, slurm.conf and the requests sacct gives); the running
+    jobs on the nodes sacct's NodeList says they ran on, as squeue shows them (`pinned`), or placed again."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, pinned: bool = True) -> None:
         self.forward = ClusterForwardSimulation(read_slurm_conf(folder / "slurm.conf"))
         trace = read_trace(folder / "jobs.sacct")
         self.jobs = trace.jobs.set_index("job_id", drop=False)
         self.requests = read_sacct_requests(folder / "jobs.sacct", self.forward.cluster)
+        self.running_requests = dict(self.requests)
+        if pinned:
+            names = [node.name for node in self.forward.cluster.nodes]
+            for job, nodes in read_sacct_nodes(folder / "jobs.sacct", self.forward.cluster).items():
+                listed = tuple(names[index] for index in nodes)
+                count = len(listed)
+                self.running_requests[job] = replace(self.requests[job], nodes=count, max_nodes=count, nodelist=listed)
         self.starts = self.jobs["submit"] + self.jobs["wait"]
 
     def estimates(self, spec: str, now: int, jobs: pd.DataFrame) -> np.ndarray:
@@ -165,7 +173,7 @@ class Forecaster:
                 for job, start in zip(jobs_to_requests(running), starts.loc[running.index], strict=True)
             ],
             jobs_to_requests(waiting),
-            [self.requests[job] for job in (*running.index, *waiting.index)],
+            [self.running_requests[job] for job in running.index] + [self.requests[job] for job in waiting.index],
         )
         ends = running_ends(state, self.estimates(spec, now, running).tolist(), self.lifetimes(now))
         if question.job_id in running.index:  # asked at the cycle that started it: it starts now
@@ -174,9 +182,9 @@ class Forecaster:
         return forecasts[waiting.index.get_loc(question.job_id)]
 
 
-def evaluate(folder: Path, estimators: Sequence[str] = ESTIMATORS) -> pd.DataFrame:
+def evaluate(folder: Path, estimators: Sequence[str] = ESTIMATORS, pinned: bool = True) -> pd.DataFrame:
     """Per question: when asked, the actual start, Slurm's planned start and each estimator's forecast."""
-    forecaster = Forecaster(folder)
+    forecaster = Forecaster(folder, pinned)
     rows = []
     for question in questions(folder / "backfill.log.gz"):
         if question.job_id not in forecaster.jobs.index:
@@ -203,9 +211,12 @@ def scores(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path, help="captured runs (jobs.sacct, slurm.conf, backfill.log.gz)")
+    parser.add_argument(
+        "--place-again", action="store_true", help="place the running jobs again instead of on their nodes"
+    )
     args = parser.parse_args(argv)
     for folder in args.folders:
-        table = evaluate(folder)
+        table = evaluate(folder, pinned=not args.place_again)
         waited = (table["start"] - table["asked_at"]).mean()
         print(f"{folder}: {len(table)} questions, mean wait from the question {waited:.0f} s")
         print(scores(table, ("squeue", *ESTIMATORS)).round(3).to_string())

@@ -265,8 +265,10 @@ def id_or_name(text: str) -> int | str:
 def read_queue_state(path: str) -> QueueState:
     """A scheduler's state from a JSON file (docs/queue-time.md): `now`, `machine_procs`, `running` (jobs with
     their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job, and may
-    name its `partition` (for a forecast on a cluster's nodes)."""
+    name its `partition` and, running, its `node_list` (for a forecast on a cluster's nodes)."""
+    from kernel.hostlist import expand_hostlist
     from kernel.jobs import JOB_FIELDS, JobRequest
+    from kernel.resources import ResourceRequest
     from predictor.forecasting import QueueState, StartedJob
 
     try:
@@ -297,11 +299,22 @@ def read_queue_state(path: str) -> QueueState:
             raise UsageError(f"{path}: {key} must be a list of jobs")
         return items
 
-    def partition(where: str, item: dict[str, Any]) -> str:
-        named = item.get("partition", "")
+    def text(where: str, item: dict[str, Any], key: str, what: str) -> str:
+        named = item.get(key, "")
         if not isinstance(named, str):
-            raise UsageError(f"{path}: {where}partition must be a name, got {named!r}")
+            raise UsageError(f"{path}: {where}{key} must be {what}, got {named!r}")
         return named
+
+    def request(where: str, item: dict[str, Any], asked: JobRequest) -> ResourceRequest:
+        """What the job asks of a cluster, as the service reads its totals; a running job on its listed nodes."""
+        try:
+            listed = text(where, item, "node_list", "a host list")
+            nodes = expand_hostlist(listed, asked.procs) if listed else []
+            return ResourceRequest.from_totals(
+                asked.procs, asked.nodes, asked.memory_mb, asked.gpus, bool(asked.exclusive), named[where], "", nodes
+            )
+        except ValueError as error:
+            raise UsageError(f"{path}: {where}node_list: {error}") from None
 
     running = [
         StartedJob(job(f"running[{index}].", item), number(f"running[{index}].", item, "start"))
@@ -309,9 +322,13 @@ def read_queue_state(path: str) -> QueueState:
     ]
     waiting = [job(f"waiting[{index}].", item) for index, item in enumerate(listed("waiting"))]
     places = [f"running[{index}]." for index in range(len(running))] + [f"waiting[{i}]." for i in range(len(waiting))]
-    named = [partition(where, item) for where, item in zip(places, listed("running") + listed("waiting"), strict=True)]
-    names = [(index, "queue", name) for index, name in enumerate(named) if name]
-    return QueueState(number("", data, "now"), number("", data, "machine_procs"), running, waiting, names=names)
+    items = listed("running") + listed("waiting")
+    named = {where: text(where, item, "partition", "a name") for where, item in zip(places, items, strict=True)}
+    names = [(index, "queue", name) for index, name in enumerate(named.values()) if name]
+    jobs = [started.job for started in running] + waiting
+    requests = [request(where, item, asked) for where, item, asked in zip(places, items, jobs, strict=True)]
+    now, procs = number("", data, "now"), number("", data, "machine_procs")
+    return QueueState(now, procs, running, waiting, requests, names)
 
 
 def queue_to_forecast(args: argparse.Namespace) -> SlurmQueue | QueueState:

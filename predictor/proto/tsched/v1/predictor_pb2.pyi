@@ -243,12 +243,14 @@ class ListNamespacesResponse(_message.Message):
     def __init__(self, namespaces: _Optional[_Iterable[_Union[NamespaceInfo, _Mapping]]] = ...) -> None: ...
 
 class RunningJob(_message.Message):
-    __slots__ = ("job", "start")
+    __slots__ = ("job", "start", "node_list")
     JOB_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
+    NODE_LIST_FIELD_NUMBER: _ClassVar[int]
     job: Job
     start: int
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., start: _Optional[int] = ...) -> None: ...
+    node_list: str
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., start: _Optional[int] = ..., node_list: _Optional[str] = ...) -> None: ...
 
 class ForecastStartRequest(_message.Message):
     __slots__ = ("namespace", "estimator", "now", "machine_procs", "running", "waiting", "policy", "backfill", "backfill_order", "lower_quantile")

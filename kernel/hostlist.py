@@ -5,6 +5,10 @@ commas outside brackets; each expression is a prefix, bracketed ranges and a
 suffix, several bracket groups expanding as a product (`r[1-2]n[1-2]` is
 r1n1, r1n2, r2n1, r2n2). A range `LO-HI` keeps the zero padding of `LO`
 (`[08-10]` is 08, 09, 10).
+
+Shared by the site readers (slurm.conf, gres.conf, sacct, reservations) and
+the service, which reads a running job's nodes as Slurm prints them; a
+`limit` on the names bounds what an expression may cost before it is expanded.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def split_list(text: str) -> list[str]:
     return [part.strip() for part in parts if part.strip()]
 
 
-def _numbers(group: str, expression: str) -> list[str]:
+def _numbers(group: str, expression: str, limit: int) -> list[str]:
     """The numbers of one bracket group (`01-03,7`), as text with their padding."""
     numbers: list[str] = []
     for item in group.split(","):
@@ -53,15 +57,15 @@ def _numbers(group: str, expression: str) -> list[str]:
             continue
         if int(high) < int(low):
             raise ValueError(f"range {item.strip()!r} in {expression!r} runs backwards")
-        if int(high) - int(low) >= MAX_HOSTS:
-            raise ValueError(f"range {item.strip()!r} in {expression!r} names over {MAX_HOSTS} hosts")
+        if len(numbers) + int(high) - int(low) >= limit:
+            raise ValueError(f"range {item.strip()!r} in {expression!r} names over {limit} hosts")
         width = len(low)
         numbers.extend(str(number).zfill(width) for number in range(int(low), int(high) + 1))
     return numbers
 
 
-def expand_expression(expression: str) -> list[str]:
-    """The host names of one expression without top-level commas (`n[1-2]x` -> n1x, n2x)."""
+def expand_expression(expression: str, limit: int = MAX_HOSTS) -> list[str]:
+    """The host names of one expression without top-level commas (`n[1-2]x` -> n1x, n2x), at most `limit`."""
     choices: list[list[str]] = []
     position = 0
     for match in _PIECE.finditer(expression):
@@ -69,7 +73,7 @@ def expand_expression(expression: str) -> list[str]:
             raise ValueError(f"unbalanced brackets in {expression!r}")
         position = match.end()
         if match.group(1) is not None:
-            choices.append(_numbers(match.group(1), expression))
+            choices.append(_numbers(match.group(1), expression, limit))
         else:
             choices.append([match.group(2)])
     if position != len(expression) or not choices:
@@ -77,14 +81,18 @@ def expand_expression(expression: str) -> list[str]:
     count = 1
     for options in choices:
         count *= len(options)
-    if count > MAX_HOSTS:
-        raise ValueError(f"{expression!r} names over {MAX_HOSTS} hosts")
+    if count > limit:
+        raise ValueError(f"{expression!r} names over {limit} hosts")
     return ["".join(parts) for parts in product(*choices)]
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """Every host name of a host list, in its order (ValueError naming what is wrong)."""
-    names = [name for expression in split_list(text) for name in expand_expression(expression)]
+def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
+    """Every host name of a host list, in its order, at most `limit` (ValueError naming what is wrong)."""
+    names: list[str] = []
+    for expression in split_list(text):
+        names += expand_expression(expression, limit)
+        if len(names) > limit:
+            raise ValueError(f"{text!r} names over {limit} hosts")
     if not names:
         raise ValueError(f"{text!r} names no host")
     return names
