@@ -14,9 +14,12 @@ that finished in the trailing 14 days) to the target rate.
 
 With `--memory`, the traces that say what memory each job asked for (SWF
 field 10) and KTH-SP2, which does not, are replayed with lgbm-quantile
-without and with `memory=true`, held to the adjuster's rate the same way.
+without and with `memory=true`, held to the adjuster's rate the same way;
+with `--application`, the traces whose jobs name their application (SWF
+field 14, with fewer applications than jobs) and KTH-SP2, without and with
+`application=true`.
 
-    python scripts/lgbm_ablation.py [--traces DIR] [--workers N] [--out FILE] [--memory]
+    python scripts/lgbm_ablation.py [--traces DIR] [--workers N] [--out FILE] [--memory | --application]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import lightgbm as lgb
@@ -46,6 +50,17 @@ MEMORY = (
     "LANL-CM5-1994-4.1-cln.swf.gz",
     "HPC2N-2002-2.2-cln.swf.gz",
     "RICC-2010-2.swf.gz",
+    "KTH-SP2-1996-2.1-cln.swf.gz",
+)
+#: The public traces whose jobs name their application (SWF field 14: SDSC-SP2's are nearly one per job), and the
+#: same control.
+APPLICATION = (
+    "LANL-CM5-1994-4.1-cln.swf.gz",
+    "CTC-SP2-1996-3.1-cln.swf.gz",
+    "Sandia-Ross-2001-1.1-cln.swf.gz",
+    "LLNL-Atlas-2006-2.1-cln.swf.gz",
+    "UniLu-Gaia-2014-1.swf.gz",
+    "SDSC-DS-2004-2.1-cln.swf.gz",
     "KTH-SP2-1996-2.1-cln.swf.gz",
 )
 ADJUSTER = "percentile:q=85,key=user+group+request,window=30d,floor=0.5,min_jobs=10"
@@ -127,12 +142,17 @@ class LogRuntimeQuantile(Estimator):
         return Prediction(clamp_estimate(math.expm1(predicted + shift), job.t_req), None, len(self._buffer), False)
 
 
-def memory_variants(under: float) -> dict[str, str | None]:
-    target = f"target_under={under:.4f}"
-    return {
-        "lgbm-quantile (all parts)": f"lgbm-quantile:{target}",
-        "with memory=true": f"lgbm-quantile:{target},memory=true",
-    }
+def option_variants(option: str) -> Callable[[float], dict[str, str | None]]:
+    """lgbm-quantile at a target rate without and with a site-log option (`memory`, `application`)."""
+
+    def variants(under: float) -> dict[str, str | None]:
+        target = f"target_under={under:.4f}"
+        return {
+            "lgbm-quantile (all parts)": f"lgbm-quantile:{target}",
+            f"with {option}=true": f"lgbm-quantile:{target},{option}=true",
+        }
+
+    return variants
 
 
 def variants(under: float) -> dict[str, str | None]:
@@ -167,19 +187,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=None, help="default docs/lgbm-ablation.csv (--memory: -memory)")
-    parser.add_argument("--memory", action="store_true", help="what the memory asked for buys, where logs say it")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default docs/lgbm-ablation.csv (--memory: -memory, ...)"
+    )
+    options = parser.add_mutually_exclusive_group()
+    options.add_argument("--memory", action="store_true", help="what the memory asked for buys, where logs say it")
+    options.add_argument("--application", action="store_true", help="what applications buy, where logs name them")
     args = parser.parse_args()
-    out = args.out or Path("docs/lgbm-memory-ablation.csv" if args.memory else "docs/lgbm-ablation.csv")
+    option = "memory" if args.memory else "application" if args.application else None
+    out = args.out or Path(f"docs/lgbm-{option}-ablation.csv" if option else "docs/lgbm-ablation.csv")
+    traces = {"memory": MEMORY, "application": APPLICATION}.get(option or "", DEVELOPMENT + GENERALISATION)
+    chosen = option_variants(option) if option else variants
     began = time.perf_counter()
-    paths = [args.traces / name for name in (MEMORY if args.memory else DEVELOPMENT + GENERALISATION)]
+    paths = [args.traces / name for name in traces]
     adjusters = Parallel(n_jobs=args.workers)(
         delayed(run)(path, "paper's adjuster, q=85", ADJUSTER, 0.0) for path in paths
     )
     tasks = [
         (path, label, spec, adjuster["underestimated"])
         for path, adjuster in zip(paths, adjusters, strict=True)
-        for label, spec in (memory_variants if args.memory else variants)(adjuster["underestimated"]).items()
+        for label, spec in chosen(adjuster["underestimated"]).items()
     ]
     rows = adjusters + Parallel(n_jobs=args.workers)(delayed(run)(*task) for task in tasks)
     frame = pd.DataFrame(rows)

@@ -131,6 +131,9 @@ class LGBMQuantileEstimator(Estimator):
         20000, "the most (evenly spaced) finished jobs a model is trained on", low=1, high=MAX_TRAIN
     )
     memory: bool = parameter(False, "learn from the memory each job asks for (a site log's; docs/lgbm.md)")
+    application: bool = parameter(
+        False, "learn from each user's jobs of the same application (a site log's job name, SWF field 14; docs/lgbm.md)"
+    )
     threads: int = parameter(1, "LightGBM threads per training", low=1, high=MAX_THREADS)
     seed: int = parameter(1, "LightGBM seed (results are deterministic)", low=0, high=2**31 - 1)
 
@@ -145,7 +148,7 @@ class LGBMQuantileEstimator(Estimator):
     def _initialise(self) -> None:
         calibration_seconds = required_duration(self.calibration, "calibration")
         self._calibration_seconds = calibration_seconds
-        self._features = FeatureHistory(ratio_edges=RATIO_EDGES, memory=self.memory)
+        self._features = FeatureHistory(ratio_edges=RATIO_EDGES, memory=self.memory, application=self.application)
         self._window = TrainingWindow(required_duration(self.window, "window"))
         self._trainer = Trainer(
             self.trees,
@@ -156,7 +159,7 @@ class LGBMQuantileEstimator(Estimator):
             self.min_train,
             self.prior_jobs,
             self.be_weight,
-            feature_names(self.memory),
+            feature_names(self.memory, self.application),
         )
         self._schedule = ModelSchedule(
             parse_duration(self.retrain, "retrain", unbounded="never"), required_duration(self.swap, "swap", zero=True)

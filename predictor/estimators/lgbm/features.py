@@ -33,13 +33,23 @@ from kernel.durations import SECONDS_PER_DAY
 from kernel.jobs import FinishedJob, JobRequest
 from predictor.history import EndSeries, interpolated_percentile
 
-#: History keys: which request fields identify "similar" jobs. (Group, user+group, user+executable
-#: and group-level keys were measured and added nothing; see docs/lgbm.md.)
+#: History keys: which request fields identify "similar" jobs. (Group, user+group and group-level keys were
+#: measured and added nothing; see docs/lgbm.md.)
 KEYS: dict[str, tuple[str, ...]] = {
     "user": ("user",),
     "user_req": ("user", "t_req"),
     "user_procs_req": ("user", "procs", "t_req"),
 }
+#: The key of a user's jobs of the same application (`application=true`: SWF field 14, a site log's job name),
+#: after the others in a row; a job whose application is unknown (negative) has no history under it.
+APPLICATION_KEY = "user_app"
+APPLICATION_FIELDS = ("user", "executable")
+
+
+def keys(application: bool = False) -> dict[str, tuple[str, ...]]:
+    """The history keys a row describes a job by, in row order."""
+    return {**KEYS, APPLICATION_KEY: APPLICATION_FIELDS} if application else KEYS
+
 
 #: The span of finished-job history the windowed statistics and the R class counts look back on.
 HISTORY_WINDOW = 30 * SECONDS_PER_DAY
@@ -74,13 +84,14 @@ REQUEST_FEATURES = ("log_t_req", "log_procs", "hour", "weekday", "queue")
 MEMORY_FEATURE = "log_memory"
 
 
-def feature_names(memory: bool = False) -> tuple[str, ...]:
+def feature_names(memory: bool = False, application: bool = False) -> tuple[str, ...]:
     """Column names of `FeatureHistory.row`, in order (with the memory asked for last, if `memory`)."""
-    names = REQUEST_FEATURES + INFLIGHT_FEATURES + tuple(f"{key}_{stat}" for key in KEYS for stat in KEY_STATS)
+    history = tuple(f"{key}_{stat}" for key in keys(application) for stat in KEY_STATS)
+    names = REQUEST_FEATURES + INFLIGHT_FEATURES + history
     return (*names, MEMORY_FEATURE) if memory else names
 
 
-def feature_encodings(memory: bool = False) -> list[dict[str, str]]:
+def feature_encodings(memory: bool = False, application: bool = False) -> list[dict[str, str]]:
     """Every feature with how it is computed, in column order (for a model manifest)."""
     own = {
         "log_t_req": "natural log of the requested time in seconds",
@@ -106,7 +117,7 @@ def feature_encodings(memory: bool = False) -> list[dict[str, str]]:
         "logrt_max": "largest log(1 + runtime) of those jobs",
     }
     encodings = [{"name": name, "encoding": own[name]} for name in REQUEST_FEATURES + INFLIGHT_FEATURES]
-    for key, fields in KEYS.items():
+    for key, fields in keys(application).items():
         encodings += [
             {"name": f"{key}_{stat}", "encoding": f"key {'+'.join(fields)}: {stats[stat]}; missing without history"}
             for stat in KEY_STATS
@@ -193,9 +204,11 @@ class FeatureHistory:
     training row with exact features.
     """
 
-    #: Whether a row ends with the memory asked for (a class default: a history restored from an older snapshot
-    #: has no such attribute of its own, and did not learn from memory).
+    #: Whether a row ends with the memory asked for, and describes the job by its application's history too
+    #: (class defaults: a history restored from an older snapshot has no such attributes of its own, and did not
+    #: learn from either).
     memory = False
+    application = False
 
     def __init__(
         self,
@@ -204,14 +217,16 @@ class FeatureHistory:
         horizon: int = HISTORY_WINDOW,
         ratio_edges: Sequence[float] = (),
         memory: bool = False,
+        application: bool = False,
     ) -> None:
         self.window = window
         self.memory = memory
+        self.application = application
         self.recent = recent
         self.horizon = horizon
         self.ratio_edges = tuple(ratio_edges)
-        self._getters = {name: attrgetter(*fields) for name, fields in KEYS.items()}
-        self._series: dict[str, dict[Hashable, _KeySeries]] = {name: {} for name in KEYS}
+        self._getters = {name: attrgetter(*fields) for name, fields in keys(application).items()}
+        self._series: dict[str, dict[Hashable, _KeySeries]] = {name: {} for name in self._getters}
         self._lookups = [(self._series[name], getter) for name, getter in self._getters.items()]
         #: In flight by user and by (user, t_req): job id -> submit time, in registration order.
         self._user_inflight: dict[int, dict[int, int]] = {}
@@ -248,6 +263,8 @@ class FeatureHistory:
         ratio = job.ratio
         bin_index = bisect_right(self.ratio_edges, ratio)
         for name, getter in self._getters.items():
+            if name == APPLICATION_KEY and request.executable < 0:
+                continue  # no history under an unknown application: its rows find none
             table = self._series[name]
             key = getter(request)
             series = table.get(key)

@@ -213,7 +213,7 @@ def _model_description(estimator: LGBMQuantileEstimator, model: TrainedModel) ->
 
     return {
         "lightgbm": {"version": lgb.__version__, "params": estimator.lightgbm_params(), "trees": estimator.trees},
-        "features": feature_encodings(estimator.memory),
+        "features": feature_encodings(estimator.memory, estimator.application),
         "classes": {"ratio_edges": list(RATIO_EDGES), "ratio_quantiles": model.class_ratios.tolist()},
         "key_counts": {
             "key": "+".join(KEYS[COUNTED_KEY]),
@@ -298,8 +298,9 @@ def load_model(directory: str | Path) -> LoadedModel:
         raise ModelError(f"{model_path}: sha256 {actual} does not match the manifest's {expected}; refusing to load")
     names = [feature.get("name") for feature in _manifest_field(manifest, manifest_path, "features")]
     params = _manifest_field(manifest, manifest_path, "params")
-    memory = isinstance(params, dict) and params.get("memory") is True  # an older manifest has no memory
-    if names != list(feature_names(memory)):
+    # an older manifest has neither
+    memory, application = (isinstance(params, dict) and params.get(name) is True for name in ("memory", "application"))
+    if names != list(feature_names(memory, application)):
         raise ModelError(f"{manifest_path}: field features lists other features than this version computes; retrain")
     if _manifest_field(manifest, manifest_path, "classes", "ratio_edges") != list(RATIO_EDGES):
         raise ModelError(f"{manifest_path}: field classes.ratio_edges differs from this version's; retrain")
