@@ -4,7 +4,8 @@ in chunks that say what they did.
 - One identity: a job's user and account go by name wherever the log has
   names (sacct's User and Account, PBS's user and account), the names
   job_submit.lua, the jobcomp follower and the PBS hook send; a log without
-  names (SWF) sends its numbers.
+  names (SWF) sends its numbers. Its name (sacct's JobName) goes by name too,
+  or as unknown where the service would refuse it.
 - One clock: a site log's times are Unix seconds (its reader keeps them), as
   are the submissions of the site's scheduler; an SWF trace is sent on its own
   clock, as `tsched train` and the simulator read it.
@@ -26,6 +27,7 @@ from kernel.errors import TschedError
 from kernel.jobs import FinishedJob
 from predictor.frames import finished_from_frame
 from predictor.service.client import SECONDS_PER_COMPLETION, PredictorClient, PredictorError, SiteNames
+from predictor.service.codec import acceptable_name
 
 #: Completions per ObserveCompletions call: a call of a few tenths of a second even on a loaded server, so
 #: that health checks, metrics scrapes and the scheduler's questions are answered between two calls.
@@ -67,15 +69,28 @@ def trace_completions(
     them depend on the dump, the names are what every path to the service shares."""
     finished = finished_from_frame(jobs)
     users, groups, queues, qos = (names.get(field, {}) for field in ("user", "group", "queue", "qos"))
+    if "executable" in names:  # a dump's numbers for job names mean nothing beyond it: each goes by name, or unknown
+        finished = [_named_application(job, names["executable"]) for job in finished]
+    applications = names.get("executable", {})
     return finished, [
         SiteNames(
             users.get(job.request.user),
             groups.get(job.request.group),
             queues.get(job.request.queue),
             qos.get(job.request.qos),
+            applications.get(job.request.executable),
         )
         for job in finished
     ]
+
+
+def _named_application(job: FinishedJob, applications: dict[int, str]) -> FinishedJob:
+    """`job` as sent: its application unknown (-1) where its name is not one the service takes (any user names
+    their jobs), rather than the dump's number for it."""
+    name = applications.get(job.request.executable)
+    if name is not None and acceptable_name(name):
+        return job
+    return job._replace(request=job.request._replace(executable=-1))
 
 
 def seed(

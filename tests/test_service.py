@@ -208,6 +208,8 @@ def _job(**changes: object) -> pb.Job:
         (_job(qos=-2), "job.qos must be >= -1"),
         (_job(queue=2, partition="gpu"), "queue and partition are both set"),
         (_job(qos=1, qos_name="normal"), "qos and qos_name are both set"),
+        (_job(executable=3, job_name="namd"), "executable and job_name are both set"),
+        (_job(job_name="x" * 129), "job.job_name must be 1-128 printable characters"),
         (_job(partition="two words\n"), "job.partition must be 1-128 printable characters"),
     ],
 )

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from site_support import USERS, utc_text, write_dump
 
+from kernel.jobs import JobRequest
 from predictor.estimators.lgbm.store import ModelCatalog
 from predictor.service.client import PredictorClient
 from predictor.service.server import PredictorServer, start_server
-from predictor.service.state import COMPLETIONS, CompletionStore
+from predictor.service.state import COMPLETIONS, CompletionStore, StoredNamespace
 from simulator.workloads.formats import read_trace
 from sites.slurm import Follower
 from tsched.cli import main
@@ -33,6 +34,16 @@ def server() -> Iterator[PredictorServer]:
     running, _ = start_server("127.0.0.1:0", default_estimators=[SPEC])
     yield running
     running.stop(0).wait()
+
+
+def _learned(state: Path) -> tuple[StoredNamespace, list[JobRequest]]:
+    """The namespace the state file holds, and the jobs it learned, in order."""
+    store = CompletionStore(state)
+    try:
+        held = store.load()[NAMESPACE]
+    finally:
+        store.close()
+    return held, [job.request for event in held.events if event.kind == COMPLETIONS for job in event.completions]
 
 
 def _predict(capsys: pytest.CaptureFixture[str], port: int, *arguments: str) -> dict[str, object]:
@@ -141,13 +152,36 @@ def test_partition_qos_and_resources_arrive_by_one_name_from_every_path(
         assert answer["fallback"] is False
     finally:
         running.stop(0).wait()
-    store = CompletionStore(state)
-    try:
-        held = store.load()[NAMESPACE]
-    finally:
-        store.close()
+    held, learned = _learned(state)
     batch, normal = held.names[("queue", "batch")], held.names[("qos", "normal")]
-    learned = [job.request for event in held.events if event.kind == COMPLETIONS for job in event.completions]
     assert len(learned) == 301
     assert {(job.queue, job.qos, job.nodes) for job in learned} == {(batch, normal, 1)}
     assert {job.memory_mb for job in learned[:-1]} == {1000} and learned[-1].memory_mb == 0  # jobcomp has no mem
+
+
+def test_a_job_name_arrives_by_name_and_one_the_service_refuses_as_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dump numbers its job names in its own order: sent as numbers, two dumps' applications would mix. They go
+    by name (`job_name`), as `tsched predict --job-name` asks; a name the service refuses (any user names their
+    jobs: here 200 characters) goes as an unknown application, and the dump is still learned."""
+    state = tmp_path / "state.sqlite"
+    dump = write_dump(tmp_path / "site.sacct")
+    lines = dump.read_text().splitlines()
+    column = lines[0].split("|").index("JobName")
+    fields = lines[7].split("|")
+    fields[column] = "x" * 200
+    lines[7] = "|".join(fields)
+    dump.write_text("\n".join(lines) + "\n")
+    running, port = start_server("127.0.0.1:0", default_estimators=[SPEC], state=state)
+    try:
+        address = f"127.0.0.1:{port}"
+        assert main(["observe", "--address", address, "--namespace", NAMESPACE, "--trace", str(dump)]) == 0
+        asked = ("--user", "trent", "--account", "proj2", "--request", "30:00", "--job-name", "namd")
+        assert _predict(capsys, port, *asked)["fallback"] is False
+    finally:
+        running.stop(0).wait()
+    held, requests = _learned(state)
+    learned = {job.job_id: job for job in requests}
+    assert len(learned) == 300 and learned[7].executable == -1
+    assert {job.executable for number, job in learned.items() if number != 7} == {held.names[("executable", "namd")]}

@@ -65,7 +65,7 @@ SECONDS_PER_COMPLETION = 5e-5
 
 
 class SiteNames(NamedTuple):
-    """A job's user, account, partition and QOS by name, as the batch system knows them; None: the job's
+    """A job's user, account, partition, QOS and name by name, as the batch system knows them; None: the job's
     number stands.
 
     A site's jobs are keyed by these names whatever path they arrive by (a log,
@@ -77,6 +77,7 @@ class SiteNames(NamedTuple):
     account: str | None
     partition: str | None = None
     qos: str | None = None
+    job_name: str | None = None
 
 
 class JobResources(NamedTuple):
@@ -159,15 +160,16 @@ class PredictorClient:
         submit: int | None = None,
         job_id: int = 0,
         queue: int | str = -1,
-        executable: int = -1,
+        executable: int | str = -1,
         account: str | None = None,
         resources: JobResources = NO_RESOURCES,
         namespace: str = "",
         estimator: str = "",
         timeout: float | None = None,
     ) -> ServedPrediction:
-        """Predict one job; without `submit`, at the namespace's clock. The user, group, queue (partition) and
-        QOS are numbers or names; an `account` stands for the group (give the group as -1 then)."""
+        """Predict one job; without `submit`, at the namespace's clock. The user, group, queue (partition), QOS
+        and executable (the job's name) are numbers or names; an `account` stands for the group (give the group
+        as -1 then)."""
         if account is not None and group != -1:
             raise UsageError(f"the group ({group}) and the account ({account}) are both given; give one")
         job = JobRequest(
@@ -178,7 +180,7 @@ class PredictorClient:
             t_req,
             procs,
             _number(queue),
-            executable,
+            _number(executable),
             resources.nodes,
             resources.memory_mb,
             resources.gpus,
@@ -192,6 +194,7 @@ class PredictorClient:
             account=account,
             partition=_name(queue),
             qos=_name(resources.qos),
+            job_name=_name(executable),
         )
         return self._predict(message, namespace, estimator, timeout)
 
@@ -335,6 +338,7 @@ def predict_once(
     account: str | None = None,
     queue: int | str = -1,
     resources: JobResources = NO_RESOURCES,
+    executable: int | str = -1,
 ) -> ServedPrediction:
     """One prediction on a connection of its own (`tsched predict`); PredictorError carries the server's message."""
     with PredictorClient(address, timeout, credentials) as client:
@@ -346,6 +350,7 @@ def predict_once(
             submit=submit,
             account=account,
             queue=queue,
+            executable=executable,
             resources=resources,
             namespace=namespace,
             estimator=spec,

@@ -269,20 +269,26 @@ NAME_FIELDS: dict[str, tuple[str, ...]] = {
     "group": ("group_name", "account"),
     "queue": ("partition",),
     "qos": ("qos_name",),
+    "executable": ("job_name",),
 }
 #: The longest name accepted (user and account names are short; this bounds what a namespace stores).
 MAX_NAME_LENGTH = 128
 
 
+def acceptable_name(name: str) -> bool:
+    """Whether the service takes `name` for a user, account, partition, QOS or job name."""
+    return len(name) <= MAX_NAME_LENGTH and name.isprintable() and bool(name.strip())
+
+
 def job_names(jobs: Sequence[pb.Job], where: str, indexed: bool = True, inner: str = "") -> list[JobName]:
-    """The names jobs give for their user, group, partition and QOS, checked: one of number or name per field,
-    not empty.
+    """The names jobs give for their user, group, partition, QOS and application, checked: one of number or name
+    per field, not empty.
 
     `inner` is the job's place inside an item (".job" of a completion), for messages.
     """
     names: list[JobName] = []
     for index, job in enumerate(jobs):
-        if not (job.user_name or job.group_name or job.account or job.partition or job.qos_name):
+        if not (job.user_name or job.group_name or job.account or job.partition or job.qos_name or job.job_name):
             continue
         place = _place(where, index if indexed else None) + inner
         for number, spellings in NAME_FIELDS.items():
@@ -293,7 +299,7 @@ def job_names(jobs: Sequence[pb.Job], where: str, indexed: bool = True, inner: s
                 raise InvalidRequest(f"{place}: {' and '.join(given)} are both set; give one")
             if given and given[0] != number:
                 name: str = getattr(job, given[0])
-                if len(name) > MAX_NAME_LENGTH or not name.isprintable() or not name.strip():
+                if not acceptable_name(name):
                     raise InvalidRequest(
                         f"{place}.{given[0]} must be 1-{MAX_NAME_LENGTH} printable characters, not all blank; "
                         f"got {len(name)} characters"
@@ -310,6 +316,7 @@ def add_names(
     account: str | None = None,
     partition: str | None = None,
     qos: str | None = None,
+    job_name: str | None = None,
 ) -> pb.Job:
     """`message` with the fields given here by name (the numbers they stand for cleared)."""
     if user is not None:
@@ -325,6 +332,9 @@ def add_names(
     if qos is not None:
         message.ClearField("qos")
         message.qos_name = qos
+    if job_name is not None:
+        message.ClearField("executable")
+        message.job_name = job_name
     return message
 
 
@@ -430,7 +440,7 @@ def forecast_request(
 
 
 #: `add_names`'s argument for each field a `JobName` names.
-_NAME_ARGUMENTS = {"user": "user", "group": "group", "queue": "partition", "qos": "qos"}
+_NAME_ARGUMENTS = {"user": "user", "group": "group", "queue": "partition", "qos": "qos", "executable": "job_name"}
 
 
 def add_start_forecasts(field: Any, forecasts: Sequence[StartForecast]) -> None:

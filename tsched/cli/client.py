@@ -61,6 +61,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             args.account,
             -1 if args.partition is None else args.partition,
             _asked(args),
+            -1 if args.job_name is None else args.job_name,
         )
     except PredictorError as error:
         if args.submit == "now" and "ahead of namespace" in error.details:
@@ -431,6 +432,9 @@ def predict_table() -> Table:
         Option("--procs", "the job's size in processors", int, required=True),
         Option("--partition", "the partition (queue) it is submitted to, by name", metavar="NAME"),
         Option("--qos", "its QOS, by name", metavar="NAME"),
+        Option(
+            "--job-name", "its name (Slurm's --job-name), which lgbm's application=true learns from", metavar="NAME"
+        ),
         Option("--nodes", "the fewest nodes it asks for (0: not said)", non_negative_int, 0, metavar="N"),
         Option("--mem", "memory per node, in Slurm's syntax (8G, 4000M; no unit: MB)", memory_size, metavar="SIZE"),
         Option("--mem-per-cpu", "memory per CPU, in Slurm's syntax", memory_size, metavar="SIZE"),

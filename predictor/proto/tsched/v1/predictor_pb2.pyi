@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable", "user_name", "group_name", "account", "nodes", "memory_mb", "gpus", "qos", "exclusive", "partition", "qos_name")
+    __slots__ = ("job_id", "submit", "user", "group", "t_req", "procs", "queue", "executable", "user_name", "group_name", "account", "nodes", "memory_mb", "gpus", "qos", "exclusive", "partition", "qos_name", "job_name")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class Job(_message.Message):
     EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     QOS_NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     submit: int
     user: int
@@ -44,7 +45,8 @@ class Job(_message.Message):
     exclusive: bool
     partition: str
     qos_name: str
-    def __init__(self, job_id: _Optional[int] = ..., submit: _Optional[int] = ..., user: _Optional[int] = ..., group: _Optional[int] = ..., t_req: _Optional[int] = ..., procs: _Optional[int] = ..., queue: _Optional[int] = ..., executable: _Optional[int] = ..., user_name: _Optional[str] = ..., group_name: _Optional[str] = ..., account: _Optional[str] = ..., nodes: _Optional[int] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., qos: _Optional[int] = ..., exclusive: _Optional[bool] = ..., partition: _Optional[str] = ..., qos_name: _Optional[str] = ...) -> None: ...
+    job_name: str
+    def __init__(self, job_id: _Optional[int] = ..., submit: _Optional[int] = ..., user: _Optional[int] = ..., group: _Optional[int] = ..., t_req: _Optional[int] = ..., procs: _Optional[int] = ..., queue: _Optional[int] = ..., executable: _Optional[int] = ..., user_name: _Optional[str] = ..., group_name: _Optional[str] = ..., account: _Optional[str] = ..., nodes: _Optional[int] = ..., memory_mb: _Optional[int] = ..., gpus: _Optional[int] = ..., qos: _Optional[int] = ..., exclusive: _Optional[bool] = ..., partition: _Optional[str] = ..., qos_name: _Optional[str] = ..., job_name: _Optional[str] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("job", "end", "runtime")
