@@ -30,6 +30,8 @@ from tsched.cli.options import (
 from tsched.cli.spec import Command, Option, Table
 
 if TYPE_CHECKING:
+    from kernel.jobs import JobRequest
+    from kernel.resources import ResourceRequest
     from predictor.forecasting import QueueState
     from predictor.service.client import JobResources, PredictorClient
     from sites.seeding import Seeded
@@ -267,69 +269,83 @@ def read_queue_state(path: str) -> QueueState:
     """A scheduler's state from a JSON file (docs/queue-time.md): `now`, `machine_procs`, `running` (jobs with
     their `start`) and `waiting` (jobs in queue order); a job has the fields of the contract's Job, and may
     name its `partition` and, running, its `node_list` (for a forecast on a cluster's nodes)."""
-    from kernel.hostlist import expand_hostlist
-    from kernel.jobs import JOB_FIELDS, JobRequest
-    from kernel.resources import ResourceRequest
     from predictor.forecasting import QueueState, StartedJob
 
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as error:
-        raise UsageError(f"--queue-state {path}: cannot read it: {error.strerror}") from None
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{path}: not JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a JSON object with now, machine_procs, running and waiting")
+    state = _QueueStateFile(path)
+    running_items, waiting_items = state.listed("running"), state.listed("waiting")
+    running = [
+        StartedJob(state.job(f"running[{index}].", item), state.number(f"running[{index}].", item, "start"))
+        for index, item in enumerate(running_items)
+    ]
+    waiting = [state.job(f"waiting[{index}].", item) for index, item in enumerate(waiting_items)]
+    places = [f"running[{index}]." for index in range(len(running))] + [f"waiting[{i}]." for i in range(len(waiting))]
+    items = running_items + waiting_items
+    named = [state.text(where, item, "partition", "a name") for where, item in zip(places, items, strict=True)]
+    names = [(index, "queue", name) for index, name in enumerate(named) if name]
+    jobs = [started.job for started in running] + waiting
+    requests = [
+        state.request(where, item, asked, partition)
+        for where, item, asked, partition in zip(places, items, jobs, named, strict=True)
+    ]
+    now, procs = state.number("", state.data, "now"), state.number("", state.data, "machine_procs")
+    return QueueState(now, procs, running, waiting, requests, names)
 
-    def number(where: str, mapping: Any, key: str, default: int | None = None) -> int:
+
+class _QueueStateFile:
+    """The fields of a `--queue-state` JSON file, each refused naming the file and the field when it is bad."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as error:
+            raise UsageError(f"--queue-state {path}: cannot read it: {error.strerror}") from None
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{path}: not JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"{path}: expected a JSON object with now, machine_procs, running and waiting")
+        self.data: dict[str, Any] = data
+
+    def number(self, where: str, mapping: Any, key: str, default: int | None = None) -> int:
         value = mapping.get(key, default)
         if value is None:
-            raise UsageError(f"{path}: {where}{key} is required")
+            raise UsageError(f"{self.path}: {where}{key} is required")
         if not isinstance(value, int) or isinstance(value, bool):
-            raise UsageError(f"{path}: {where}{key} must be a whole number, got {value!r}")
+            raise UsageError(f"{self.path}: {where}{key} must be a whole number, got {value!r}")
         return value
 
-    def job(where: str, item: Any) -> JobRequest:
-        if not isinstance(item, dict):
-            raise UsageError(f"{path}: {where.rstrip('.')} must be a JSON object (a job), got {item!r}")
-        return JobRequest(*(number(where, item, field.name, field.unset) for field in JOB_FIELDS))
-
-    def listed(key: str) -> list[Any]:
-        items = data.get(key, [])
-        if not isinstance(items, list):
-            raise UsageError(f"{path}: {key} must be a list of jobs")
-        return items
-
-    def text(where: str, item: dict[str, Any], key: str, what: str) -> str:
+    def text(self, where: str, item: dict[str, Any], key: str, what: str) -> str:
         named = item.get(key, "")
         if not isinstance(named, str):
-            raise UsageError(f"{path}: {where}{key} must be {what}, got {named!r}")
+            raise UsageError(f"{self.path}: {where}{key} must be {what}, got {named!r}")
         return named
 
-    def request(where: str, item: dict[str, Any], asked: JobRequest) -> ResourceRequest:
+    def listed(self, key: str) -> list[Any]:
+        items = self.data.get(key, [])
+        if not isinstance(items, list):
+            raise UsageError(f"{self.path}: {key} must be a list of jobs")
+        return items
+
+    def job(self, where: str, item: Any) -> JobRequest:
+        from kernel.jobs import JOB_FIELDS, JobRequest
+
+        if not isinstance(item, dict):
+            raise UsageError(f"{self.path}: {where.rstrip('.')} must be a JSON object (a job), got {item!r}")
+        return JobRequest(*(self.number(where, item, field.name, field.unset) for field in JOB_FIELDS))
+
+    def request(self, where: str, item: dict[str, Any], asked: JobRequest, partition: str) -> ResourceRequest:
         """What the job asks of a cluster, as the service reads its totals; a running job on its listed nodes."""
+        from kernel.hostlist import expand_hostlist
+        from kernel.resources import ResourceRequest
+
+        listed = self.text(where, item, "node_list", "a host list")
         try:
-            listed = text(where, item, "node_list", "a host list")
             nodes = expand_hostlist(listed, asked.procs) if listed else []
             return ResourceRequest.from_totals(
-                asked.procs, asked.nodes, asked.memory_mb, asked.gpus, bool(asked.exclusive), named[where], "", nodes
+                asked.procs, asked.nodes, asked.memory_mb, asked.gpus, bool(asked.exclusive), partition, "", nodes
             )
         except ValueError as error:
-            raise UsageError(f"{path}: {where}node_list: {error}") from None
-
-    running = [
-        StartedJob(job(f"running[{index}].", item), number(f"running[{index}].", item, "start"))
-        for index, item in enumerate(listed("running"))
-    ]
-    waiting = [job(f"waiting[{index}].", item) for index, item in enumerate(listed("waiting"))]
-    places = [f"running[{index}]." for index in range(len(running))] + [f"waiting[{i}]." for i in range(len(waiting))]
-    items = listed("running") + listed("waiting")
-    named = {where: text(where, item, "partition", "a name") for where, item in zip(places, items, strict=True)}
-    names = [(index, "queue", name) for index, name in enumerate(named.values()) if name]
-    jobs = [started.job for started in running] + waiting
-    requests = [request(where, item, asked) for where, item, asked in zip(places, items, jobs, strict=True)]
-    now, procs = number("", data, "now"), number("", data, "machine_procs")
-    return QueueState(now, procs, running, waiting, requests, names)
+            raise UsageError(f"{self.path}: {where}node_list: {error}") from None
 
 
 def queue_to_forecast(args: argparse.Namespace) -> SlurmQueue | QueueState:
