@@ -18,6 +18,7 @@ in chunks that say what they did.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ from kernel.errors import TschedError
 from kernel.jobs import FinishedJob
 from predictor.frames import finished_from_frame
 from predictor.service.client import SECONDS_PER_COMPLETION, PredictorClient, PredictorError, SiteNames
-from predictor.service.codec import acceptable_name
+from sites.slurm import JOB_NAME_PATTERN
 
 #: Completions per ObserveCompletions call: a call of a few tenths of a second even on a loaded server, so
 #: that health checks, metrics scrapes and the scheduler's questions are answered between two calls.
@@ -84,11 +85,14 @@ def trace_completions(
     ]
 
 
+_PLAIN_JOB_NAME = re.compile(JOB_NAME_PATTERN)
+
+
 def _named_application(job: FinishedJob, applications: dict[int, str]) -> FinishedJob:
-    """`job` as sent: its application unknown (-1) where its name is not one the service takes (any user names
-    their jobs), rather than the dump's number for it."""
+    """`job` as sent: its application unknown (-1) where its name is not a plain one, as jobcomp.sh and
+    job_submit.lua send (any user names their jobs), rather than the dump's number for it."""
     name = applications.get(job.request.executable)
-    if name is not None and acceptable_name(name):
+    if name is not None and _PLAIN_JOB_NAME.fullmatch(name):
         return job
     return job._replace(request=job.request._replace(executable=-1))
 

@@ -3,13 +3,14 @@
 slurmctld runs the `jobcomp/script` program (deploy/slurm/jobcomp.sh) once per
 finished job, one after the other in the order the jobs finished; it only
 appends the job's JOBID, UID, GID, SUBMIT, START, END, LIMIT, PROCS and
-JOBSTATE (and USERNAME, ACCOUNT, PARTITION, QOS, NODECNT) as one line to a
+JOBSTATE (and USERNAME, ACCOUNT, PARTITION, QOS, NODECNT, and JOBNAME where it
+is a plain name) as one line to a
 spool file, whatever the predictor's state. This follower, left running
 beside the service, reads the spool and reports the jobs with
 `ObserveCompletions` in batches, as job_submit.lua asked about them and as
 `tsched observe` sends a sacct dump: the user by name (USERNAME, else the
 number UID) and the account by name (ACCOUNT, else the number GID), the
-partition and QOS by name, t_req = LIMIT, procs = PROCS, nodes = NODECNT,
+partition, QOS and job name by name, t_req = LIMIT, procs = PROCS, nodes = NODECNT,
 times in Unix seconds. A job that never started or had no limit is not
 reported.
 
@@ -59,6 +60,9 @@ MAX_FUTURE_SECONDS = 300
 #: The spool line's format version jobcomp.sh writes first (lines of the first script have none).
 FORMAT = "v2"
 
+#: A job name every path sends (jobcomp.sh, job_submit.lua, `tsched observe`): any user chooses it, so only a plain
+#: one; another goes as an unknown application.
+JOB_NAME_PATTERN = r"[A-Za-z0-9._@-]{1,128}"
 #: What each field may hold (what Slurm writes there); a line with another value is refused.
 FIELD_PATTERNS = {
     key: re.compile(pattern)
@@ -77,6 +81,7 @@ FIELD_PATTERNS = {
         "ACCOUNT": r"[A-Za-z0-9._@-]{1,64}",
         "PARTITION": r"[A-Za-z0-9._,-]{1,128}",
         "QOS": r"[A-Za-z0-9._-]{1,64}",
+        "JOBNAME": JOB_NAME_PATTERN,
     }.items()
 }
 
@@ -129,13 +134,14 @@ def completion_from_env(env: Mapping[str, str], now: float | None = None) -> tup
 
 
 def names_from_env(env: Mapping[str, str]) -> SiteNames:
-    """The job's user, account, partition and QOS by name, as job_submit.lua asks about them (None where Slurm
-    gave none)."""
+    """The job's user, account, partition, QOS and name by name, as job_submit.lua asks about them (None where
+    Slurm gave none)."""
     return SiteNames(
         env.get("USERNAME") or None,
         (env.get("ACCOUNT") or "").lower() or None,
         env.get("PARTITION") or None,
         env.get("QOS") or None,
+        env.get("JOBNAME") or None,
     )
 
 

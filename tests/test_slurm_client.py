@@ -169,25 +169,26 @@ local tsched = dofile(arg[1])
 local config = tsched.read_config("/nonexistent")
 config.namespace = "cluster"
 local job = { submit = 1795800000, user = 1070, user_name = arg[2], group = 1070, account = arg[3], t_req = 1800,
-    procs = 2 }
+    procs = 2, job_name = arg[4] }
 print((tsched.predict_request(config, job):sub(6):gsub(".", function(c) return string.format("%02x", c:byte()) end)))
 """
 
 
 @pytest.mark.parametrize(
-    ("user_name", "account", "expected"),
+    ("user_name", "account", "job_name", "expected"),
     [
-        ("mallory3", "proj6", {"user_name": "mallory3", "account": "proj6"}),
-        ("", "", {"user": 1070, "group": 1070}),  # no names (a UID without a passwd entry): the numbers
-        ("bad name", "proj6", {"user": 1070, "account": "proj6"}),  # not a Slurm name: the number
+        ("mallory3", "proj6", "namd", {"user_name": "mallory3", "account": "proj6", "job_name": "namd"}),
+        ("", "", "", {"user": 1070, "group": 1070}),  # no names (a UID without a passwd entry): the numbers
+        ("bad name", "proj6", "my job", {"user": 1070, "account": "proj6"}),  # not plain names: left out
     ],
 )
 def test_job_submit_asks_by_the_names_the_site_history_is_keyed_by(
-    user_name: str, account: str, expected: dict[str, object]
+    user_name: str, account: str, job_name: str, expected: dict[str, object]
 ) -> None:
-    """job_submit.lua sent the UID and the GID, which no sacct dump seeded namespace knows (issue 27)."""
+    """job_submit.lua sent the UID and the GID, which no sacct dump seeded namespace knows (issue 27); the job's
+    name goes as jobcomp.sh writes it, where it is a plain one."""
     done = subprocess.run(
-        [str(LUA), "-", str(CLIENT), user_name, account],
+        [str(LUA), "-", str(CLIENT), user_name, account, job_name],
         input=NAMED_REQUEST,
         capture_output=True,
         text=True,
@@ -198,7 +199,7 @@ def test_job_submit_asks_by_the_names_the_site_history_is_keyed_by(
     assert request.namespace == "cluster"
     job = request.job
     given = {name: getattr(job, name) for name in ("user", "group") if job.HasField(name)}
-    given |= {name: getattr(job, name) for name in ("user_name", "account") if getattr(job, name)}
+    given |= {name: getattr(job, name) for name in ("user_name", "account", "job_name") if getattr(job, name)}
     assert given == expected
     assert (job.submit, job.t_req, job.procs) == (1795800000, 1800, 2)
 
@@ -221,10 +222,10 @@ end
 slurm = { SUCCESS = 0, log_info = function() end, log_error = function(...) print("error", ...) end }
 real_dofile(arg[1])
 local UNSET32, UNSET16 = 4294967294, 65534
-local job_desc = { time_limit = 30, min_cpus = 8, num_tasks = UNSET32, user_id = 1070, user_name = "alice",
-    group_id = 1070, account = "Physics", min_nodes = 2, shared = 0, min_mem_per_cpu = tonumber(arg[3]),
-    tres_per_node = "gres:gpu:a100:2", partition = arg[2] ~= "" and arg[2] or nil, qos = nil,
-    default_qos = "normal" }
+local job_desc = { name = "namd", time_limit = 30, min_cpus = 8, num_tasks = UNSET32, user_id = 1070,
+    user_name = "alice", group_id = 1070, account = "Physics", min_nodes = 2, shared = 0,
+    min_mem_per_cpu = tonumber(arg[3]), tres_per_node = "gres:gpu:a100:2",
+    partition = arg[2] ~= "" and arg[2] or nil, qos = nil, default_qos = "normal" }
 local partitions = { cpu = { flag_default = 0, def_mem_per_cpu = 1000 },
     gpu = { flag_default = 1, def_mem_per_node = 16000 } }
 slurm_job_submit(job_desc, partitions, 1070)
@@ -257,7 +258,7 @@ def test_job_submit_asks_with_what_the_job_asks_of_the_cluster(
     )
     assert done.returncode == 0 and "error" not in done.stdout, done.stdout + done.stderr
     job = pb.PredictRequest.FromString(bytes.fromhex(done.stdout.strip())).job
-    assert (job.user_name, job.account, job.t_req, job.procs) == ("alice", "physics", 1800, 8)
+    assert (job.user_name, job.account, job.t_req, job.procs, job.job_name) == ("alice", "physics", 1800, 8, "namd")
     assert (job.partition, job.qos_name, job.nodes, job.memory_mb, job.gpus, job.exclusive) == (
         partition,
         "normal",

@@ -12,7 +12,7 @@ import pytest
 
 from kernel.errors import UsageError
 from kernel.jobs import FinishedJob, JobRequest
-from predictor.service.client import PredictorClient, PredictorError
+from predictor.service.client import PredictorClient, PredictorError, SiteNames
 from predictor.service.server import start_server
 from sites.slurm import BATCH_LINES, MAX_LINE_BYTES, Follower, completion_from_env, limit_seconds
 
@@ -199,3 +199,15 @@ def test_the_offset_is_never_written_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "completions.offset").symlink_to(victim)
     with pytest.raises(UsageError, match="is a symbolic link"):
         Follower(spool, print)
+
+
+@pytest.mark.parametrize(("job_name", "sent"), [("namd", "namd"), ("run_01.sh", "run_01.sh"), ("my job", None)])
+def test_the_jobs_name_goes_by_name_where_it_is_plain(tmp_path: Path, job_name: str, sent: str | None) -> None:
+    """jobcomp.sh writes the job's name as job_submit.lua sends it, a plain one only (any user chooses it); any
+    other is left out of the line, and the job is reported with no application."""
+    spool = tmp_path / "completions"
+    _spool_line(tmp_path, spool, JOBNAME=job_name)
+    names: list[SiteNames] = []
+    follower = Follower(spool, lambda _jobs, given: names.extend(given))
+    assert follower.step() == 1
+    assert [name.job_name for name in names] == [sent]

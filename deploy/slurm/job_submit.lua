@@ -105,6 +105,7 @@ local function job_from(job_desc, part_list)
         procs = procs,
         partition = partition,
         qos = job_desc.qos or job_desc.default_qos,
+        job_name = job_desc.name,
         nodes = nodes,
         memory_mb = memory_of(job_desc, partition and (part_list or {})[partition], math.max(nodes, 1), procs),
         gpus = gpus_of(job_desc, math.max(nodes, 1)),

@@ -7,7 +7,9 @@
 # one NUL-terminated KEY=VALUE record at a time, so a newline in a field a user controls (the job's name,
 # its working directory) can never start a record of its own. Only the fields below are written, each
 # checked against what Slurm can put in it; a value that does not match, or a field given twice, writes
-# the line with REJECTED=KEY and the follower refuses it. The line starts with the format's version (v2).
+# the line with REJECTED=KEY and the follower refuses it. The job's name (JOBNAME, which any user chooses) is
+# written only when it is a plain name, as job_submit.lua sends it; any other is left out (the job then goes
+# with no application). The line starts with the format's version (v2).
 SPOOL=/var/spool/tsched/completions
 
 declare -A PATTERN=(
@@ -19,12 +21,20 @@ declare -A PATTERN=(
     [USERNAME]='^[A-Za-z0-9._@-]{1,64}$' [ACCOUNT]='^[A-Za-z0-9._@-]{1,64}$'
     [PARTITION]='^[A-Za-z0-9._,-]{1,128}$' [QOS]='^[A-Za-z0-9._-]{1,64}$'
 )
+declare -A OPTIONAL=([JOBNAME]='^[A-Za-z0-9._@-]{1,128}$')
 declare -A seen=()
 fields=() rejected=()
 while IFS= read -r -d '' record; do
     key=${record%%=*}
-    [ -n "${PATTERN[$key]+set}" ] || continue
     value=${record#*=}
+    if [ -n "${OPTIONAL[$key]+set}" ]; then
+        if [ -z "${seen[$key]+set}" ] && [[ $value =~ ${OPTIONAL[$key]} ]]; then
+            fields+=("$key=$value")
+        fi
+        seen[$key]=1
+        continue
+    fi
+    [ -n "${PATTERN[$key]+set}" ] || continue
     if [ -n "${seen[$key]+set}" ] || ! [[ $value =~ ${PATTERN[$key]} ]]; then
         rejected+=("$key")
         continue

@@ -172,10 +172,12 @@ end
 -- The PredictRequest of tsched.v1 for `job`, framed for gRPC: submit, t_req and procs; the user by name
 -- (`user_name`, else the number `user`) and the account by name (`account`, else the number `group`), as
 -- the site's history is keyed (docs/deployment.md, "One identity and one clock"); the partition and QOS by
--- name, the nodes, memory (MB) and GPUs asked for and whether whole nodes, where the job says.
+-- name, the nodes, memory (MB) and GPUs asked for and whether whole nodes, where the job says; its name
+-- (`job_name`, its application) where it is a plain one, as jobcomp.sh writes it.
 function M.predict_request(config, job)
     local user_name, account = usable_name(job.user_name), usable_name(job.account)
     local partition, qos = usable_name(job.partition), usable_name(job.qos)
+    local job_name = usable_name(job.job_name)
     local message = int_field(2, job.submit)
         .. (user_name and bytes_field(10, user_name) or int_field(3, job.user))
         .. (account and bytes_field(12, account) or int_field(4, job.group))
@@ -187,6 +189,7 @@ function M.predict_request(config, job)
         .. (job.exclusive and int_field(17, 1) or "")
         .. (partition and bytes_field(18, partition) or "")
         .. (qos and bytes_field(19, qos) or "")
+        .. (job_name and bytes_field(20, job_name) or "")
     local request = bytes_field(1, config.namespace) .. bytes_field(2, config.estimator) .. bytes_field(3, message)
     local length = #request
     local prefix = string.char(0, math.floor(length / 16777216) % 256, math.floor(length / 65536) % 256,
