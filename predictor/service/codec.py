@@ -377,12 +377,14 @@ def forecast_question(request: pb.ForecastStartRequest) -> tuple[QueueState, Sch
 def _cluster_requests(request: pb.ForecastStartRequest) -> list[ResourceRequest]:
     """What each job (running, then waiting) asked of the cluster, from its totals, partition and QOS by name; a
     running job on the nodes its node list names."""
-    places = [(f"running[{index}]", message.job, message.node_list) for index, message in enumerate(request.running)]
-    places += [(f"waiting[{index}]", job, "") for index, job in enumerate(request.waiting)]
+    places = [
+        (f"running[{index}]", f"running[{index}].job", message.job, message.node_list)
+        for index, message in enumerate(request.running)
+    ]
+    places += [(f"waiting[{index}]", f"waiting[{index}]", job, "") for index, job in enumerate(request.waiting)]
     budget = MAX_LISTED_NODES
     requests = []
-    for place, job, node_list in places:
-        field = f"{place}.job" if place.startswith("running") else place
+    for place, field, job, node_list in places:
         if job.HasField("queue") and job.queue != -1:
             raise InvalidRequest(f"{field}.queue: with backfill 'slurm' a job names its partition (partition)")
         nodelist = _listed(node_list, min(job.procs, budget), f"{place}.node_list")
