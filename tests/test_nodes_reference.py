@@ -25,11 +25,9 @@ def cpus_to_use(avail: int, rem_max: int, rem_nodes: int, pn_min: int, whole: bo
     return max(limit, pn_min) if avail > limit else avail
 
 
-def eval_nodes(avail: list[int], min_nodes: int, max_nodes: int, min_cpus: int, pn_min: int, whole: bool):
-    """_eval_nodes as written (no weights, GPUs, required nodes): {node: CPUs} or None."""
-    rem_cpus = rem_max = min_cpus
-    rem_nodes = min_rem_nodes = min_nodes
-    sets: list[list[int]] = []  # [start, end, cpus, nodes]
+def consecutive_sets(avail: list[int]) -> list[list[int]]:
+    """_eval_nodes's runs of consecutive nodes with CPUs available: [start, end, cpus, nodes] each."""
+    sets: list[list[int]] = []
     current = None
     for index, cpus in enumerate(avail):
         if cpus:
@@ -39,24 +37,38 @@ def eval_nodes(avail: list[int], min_nodes: int, max_nodes: int, min_cpus: int, 
             current[1], current[2], current[3] = index, current[2] + cpus, current[3] + 1
         else:
             current = None
+    return sets
+
+
+def best_set(sets: list[list[int]], rem_cpus: int, rem_nodes: int) -> int | None:
+    """_eval_nodes's choice of run: the first sufficient one with the fewest CPUs, else the one with the most."""
+    best = None
+    best_cpus = best_nodes = best_sufficient = 0
+    for position, (_, _, cpus, nodes) in enumerate(sets):
+        if nodes == 0:
+            continue
+        sufficient = cpus >= rem_cpus and nodes >= rem_nodes
+        new_best = best_nodes == 0
+        if not new_best and (
+            (sufficient and not best_sufficient)
+            or (sufficient and cpus < best_cpus)
+            or (not sufficient and cpus > best_cpus)
+        ):
+            new_best = True
+        if new_best:
+            best, best_cpus, best_nodes, best_sufficient = position, cpus, nodes, sufficient
+    return best
+
+
+def eval_nodes(avail: list[int], min_nodes: int, max_nodes: int, min_cpus: int, pn_min: int, whole: bool):
+    """_eval_nodes as written (no weights, GPUs, required nodes): {node: CPUs} or None."""
+    rem_cpus = rem_max = min_cpus
+    rem_nodes = min_rem_nodes = min_nodes
+    sets = consecutive_sets(avail)
     chosen: dict[int, int] = {}
     per_node = list(avail)
     while sets and max_nodes > 0:
-        best = None
-        best_cpus = best_nodes = best_sufficient = 0
-        for position, (_, _, cpus, nodes) in enumerate(sets):
-            if nodes == 0:
-                continue
-            sufficient = cpus >= rem_cpus and nodes >= rem_nodes
-            new_best = best_nodes == 0
-            if not new_best and (
-                (sufficient and not best_sufficient)
-                or (sufficient and cpus < best_cpus)
-                or (not sufficient and cpus > best_cpus)
-            ):
-                new_best = True
-            if new_best:
-                best, best_cpus, best_nodes, best_sufficient = position, cpus, nodes, sufficient
+        best = best_set(sets, rem_cpus, rem_nodes)
         if best is None:
             break
         first, last = sets[best][0], sets[best][1]

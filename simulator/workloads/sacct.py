@@ -477,6 +477,19 @@ def _states(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return words, known
 
 
+def _add_tres(out: dict[str, np.ndarray], chunk: pd.DataFrame, roles: dict[str, str], size_tres: str) -> None:
+    """What the TRES fields say a job asked for (the size from ReqTRES where no other field gave it) and whether it
+    was given anything."""
+    if "ReqTRES" in roles:
+        if "req" not in out:
+            out["req"] = _tres(chunk["ReqTRES"], size_tres)
+        out["req_mem_kb"] = _tres_memory_kb(chunk["ReqTRES"])
+        out["req_nodes"] = _tres(chunk["ReqTRES"], "node")
+        out["req_gpus"] = _tres(chunk["ReqTRES"], "gres/gpu")
+    if "AllocTRES" in roles:
+        out["allocated"] = (chunk["AllocTRES"] != "").to_numpy(dtype=bool)
+
+
 def _typed(
     chunk: pd.DataFrame,
     lines: np.ndarray,
@@ -521,14 +534,7 @@ def _typed(
         out[role], ok = _integers(chunk[field_name], frozenset({""}))
         checks.check(ok, field_name, "not an integer", chunk[field_name], "is not a whole number")
     keep = checks.keep()
-    if "ReqTRES" in roles:
-        if "req" not in out:
-            out["req"] = _tres(chunk["ReqTRES"], size.tres)
-        out["req_mem_kb"] = _tres_memory_kb(chunk["ReqTRES"])
-        out["req_nodes"] = _tres(chunk["ReqTRES"], "node")
-        out["req_gpus"] = _tres(chunk["ReqTRES"], "gres/gpu")
-    if "AllocTRES" in roles:
-        out["allocated"] = (chunk["AllocTRES"] != "").to_numpy(dtype=bool)
+    _add_tres(out, chunk, roles, size.tres)
     table = pd.DataFrame(out)
     for name in _NAME_FIELDS:
         if name in roles:

@@ -422,6 +422,29 @@ def _placed(
     return allocation
 
 
+def _end_before(
+    run: Run,
+    started: tuple[float, int],
+    state: NodeState,
+    running: list[Job],
+    splits: dict[int, Allocation],
+    freed: dict[int, float],
+) -> None:
+    """End the running jobs that ended by `started` (their nodes freed then, for `COMPLETING`)."""
+    for ended in [other for other in running if run.when("end", other) <= started]:
+        state.release(ended.id)
+        running.remove(ended)
+        splits.pop(ended.id, None)
+        freed.update(dict.fromkeys(ended.nodes, run.when("end", ended)[0]))
+
+
+def _drain_until(when: float, states: list[tuple[float, int, bool]], drained: set[int]) -> None:
+    """Apply the node state changes (time, node, taking jobs again) logged by `when` to the drained nodes."""
+    while states and states[0][0] <= when:
+        _, node, taking = states.pop(0)
+        (drained.discard if taking else drained.add)(node)
+
+
 def replay_node_choices(run: Run) -> NodeReplay:
     """Every start in time order on a model of the nodes, each job on the nodes Slurm gave it.
 
@@ -458,16 +481,10 @@ def replay_node_choices(run: Run) -> NodeReplay:
     drained: set[int] = set()
     for job in sorted(run.jobs, key=lambda job: (run.when("start", job), job.id)):
         started = run.when("start", job)
-        for ended in [other for other in running if run.when("end", other) <= started]:
-            state.release(ended.id)
-            running.remove(ended)
-            splits.pop(ended.id, None)
-            freed.update(dict.fromkeys(ended.nodes, run.when("end", ended)[0]))
+        _end_before(run, started, state, running, splits, freed)
         partition = cluster.partition(job.row["Partition"])
         wanted = demand(job.request, cluster, partition)
-        while states and states[0][0] <= started[0]:
-            _, node, taking = states.pop(0)
-            (drained.discard if taking else drained.add)(node)
+        _drain_until(started[0], states, drained)
         recent = [node for node, when in freed.items() if started[0] - when < COMPLETING]
         kept = (*drained, *run.reserved(job))
         if "SchedMain" in job.row["Flags"]:

@@ -205,6 +205,25 @@ def running_cluster(scratch: Path, settings: dict[str, str] | None = None) -> It
         cluster.remove_users()
 
 
+def _random_job(
+    rng: random.Random, users: list[str], number: int
+) -> tuple[str, int, int, int, str, str, str, tuple[str, ...]]:
+    """The workload's `number`th ordinary job: (user, cores, nodes, limit, partition, kind, command, options)."""
+    user = rng.choice(users)
+    nodes = 2 if rng.random() < 0.1 else 1
+    cores = nodes * rng.choice([1, 1, 2, 2, 4]) if nodes == 2 else rng.choice([1, 1, 1, 2, 2, 3, 4])
+    partition = "short" if rng.random() < 0.3 else "batch"
+    limit = rng.choice([1, 2, 3, 5, 10]) if partition == "short" else rng.choice([1, 2, 5, 15, 60, 120])
+    failing = rng.random() < 0.08
+    application = rng.choice(list(APPLICATIONS))
+    seconds = rng.choice(APPLICATIONS[application])
+    extra: tuple[str, ...] = (f"--job-name={application}",)
+    extra += ("--account=chem",) if user == "tsched-bob" and number % 4 == 0 else ()
+    kind = "failing" if failing else "normal"
+    command = f"sleep {seconds}; exit 3" if failing else f"sleep {seconds}"
+    return user, cores, nodes, limit, partition, kind, command, extra
+
+
 def submit_workload(cluster: Cluster, seed: int = 14) -> list[Submitted]:
     """A few hundred short jobs: sizes, limits, failures, arrays, cancellations, timeouts, a requeue.
 
@@ -234,26 +253,8 @@ def submit_workload(cluster: Cluster, seed: int = 14) -> list[Submitted]:
     running = [submit(users[i % 3], 2, 1, 5, "batch", "cancel-running", "sleep 300") for i in range(4)]
     requeued = submit("tsched-alice", 1, 1, 3, "batch", "requeue", "sleep 6", "--requeue")
     for number in range(190):
-        user = rng.choice(users)
-        nodes = 2 if rng.random() < 0.1 else 1
-        cores = nodes * rng.choice([1, 1, 2, 2, 4]) if nodes == 2 else rng.choice([1, 1, 1, 2, 2, 3, 4])
-        partition = "short" if rng.random() < 0.3 else "batch"
-        limit = rng.choice([1, 2, 3, 5, 10]) if partition == "short" else rng.choice([1, 2, 5, 15, 60, 120])
-        failing = rng.random() < 0.08
-        application = rng.choice(list(APPLICATIONS))
-        seconds = rng.choice(APPLICATIONS[application])
-        extra: tuple[str, ...] = (f"--job-name={application}",)
-        extra += ("--account=chem",) if user == "tsched-bob" and number % 4 == 0 else ()
-        submit(
-            user,
-            cores,
-            nodes,
-            limit,
-            partition,
-            "failing" if failing else "normal",
-            f"sleep {seconds}; exit 3" if failing else f"sleep {seconds}",
-            *extra,
-        )
+        user, cores, nodes, limit, partition, kind, command, extra = _random_job(rng, users, number)
+        submit(user, cores, nodes, limit, partition, kind, command, *extra)
     for _ in range(3):
         submit(users[rng.randrange(3)], 2, 1, None, "batch", "unlimited", "sleep 2")
     for tasks, throttle in ((20, ""), (25, "%5"), (15, "")):
