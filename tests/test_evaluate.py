@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 import re
@@ -430,3 +431,24 @@ def test_a_monthly_report_of_dynp_compares_the_modes_on_the_metrics_it_has(tmp_p
     report = outcome.report.read_text()
     assert "Selective mode beat regular mode in" in report
     assert re.search(r"in \d of 2 estimator x metric comparisons", report)  # wait and slowdown, for last2
+
+
+@pytest.mark.slow
+def test_the_reservation_delay_bound_reaches_every_simulation_and_the_reproduce_command(tmp_path: Path) -> None:
+    """`evaluate --max-reservation-delay`: every run of the plan is bounded, results.csv says so, the report's
+    command repeats it, and on a busy machine where last2's backfilled jobs outlive their estimates it changes
+    EASY++'s schedule (the unbounded plan is the control)."""
+    busy = TraceInput("busy", generate_workload(jobs=800, procs=32, load=0.95, seed=6), "generated, load 0.95")
+    plan = EvaluationPlan(estimators=("last2",), policies=("fcfs",), modes=("regular",), backfill_orders=("sjf",))
+    waits = {}
+    for bound in (None, 0):
+        folder = tmp_path / str(bound)
+        bounded = dataclasses.replace(plan, max_reservation_delay=bound)
+        run_evaluation([busy], bounded, folder, Backend(in_process=True), show_progress=False)
+        results = pd.read_csv(folder / "results.csv", keep_default_na=False, na_values=[""])
+        delays = results["max_reservation_delay"]
+        assert delays.isna().all() if bound is None else (delays == bound).all()
+        assert ("--max-reservation-delay 0s" in (folder / "report.md").read_text()) == (bound == 0)
+        waits[bound] = results.set_index("mode")["avg_wait"]
+    assert waits[None]["none"] == waits[0]["none"]  # the baseline judges every job by its request: no bound acts
+    assert waits[None]["regular"] != waits[0]["regular"]

@@ -99,7 +99,15 @@ def prediction_quality(trace: Trace, label: str, spec: str) -> QualityResult:
 def _simulate(
     task: SimulationTask, trace: Trace, address: str | None, run_id: str, credentials: Credentials | None
 ) -> RunSummary:
-    config = SimulationConfig(task.procs, task.policy, task.backfill, task.mode, task.correction, task.backfill_order)
+    config = SimulationConfig(
+        task.procs,
+        task.policy,
+        task.backfill,
+        task.mode,
+        task.correction,
+        task.backfill_order,
+        task.max_reservation_delay,
+    )
     namespace = f"evaluate-{run_id}-{task.index}"  # on the service; an in-process run has none
     summary, _ = run_simulation(
         trace,
@@ -366,6 +374,8 @@ def equivalent_command(traces: Sequence[TraceInput], plan: EvaluationPlan, backe
         words += [option, ",".join(values)]
     if plan.replicates > 1:
         words += ["--replicates", str(plan.replicates), "--jitter", str(plan.jitter)]
+    if plan.max_reservation_delay is not None:
+        words += ["--max-reservation-delay", f"{plan.max_reservation_delay}s"]
     if plan.monthly:
         words.append("--monthly")
     words += ["--out", str(out)]

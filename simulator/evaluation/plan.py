@@ -133,6 +133,8 @@ class EvaluationPlan:
     jitter: int = DEFAULT_JITTER_SECONDS
     #: A trace whose jobs larger than the machine are more than this share is refused before any task runs.
     max_dropped_share: float = DEFAULT_MAX_DROPPED_SHARE
+    #: EASY's bound on how far backfilled jobs that outlive their estimates may push the head (seconds; None: none).
+    max_reservation_delay: int | None = None
 
     def check(self) -> None:
         """Refuse a bad SPEC, policy, backfilling, order, correction, mode or load before anything runs."""
@@ -272,6 +274,7 @@ class SimulationTask:
     load_factor: float = 1.0
     replicate: int = 0
     jitter: int = 0
+    max_reservation_delay: int | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -352,6 +355,7 @@ def build_tasks(traces: Sequence[TraceInput], plan: EvaluationPlan) -> list[Task
                         load_factor,
                         replicate,
                         plan.jitter if replicate else 0,
+                        plan.max_reservation_delay,
                     )
                 )
     return tasks

@@ -239,6 +239,7 @@ def evaluation_plan(args: argparse.Namespace) -> Any:
         replicates=args.replicates,
         jitter=args.jitter,
         max_dropped_share=args.max_dropped_share,
+        max_reservation_delay=args.max_reservation_delay,
     )
 
 
@@ -331,8 +332,15 @@ def simulated_scheduler() -> Group:
         default=SimulationConfig.correction,
         choices=CORRECTIONS,
     )
+    return scheduler_group(policy, mode, correction, reservation_delay_option())
+
+
+def reservation_delay_option() -> Option:
+    """EASY's bound on the head job's delay, for `simulate` and `evaluate` alike."""
+    from simulator.engine import SimulationConfig
+
     bound = SimulationConfig.max_reservation_delay
-    delay = Option(
+    return Option(
         "--max-reservation-delay",
         "easy: once backfilled jobs that outlive their estimates have pushed the head job's start this far past "
         "its first reservation, later candidates are judged with their requests, so none can push it further "
@@ -341,7 +349,6 @@ def simulated_scheduler() -> Group:
         "none" if bound is None else f"{bound}s",
         "DURATION|none",
     )
-    return scheduler_group(policy, mode, correction, delay)
 
 
 def cluster_group() -> Group:
@@ -456,6 +463,7 @@ def evaluate_table() -> Table:
                     "F",
                     "--load-factor",
                 ),
+                reservation_delay_option(),
             ),
         ),
         *evaluate_run_options(ev.DEFAULT_REPORT_FOLDER),
