@@ -214,12 +214,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--place-again", action="store_true", help="place the running jobs again instead of on their nodes"
     )
+    parser.add_argument(
+        "--estimator",
+        action="append",
+        metavar="SPEC",
+        help=f"forecast with this estimator (repeatable; default: {', '.join(ESTIMATORS)}; {ACTUAL}: the runtimes)",
+    )
     args = parser.parse_args(argv)
+    estimators = tuple(args.estimator or ESTIMATORS)
     for folder in args.folders:
-        table = evaluate(folder, pinned=not args.place_again)
+        table = evaluate(folder, estimators, pinned=not args.place_again)
         waited = (table["start"] - table["asked_at"]).mean()
         print(f"{folder}: {len(table)} questions, mean wait from the question {waited:.0f} s")
-        print(scores(table, ("squeue", *ESTIMATORS)).round(3).to_string())
+        print(scores(table, ("squeue", *estimators)).round(3).to_string())
 
 
 if __name__ == "__main__":
