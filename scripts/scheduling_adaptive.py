@@ -165,6 +165,14 @@ def harm(trace: str, adaptive: str, improvement: pd.Series, means: pd.DataFrame)
     return f"{trace}, {adaptive} {100 * improvement[adaptive]:+.1f}%: {met}"
 
 
+def reservation_bound(text: str) -> int | None:
+    """An argparse type: EASY's bound in seconds (`2h`, `0s`), or None for `none`."""
+    try:
+        return parse_duration(text, "--max-reservation-delay", unbounded="none", zero=True)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES_DIR, help="folder of the SWF logs")
@@ -175,7 +183,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="simulations in parallel")
     parser.add_argument(
         "--max-reservation-delay",
-        default="none",
+        type=reservation_bound,
+        default=None,
+        metavar="DURATION|none",
         help="EASY's bound on the head job's delay for the EASY++ runs (a duration such as 2h; none: unbounded)",
     )
     parser.add_argument("--out", type=Path, help="write every run as CSV (appended to, runs already there kept)")
@@ -187,7 +197,7 @@ def main() -> None:
 def simulate(args: argparse.Namespace) -> pd.DataFrame:
     """Every run asked for that --out does not hold yet, and those it holds."""
     configurations = (*CONFIGURATIONS, LGBM_SCHED) if args.with_lgbm_sched else CONFIGURATIONS
-    bound = parse_duration(args.max_reservation_delay, "--max-reservation-delay", unbounded="none", zero=True)
+    bound = args.max_reservation_delay
     done = pd.read_csv(args.out) if args.out and args.out.exists() else pd.DataFrame(columns=list(runs_key()))
     have = set(done[list(runs_key())].itertuples(index=False, name=None))
     tasks = [
