@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pandas as pd
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from script_support import imported_script
 
 
 @pytest.fixture(scope="module")
 def script() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(SCRIPTS))  # the script imports its siblings by name, as when run from scripts/
-    try:
-        import scheduling_adaptive
-
-        yield scheduling_adaptive
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    with imported_script("scheduling_adaptive") as module:
+        yield module
 
 
 def runs(rows: dict[str, tuple[float, float, float]], trace: str = "T") -> pd.DataFrame:
@@ -35,6 +27,11 @@ def runs(rows: dict[str, tuple[float, float, float]], trace: str = "T") -> pd.Da
     )
 
 
+def references(script: ModuleType) -> dict[str, tuple[float, float, float]]:
+    """EASY and EASY-SJBF with requests: AVEbsld 100 and 90, AWRT 1000 s, longest wait 10 s."""
+    return {script.EASY: (100.0, 1000.0, 10.0), script.SJBF: (90.0, 1000.0, 10.0)}
+
+
 def checks(script: ModuleType, table: pd.DataFrame) -> list[str]:
     """The verdict lines of `summarise`."""
     return [line for line in script.summarise(table).splitlines() if line.startswith("T, ")]
@@ -43,12 +40,7 @@ def checks(script: ModuleType, table: pd.DataFrame) -> list[str]:
 def test_each_check_is_held_to_its_own_reference(script: ModuleType) -> None:
     """adaptive gains 30% (within a point of last2's 30.5%), but its AWRT is above EASY-SJBF's and its longest
     wait over twice EASY's: the two checks it misses are named, the two it meets are not."""
-    rows = {
-        script.EASY: (100.0, 1000.0, 10.0),
-        script.SJBF: (90.0, 1000.0, 10.0),
-        script.LAST2: (69.5, 1000.0, 10.0),
-        script.ADAPTIVE: (70.0, 1001.0, 20.5),
-    }
+    rows = references(script) | {script.LAST2: (69.5, 1000.0, 10.0), script.ADAPTIVE: (70.0, 1001.0, 20.5)}
     (line,) = checks(script, runs(rows))
     assert line.startswith("T, EASY++ adaptive +30.0%")
     assert "AVEbsld no worse than EASY's: met" in line
@@ -65,9 +57,7 @@ def test_a_bounded_adaptive_is_compared_with_last2_under_the_same_bound(script: 
     assert script.labelled(base, 90) == f"{script.ADAPTIVE}, bound 90s"
     requests = script.Baseline(script.EASY, "request", "none", "queue", "request", {})
     assert script.labelled(requests, 7200) == script.EASY  # on requests the bound never acts
-    rows = {
-        script.EASY: (100.0, 1000.0, 10.0),
-        script.SJBF: (90.0, 1000.0, 10.0),
+    rows = references(script) | {
         script.LAST2: (80.0, 1000.0, 10.0),
         f"{script.LAST2}, bound 2h": (60.0, 1000.0, 10.0),
         bounded: (65.0, 1000.0, 10.0),

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pandas as pd
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from script_support import imported_script
 
 
 @pytest.fixture(scope="module")
 def loo() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(SCRIPTS))  # the script imports its siblings by name, as when run from scripts/
-    try:
-        import scheduling_loo
-
-        yield scheduling_loo
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    with imported_script("scheduling_loo") as module:
+        yield module
 
 
 def runs(bsld: dict[str, dict[str, list[float]]]) -> pd.DataFrame:
