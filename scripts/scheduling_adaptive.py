@@ -25,10 +25,10 @@ from joblib import Parallel, delayed
 from scheduling_baselines import TRACES as GAUSSIER
 from scheduling_baselines import TRACES_DIR, Baseline
 
-from kernel.durations import parse_duration
 from simulator.experiment import run_simulation
 from simulator.workloads.replicates import DEFAULT_JITTER_SECONDS
 from simulator.workloads.swf import read_swf
+from tsched.cli.simulation import reservation_delay
 
 #: Gaussier et al.'s four traces, then the public traces with requests the issue names as harm cases and others.
 TRACES = {
@@ -61,8 +61,7 @@ def run(path: Path, name: str, configuration: Baseline, replicate: int, jitter: 
     """One simulation (EASY's reservation delay bounded by `bound` seconds, or not): its metrics, and the wall and
     CPU seconds it took."""
     trace = read_swf(path, lenient=True)  # LLNL-Thunder has lines with a negative submit time: left out, as `--lenient`
-    acts = configuration.mode != "none"  # on requests no backfilled job outlives its estimate
-    config = replace(configuration.config(trace.machine_procs()), max_reservation_delay=bound if acts else None)
+    config = replace(configuration.config(trace.machine_procs()), max_reservation_delay=acting(configuration, bound))
     began, cpu = time.perf_counter(), time.process_time()
     summary, _ = run_simulation(trace, config, configuration.estimator, replicate=replicate, jitter=jitter)
     measured = summary.to_dict()
@@ -81,10 +80,16 @@ def times(wait: float, easy: float) -> float:
     return wait / easy if easy else (1.0 if wait == 0 else np.inf)
 
 
+def acting(configuration: Baseline, bound: int | None) -> int | None:
+    """The bound where it can act: on requests no backfilled job outlives its estimate, so EASY and EASY-SJBF with
+    requests are the same runs with or without it (and run without)."""
+    return None if configuration.mode == "none" else bound
+
+
 def labelled(configuration: Baseline, bound: int | None) -> str:
-    """The configuration's label, with the bound where it can act: on requests no backfilled job outlives its
-    estimate, so EASY and EASY-SJBF with requests are the same runs with or without it."""
-    if bound is None or configuration.mode == "none":
+    """The configuration's label, naming the bound where it acts."""
+    bound = acting(configuration, bound)
+    if bound is None:
         return configuration.label
     return (
         f"{configuration.label}, bound {bound // 3600}h"
@@ -165,14 +170,6 @@ def harm(trace: str, adaptive: str, improvement: pd.Series, means: pd.DataFrame)
     return f"{trace}, {adaptive} {100 * improvement[adaptive]:+.1f}%: {met}"
 
 
-def reservation_bound(text: str) -> int | None:
-    """An argparse type: EASY's bound in seconds (`2h`, `0s`), or None for `none`."""
-    try:
-        return parse_duration(text, "--max-reservation-delay", unbounded="none", zero=True)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=TRACES_DIR, help="folder of the SWF logs")
@@ -183,7 +180,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="simulations in parallel")
     parser.add_argument(
         "--max-reservation-delay",
-        type=reservation_bound,
+        type=reservation_delay,
         default=None,
         metavar="DURATION|none",
         help="EASY's bound on the head job's delay for the EASY++ runs (a duration such as 2h; none: unbounded)",

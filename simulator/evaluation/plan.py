@@ -17,7 +17,7 @@ import numpy as np
 from kernel.durations import slurm_clock
 from kernel.errors import SpecError, UsageError
 from predictor.digests import sha256_of
-from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, ORDERLESS
+from simulator.backfill import BACKFILL_ORDERS, BACKFILLS, DEFAULT_MAX_RESERVATION_DELAY, ORDERLESS
 from simulator.dynp import canonical_policy
 from simulator.estimators import make_estimator
 from simulator.experiment import DEFAULT_MAX_DROPPED_SHARE
@@ -134,7 +134,7 @@ class EvaluationPlan:
     #: A trace whose jobs larger than the machine are more than this share is refused before any task runs.
     max_dropped_share: float = DEFAULT_MAX_DROPPED_SHARE
     #: EASY's bound on how far backfilled jobs that outlive their estimates may push the head (seconds; None: none).
-    max_reservation_delay: int | None = None
+    max_reservation_delay: int | None = DEFAULT_MAX_RESERVATION_DELAY
 
     def check(self) -> None:
         """Refuse a bad SPEC, policy, backfilling, order, correction, mode or load before anything runs."""
@@ -274,7 +274,7 @@ class SimulationTask:
     load_factor: float = 1.0
     replicate: int = 0
     jitter: int = 0
-    max_reservation_delay: int | None = None
+    max_reservation_delay: int | None = DEFAULT_MAX_RESERVATION_DELAY
 
     @property
     def is_baseline(self) -> bool:
