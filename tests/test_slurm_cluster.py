@@ -1,7 +1,7 @@
-"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed, multifactor); what it did is checked against
-the model.
+"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed, multifactor, reservation); what it did is
+checked against the model.
 
-tests/slurm/cluster_workloads.py runs the four at once, each on its own
+tests/slurm/cluster_workloads.py runs the five at once, each on its own
 one-host cluster, in about ten minutes; the checks are those the offline
 test applies to the committed captures, plus what only a live run knows:
 what was submitted. Skipped without root or Debian's slurm packages.
@@ -17,8 +17,10 @@ from slurm.checks import Run, check_allocations, check_configuration, check_requ
 from slurm.cluster_workloads import Capture, run_all
 from slurm.workload import unavailable
 
+from simulator.clusterconf.calendarfiles import read_calendar
+
 pytestmark = pytest.mark.slurm
-NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor")
+NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor", "reservation")
 #: Starts whose nodes may differ from the model's in one run (none did in 360 starts of four runs, docs/cluster.md).
 DIFFERING = 2
 #: Starts that are the model's only once nodes freed in the last seconds are left out: 2 of 450 in five live runs;
@@ -43,11 +45,18 @@ def capture(request: pytest.FixtureRequest, captures: dict[str, Capture]) -> Cap
 
 
 def test_every_job_ran_as_submitted(capture):
+    """Every job ran, with its limit, user and partition, and ended as its kind says; but a job that names the
+    project's reservation may never start (slurmctld holds it once the reservation has ended; the capture cancels
+    it), and one that does ends when it ends or at the reservation's end, whichever comes first."""
     run = Run(capture.folder)
     jobs = {job.id: job for job in run.jobs}
-    assert sorted(jobs) == sorted(job.job_ids[0] for job in capture.submitted)
+    unreserved = [job.job_ids[0] for job in capture.submitted if job.kind != "project"]
+    assert set(unreserved) <= set(jobs) <= {job.job_ids[0] for job in capture.submitted}
     for submitted in capture.submitted:
-        job = jobs[submitted.job_ids[0]]
+        job = jobs.get(submitted.job_ids[0])
+        if submitted.kind == "project":
+            assert job is None or job.row["State"] in ("COMPLETED", "TIMEOUT"), submitted
+            continue
         limit = submitted.limit_minutes * 60
         assert int(job.row["TimelimitRaw"]) * 60 == limit
         assert job.row["State"] == ("TIMEOUT" if submitted.kind == "timeout" else "COMPLETED"), job.id
@@ -114,6 +123,20 @@ def test_fair_share_and_the_qos_limit_acted(captures):
         for job in limited
     )
     assert at_once == 2
+
+
+def test_jobs_that_name_the_project_reservation_ran_in_it(captures):
+    """The reservation run's project jobs ran only on the reservation's nodes, from its start on; those submitted
+    before it began became eligible at its start (Slurm's Eligible), though other nodes were free."""
+    run = Run(captures["reservation"].folder)
+    calendar, _ = read_calendar(run.cluster, run.folder / "reservations.txt", None)
+    project = next(reservation for reservation in calendar.reservations if reservation.name == "project")
+    submitted = [job for job in captures["reservation"].submitted if job.kind == "project"]
+    ran = [job for job in run.jobs if job.id in {planned.job_ids[0] for planned in submitted}]
+    assert ran, "no job of the project's reservation started"
+    for job in ran:
+        assert set(job.nodes) <= set(project.nodes) and project.start <= job.start < project.end, job.row
+    assert any(job.start - job.wait == project.start for job in ran), [job.row for job in ran]
 
 
 def test_the_slurm_scheduler_replays_multifactor(captures, tmp_path):

@@ -1,4 +1,5 @@
-"""Workloads for checking the node-level simulator against a real Slurm: fcfs, fcfs-tight, mixed, multifactor.
+"""Workloads for checking the node-level simulator against a real Slurm: fcfs, fcfs-tight, mixed, multifactor,
+reservation.
 
 Each is a plan of `sleep` jobs submitted at set offsets to a one-host cluster
 (one_host_cluster.sh) configured for it, run to the end, and captured in a
@@ -10,7 +11,7 @@ and end to the millisecond and each change of a job's planned start,
 `plans.log.gz`, the same with every cycle's plans (which nodes each cycle held
 for the jobs ahead of one it started, for the check of backfill's choices), and
 the accounts and QOS (`assoc.txt`, `qos.txt`: `sacctmgr show assoc|qos
---parsable2`). The four run at once, each on its own cluster, in about ten minutes of wall
+--parsable2`). The five run at once, each on its own cluster, in about ten minutes of wall
 time; the live test and the capture of the committed fixtures
 (tests/data/slurm-22.05-cluster/) share this::
 
@@ -42,8 +43,7 @@ time; the live test and the capture of the committed fixtures
   name it (`--reservation=project`, `project_jobs`): some wait for it to
   begin though other nodes are free, some are killed at its end, and some
   never start (slurmctld holds them once it has ended; the capture cancels
-  them). Not in the live test's set (`tests/test_slurm_cluster.py`): run with
-  `--only reservation`.
+  them).
 """
 
 from __future__ import annotations
