@@ -21,6 +21,7 @@ from test_pbs import exit_record
 from kernel.jobs import FinishedJob, JobRequest
 from predictor.service.client import PredictorClient, SiteNames
 from predictor.service.server import PredictorServer, start_server
+from sites.slurm import JOB_NAME_PATTERN
 from tsched.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,6 +108,24 @@ def test_the_hook_asks_with_the_queue_as_pbs_report_keys_the_history() -> None:
     asked = hook.command(settings, "alice", "physics", 3600, 4, 100, hook.queue_of(standin.Job(3600, queue="gpu")))
     assert asked[asked.index("--partition") + 1] == "gpu"
     assert "--partition" not in hook.command(settings, "alice", "physics", 3600, 4, 100, hook.queue_of(standin.Job(60)))
+
+
+def test_the_hook_sends_a_plain_job_name_as_pbs_report_does() -> None:
+    """A plain Job_Name goes as `--job-name` (lgbm's application=true learns from it); one `tsched pbs-report`
+    would send as an unknown application (spaces, too long) is not sent; the two use one pattern."""
+    settings = {**hook.SETTINGS, "client": ["tsched", "predict"], "address": "A", "namespace": "pbs"}
+    asked = hook.command(settings, "alice", "physics", 3600, 4, 100, "", "vasp-6.4_relax")
+    assert asked[asked.index("--job-name") + 1] == "vasp-6.4_relax"
+    for unsent in ("", "my job", "x" * 129, "run;rm"):
+        assert "--job-name" not in hook.command(settings, "alice", "physics", 3600, 4, 100, "", unsent), unsent
+    assert hook.PLAIN_JOB_NAME.pattern == JOB_NAME_PATTERN
+
+
+@pytest.mark.slow
+def test_a_named_job_gets_its_prediction(server: PredictorServer) -> None:
+    job = standin.Job(walltime=3600, ncpus=4, account="physics", name="vasp")
+    _queue(job, "alice", f"127.0.0.1:{server.port}")
+    assert job.Resource_List["soft_walltime"] == 360 and not standin.logged
 
 
 def test_without_the_service_the_job_is_queued_unchanged_and_logged(server: PredictorServer) -> None:

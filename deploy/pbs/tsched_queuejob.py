@@ -17,14 +17,16 @@ Install (as root on the server host), after editing SETTINGS below:
 The hook runs in PBS's own Python, which has no gRPC: it asks through the
 `tsched predict` command (installed with tsched on the server host) with a
 deadline. Users and groups (the account, else the project, else the Unix
-group) are sent by name, as `tsched pbs-report` and `tsched observe` send
-them with completions: one identity for the site's jobs whatever path they
-arrive by.
+group) are sent by name, and so is the job's name (PBS's Job_Name, which
+lgbm's application=true learns from) where it is a plain one, as `tsched
+pbs-report` and `tsched observe` send them with completions: one identity for
+the site's jobs whatever path they arrive by.
 Everything here but `run` takes plain values, so it is tested without PBS
 (tests/test_pbs_hook.py, against a stand-in of the `pbs` module).
 """
 
 import json
+import re
 import subprocess
 import time
 
@@ -43,6 +45,11 @@ SETTINGS = {
 }
 
 
+#: A job name sent as it is (sites.slurm.JOB_NAME_PATTERN, which `tsched pbs-report` applies to the accounting
+#: log's jobname): any user chooses it, so another goes unsent, as an unknown application.
+PLAIN_JOB_NAME = re.compile(r"[A-Za-z0-9._@-]{1,128}")
+
+
 def soft_walltime(walltime, prediction):
     """The soft walltime (seconds) to set for a job requesting `walltime` seconds, or None to set none.
 
@@ -57,9 +64,9 @@ def soft_walltime(walltime, prediction):
     return estimate
 
 
-def command(settings, user, group, walltime, procs, submit, queue=""):
-    """The `tsched predict` command line for a job: its user, group and queue by name, as `tsched pbs-report`
-    keys the history (the queue as the partition)."""
+def command(settings, user, group, walltime, procs, submit, queue="", job_name=""):
+    """The `tsched predict` command line for a job: its user, group, queue and plain job name by name, as
+    `tsched pbs-report` keys the history (the queue as the partition)."""
     return [
         *settings["client"],
         "--json",
@@ -72,6 +79,7 @@ def command(settings, user, group, walltime, procs, submit, queue=""):
         str(user),
         *(["--account", group] if group else ["--group", "-1"]),
         *(["--partition", queue] if queue else []),
+        *(["--job-name", job_name] if job_name and PLAIN_JOB_NAME.fullmatch(job_name) else []),
         "--request",
         f"{walltime // 3600}:{walltime // 60 % 60:02d}:{walltime % 60:02d}",  # Slurm's HH:MM:SS, as tsched reads limits
         "--procs",
@@ -84,9 +92,9 @@ def command(settings, user, group, walltime, procs, submit, queue=""):
     ]
 
 
-def ask(settings, user, group, walltime, procs, submit, queue=""):
+def ask(settings, user, group, walltime, procs, submit, queue="", job_name=""):
     """The service's answer (`tsched predict --json -`) as a dict, or None and why not."""
-    command_line = command(settings, user, group, walltime, procs, submit, queue)
+    command_line = command(settings, user, group, walltime, procs, submit, queue, job_name)
     try:
         done = subprocess.run(
             command_line, capture_output=True, text=True, timeout=settings["deadline"] + 1, check=False
@@ -131,7 +139,8 @@ def run(pbs):
         ncpus = job.Resource_List["ncpus"]
         group = group_of(job.Account_Name, job.project, job.group_list or job.egroup)
         queue = queue_of(job)
-        prediction, why = ask(SETTINGS, event.requestor, group, seconds, int(ncpus or 1), int(time.time()), queue)
+        name = str(job.Job_Name or "")
+        prediction, why = ask(SETTINGS, event.requestor, group, seconds, int(ncpus or 1), int(time.time()), queue, name)
         chosen = soft_walltime(seconds, prediction)
         if chosen is not None and SETTINGS["advisory"]:
             pbs.logmsg(pbs.LOG_WARNING, f"tsched: advisory: soft_walltime would be {chosen} s of {seconds} s")

@@ -31,9 +31,15 @@ class Queue:
 
 class Job:
     def __init__(
-        self, walltime: int | None, ncpus: int | None = None, account: str | None = None, queue: str | None = None
+        self,
+        walltime: int | None,
+        ncpus: int | None = None,
+        account: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
     ) -> None:
         self.Resource_List = Resources(walltime=None if walltime is None else duration(walltime), ncpus=ncpus)
+        self.Job_Name = name
         self.Account_Name = account
         self.queue = None if queue is None else Queue(queue)
         self.project = "_pbs_project_default"
