@@ -16,7 +16,7 @@ from test_slurm_scheduler import cpus, frame, two_nodes
 from kernel.resources import ResourceRequest
 from simulator.calendar import Calendar, NodeEvent, Reservation, ReservedNodes, node_runs
 from simulator.clusterconf import read_cluster
-from simulator.clusterconf.calendarfiles import read_calendar, read_node_events, read_reservations
+from simulator.clusterconf.calendarfiles import UNMODELLED_FLAGS, read_calendar, read_node_events, read_reservations
 from simulator.clusterconf.settings import ClusterConfigError
 from simulator.clusterreplay import NEVER_RESTARTED, NEVER_STARTED, NODE_FAIL, SLURM, TIMEOUT, simulate_cluster
 from simulator.engine import SimulationConfig
@@ -68,6 +68,22 @@ def test_reservations_not_modelled_exactly_are_said(tmp_path):
     notes: list[str] = []
     read_reservations(written(tmp_path, "r.txt", text), cluster, UTC, notes)
     assert any("recurs (DAILY)" in note for note in notes) and any("2 cores" in note for note in notes)
+
+
+def test_flags_and_a_start_delay_the_model_does_not_follow_are_said(tmp_path):
+    """FLEX, MAGNETIC, PURGE_COMP (with its time) and the others of UNMODELLED_FLAGS, and a MaxStartDelay, change
+    what a reservation does: it is read as a plain one and each is said; MAINT, IGNORE_JOBS and SPEC_NODES are not."""
+    cluster = two_nodes(tmp_path)
+    text = SHOWN.replace("Flags=MAINT", "Flags=FLEX,MAGNETIC,PURGE_COMP=00:05:00,NO_HOLD_JOBS_AFTER_END,MAINT").replace(
+        "MaxStartDelay=(null)", "MaxStartDelay=00:10:00"
+    )
+    notes: list[str] = []
+    (resv,) = read_reservations(written(tmp_path, "r.txt", text), cluster, UTC, notes)
+    assert resv.flags >= {"FLEX", "PURGE_COMP", "MAINT"} and (resv.start, resv.end) == (T0, T0 + 120)
+    said = {flag for flag in UNMODELLED_FLAGS if any(f"flag {flag} (" in note for note in notes)}
+    assert said == {"FLEX", "MAGNETIC", "PURGE_COMP", "NO_HOLD_JOBS_AFTER_END"}
+    assert any("MaxStartDelay=00:10:00" in note for note in notes) and len(notes) == 5
+    assert all(note.startswith(f"{tmp_path / 'r.txt'}: reservation maint ") for note in notes)
 
 
 @pytest.mark.parametrize(

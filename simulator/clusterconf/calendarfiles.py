@@ -38,6 +38,18 @@ EVENTS_COMMAND = "sacctmgr show event --parsable2 start=YYYY-MM-DD"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 #: Flags whose reservation recurs: read as its one stated occurrence.
 RECURRING = frozenset({"HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY"})
+#: Flags that make a reservation act in ways the model does not follow (scontrol(1)): read as a plain reservation of
+#: its nodes from its start to its end, and said.
+UNMODELLED_FLAGS = {
+    "FLEX": "its jobs may start before it, run past it and use nodes outside it",
+    "MAGNETIC": "jobs that do not name it may run in it",
+    "NO_HOLD_JOBS_AFTER": "its jobs still waiting at its end run elsewhere rather than being held",
+    "NO_HOLD_JOBS_AFTER_END": "its jobs still waiting at its end run elsewhere rather than being held",
+    "PURGE_COMP": "it is deleted once idle, which frees its nodes early",
+    "REPLACE": "its busy or down nodes are replaced by idle ones",
+    "REPLACE_DOWN": "its down nodes are replaced by idle ones",
+    "TIME_FLOAT": "its start moves forward with the clock",
+}
 #: Node state words of an event that end the node's jobs; the others (DRAIN, FAIL, ...) only keep new ones off.
 DOWN_STATES = frozenset({"DOWN"})
 DRAIN_STATES = frozenset(
@@ -129,14 +141,33 @@ def _reservation(
     if pairs["Nodes"] == "(null)":
         raise where.error("Nodes", f"reservation {name} holds no nodes (licenses or burst buffers only): not modelled")
     nodes = _node_indices(pairs["Nodes"], cluster, where, "Nodes")
-    flags = frozenset(flag for flag in pairs.get("Flags", "").upper().split(",") if flag and flag != "(NULL)")
+    flags = frozenset(
+        flag.split("=")[0] for flag in pairs.get("Flags", "").upper().split(",") if flag and flag != "(NULL)"
+    )
     if flags & RECURRING:
         notes.append(f"{where.source}: reservation {name} recurs ({', '.join(sorted(flags & RECURRING))}): "
                      "only its stated occurrence is modelled")  # fmt: skip
+    notes.extend(_unmodelled(pairs, flags, f"{where.source}: reservation {name}"))
     cores = pairs.get("CoreCnt", "")
     if cores.isdigit() and int(cores) < sum(cluster.nodes[index].cores for index in nodes):
         notes.append(f"{where.source}: reservation {name} holds {cores} cores: modelled as its whole nodes")
     return Reservation(name, start, end, nodes, flags)
+
+
+def _unmodelled(pairs: dict[str, str], flags: frozenset[str], reservation: str) -> list[str]:
+    """What a reservation's flags and MaxStartDelay make it do that the model does not follow, a note each."""
+    notes = [
+        f"{reservation} has flag {flag} ({what}): modelled as a plain reservation"
+        for flag, what in UNMODELLED_FLAGS.items()
+        if flag in flags
+    ]
+    delay = pairs.get("MaxStartDelay", "")
+    if delay and delay != "(null)":
+        notes.append(
+            f"{reservation} has MaxStartDelay={delay} (jobs that do not name it may delay its jobs by that much): "
+            "not modelled"
+        )
+    return notes
 
 
 def _node_indices(text: str, cluster: Cluster, where: Where, field: str) -> tuple[int, ...]:
