@@ -15,11 +15,7 @@ the candidate that did best, with two rules:
   the paired differences over the replicates (and at least `min_gain` of the current score): a choice does not
   flap on the replay's noise;
 - it never serves a candidate that did worse than the request on the replay; a current choice that did is dropped
-  at once;
-- it never serves a candidate whose replay (as submitted) did one of the harms of `guards` that the objective's mean
-  hides: an AWRT above the request's (`awrt`: the wide, long jobs served worse), or a longest wait over
-  MAX_WAIT_FACTOR times the request's (`wait`: a job starved). These are issue 28's harm checks, asked of the
-  trailing window before a choice rather than of the run after it.
+  at once.
 
 Causal: the replay holds the jobs submitted in the window, each with the estimates the candidates gave at its
 submission; those that have finished (been observed) with their runtime, those still waiting or running with their
@@ -71,10 +67,6 @@ LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5)
 #: The candidate families besides the request, which is always one: the reference no choice may do worse than.
 FAMILIES = ("last2", "lgbm")
 REQUEST = "request"
-#: The harms that rule a candidate out on the replay, each against the request's replay (see the module's docstring).
-GUARDS = ("awrt", "wait")
-#: A candidate whose replay's longest wait exceeds the request's by more than this factor starved a job.
-MAX_WAIT_FACTOR = 2.0
 #: Fewer finished jobs in the window than this and the replay says too little: the choice stays as it is.
 MIN_REPLAY_JOBS = 50
 
@@ -84,17 +76,6 @@ def _families(text: str) -> None:
     parts = text.split("+") if text else []
     if len(set(parts)) != len(parts) or any(part not in FAMILIES for part in parts):
         raise ValueError(f"candidates must be families from {', '.join(FAMILIES)} joined by '+'; got {text!r}")
-
-
-def _guards(text: str) -> None:
-    """The check of `guards`: harms from GUARDS joined by '+', each once, or none."""
-    parts = _guard_list(text)
-    if len(set(parts)) != len(parts) or any(part not in GUARDS for part in parts):
-        raise ValueError(f"guards must be harms from {', '.join(GUARDS)} joined by '+', or none; got {text!r}")
-
-
-def _guard_list(text: str) -> list[str]:
-    return [] if text == "none" else text.split("+")
 
 
 def _delay(text: str) -> None:
@@ -146,14 +127,13 @@ class Replayed(NamedTuple):
 @dataclass(frozen=True)
 class Decision:
     """One retuning: when, on how many jobs, each candidate's mean score over the replicates it was replayed on, the
-    noise margin, the choice, and the candidates a guard ruled out."""
+    noise margin, and the choice."""
 
     time: int
     jobs: int
     scores: dict[str, float]
     noise: float
     choice: str
-    ruled_out: tuple[str, ...] = ()
 
 
 class _Recorded:
@@ -184,7 +164,7 @@ class WindowReplay:
         self._estimates = np.array([job.estimates for job in jobs], dtype=np.int64)
         self._ids = self._frame["job_id"].tolist()
         self._config, self._metric, self._jitter, self._seed = config, metric, jitter, seed
-        self._done: dict[tuple[bytes, int], dict[str, float]] = {}
+        self._done: dict[tuple[bytes, int], float] = {}
 
     @property
     def candidates(self) -> int:
@@ -197,62 +177,37 @@ class WindowReplay:
         offsets = np.random.default_rng([replicate, self._seed]).integers(-self._jitter, self._jitter + 1, len(submit))
         return self._frame.assign(submit=np.maximum(submit.min(), submit + offsets))
 
-    def metrics(self, candidate: int, replicate: int) -> dict[str, float]:
-        """The scheduling metrics of one candidate's replay of one replicate."""
+    def score(self, candidate: int, replicate: int) -> float:
+        """The objective's metric of one candidate's replay of one replicate."""
         column = self._estimates[:, candidate]
         key = (column.tobytes(), replicate)
         if key not in self._done:
             session = _Recorded(dict(zip(self._ids, column.tolist(), strict=True)))
             result = TraceReplay(self._replicate(replicate), self._config, session).replay()
-            self._done[key] = scheduling_metrics(result.jobs, self._config.procs, self._config.policy)
+            self._done[key] = scheduling_metrics(result.jobs, self._config.procs, self._config.policy)[self._metric]
         return self._done[key]
 
-    def score(self, candidate: int, replicate: int) -> float:
-        """The objective's metric of one candidate's replay of one replicate."""
-        return self.metrics(candidate, replicate)[self._metric]
-
-    def harmful(self, guards: Sequence[str]) -> np.ndarray:
-        """Per candidate, whether its replay as submitted did one of the `guards`' harms (see `harms`)."""
-        return harms([self.metrics(candidate, 0) for candidate in range(self.candidates)], guards)
-
-    def scores(self, current: int, replicates: int, harmful: np.ndarray) -> np.ndarray:
+    def scores(self, current: int, replicates: int) -> np.ndarray:
         """Candidates x replicates: every candidate on replicate 0, then the other replicates for the contenders
         only (the request, the current choice and replicate 0's best eligible); NaN where not replayed."""
         scores = np.full((self.candidates, replicates), np.nan)
         scores[:, 0] = [self.score(candidate, 0) for candidate in range(self.candidates)]
         first = scores[:, 0]
-        best = int(np.argmin(np.where((first <= first[0]) & ~harmful, first, np.inf)))
+        best = int(np.argmin(np.where(first <= first[0], first, np.inf)))
         for candidate in sorted({0, current, best}):
             scores[candidate, 1:] = [self.score(candidate, replicate) for replicate in range(1, replicates)]
         return scores
 
 
-def harms(replays: Sequence[dict[str, float]], guards: Sequence[str]) -> np.ndarray:
-    """Per candidate (the request first), whether its replay's metrics show one of the `guards`' harms against the
-    request's: an AWRT above it (`awrt`), a longest wait over MAX_WAIT_FACTOR times it (`wait`)."""
-    request = replays[0]
-    return np.array(
-        [
-            ("awrt" in guards and replayed["awrt"] > request["awrt"])
-            or ("wait" in guards and replayed["max_wait"] > MAX_WAIT_FACTOR * request["max_wait"])
-            for replayed in replays
-        ],
-        dtype=bool,
-    )
-
-
-def decide(scores: np.ndarray, current: int, min_gain: float, harmful: np.ndarray | None = None) -> tuple[int, float]:
+def decide(scores: np.ndarray, current: int, min_gain: float) -> tuple[int, float]:
     """The candidate to serve after a replay (row 0 of `scores` is the request), and the noise margin used.
 
-    Only candidates replayed on every replicate (no NaN) whose mean score is no worse than the request's, and
-    that did no harm (`harmful`, per candidate), are eligible; the current choice, if it still is, stays unless
-    the best beats it on the mean paired difference by more than that difference's standard deviation over the
-    replicates, and by at least `min_gain` of its own mean.
+    Only candidates replayed on every replicate (no NaN) whose mean score is no worse than the request's are
+    eligible; the current choice, if it still is, stays unless the best beats it on the mean paired difference by
+    more than that difference's standard deviation over the replicates, and by at least `min_gain` of its own mean.
     """
     means = scores.mean(axis=1)
     eligible = ~np.isnan(means) & (means <= means[0])
-    if harmful is not None:
-        eligible &= ~harmful
     best = int(np.argmin(np.where(eligible, means, np.inf)))
     if best == current or not eligible[current]:
         return best, 0.0
@@ -289,12 +244,6 @@ class AdaptiveEstimator(Estimator):
     mode: str = parameter("regular", "where the replayed scheduler uses the estimates", choices=tuple(MODES))
     correction: str = parameter("request", "the replayed correction", choices=tuple(CORRECTIONS))
     max_reservation_delay: str = parameter("none", "the replayed EASY bound (a duration, or none)", check=_delay)
-    guards: str = parameter(
-        "awrt+wait",
-        f"harms that rule a candidate out, joined by '+', or none: awrt (AWRT above the request's), wait (a "
-        f"longest wait over {MAX_WAIT_FACTOR:g}x the request's)",
-        check=_guards,
-    )
 
     def _initialise(self) -> None:
         self._window = required_duration(self.window, "window")
@@ -410,12 +359,10 @@ class AdaptiveEstimator(Estimator):
         if len(jobs) < MIN_REPLAY_JOBS:
             return
         replay = WindowReplay(jobs, config, OBJECTIVES[self.objective], self.jitter, now)
-        harmful = replay.harmful(_guard_list(self.guards))
-        scores = replay.scores(self._choice, self.replicates, harmful)
-        self._choice, noise = decide(scores, self._choice, self.min_gain, harmful)
+        scores = replay.scores(self._choice, self.replicates)
+        self._choice, noise = decide(scores, self._choice, self.min_gain)
         means = dict(zip(self._names, np.nanmean(scores, axis=1).tolist(), strict=True))
-        ruled_out = tuple(name for name, harm in zip(self._names, harmful, strict=True) if harm)
-        self._decisions.append(Decision(now, len(jobs), means, noise, self.choice, ruled_out))
+        self._decisions.append(Decision(now, len(jobs), means, noise, self.choice))
 
     def tuning(self) -> Tuning:
         """The candidate served now, and the latest retuning's scores (the objective's, lower is better)."""

@@ -17,7 +17,7 @@ from predictor.service.remote import RemoteSession
 from predictor.service.server import start_server
 from predictor.service.specs import registry_factory
 from predictor.session import LocalSession
-from simulator.adaptive import MIN_REPLAY_JOBS, AdaptiveEstimator, decide, harms
+from simulator.adaptive import MIN_REPLAY_JOBS, AdaptiveEstimator, decide
 from simulator.engine import SimulationConfig, TraceReplay
 from simulator.estimators import available, bind_scheduler, make_estimator, with_simulated
 from simulator.workloads.synthetic import generate_workload
@@ -53,34 +53,6 @@ def test_nothing_worse_than_the_request_is_adopted_and_a_current_choice_that_is_
 def test_candidates_left_out_of_the_other_replicates_are_not_eligible() -> None:
     scores = np.array([[100.0, 100.0], [70.0, np.nan], [90.0, 91.0]])
     assert decide(scores, 0, 0.0)[0] == 2
-
-
-def test_a_candidate_a_guard_rules_out_is_not_adopted_and_a_current_choice_it_rules_out_goes_at_once() -> None:
-    scores = np.array([[100.0, 100.0], [70.0, 71.0], [90.0, 91.0]])
-    assert decide(scores, 0, 0.0, np.array([False, True, False]))[0] == 2
-    assert decide(scores, 1, 0.0, np.array([False, True, False]))[0] == 2  # no noise test for a harmful choice
-    assert decide(scores, 0, 0.0, np.array([False, True, True]))[0] == 0
-
-
-def test_the_guards_compare_each_replay_with_the_requests() -> None:
-    request = {"awrt": 1000.0, "max_wait": 100.0}
-    replays = [
-        request,
-        {"awrt": 1000.0, "max_wait": 200.0},  # as the request's AWRT, twice its longest wait: no harm
-        {"awrt": 1000.5, "max_wait": 50.0},  # a worse AWRT
-        {"awrt": 900.0, "max_wait": 200.5},  # a starved job
-    ]
-    assert harms(replays, ("awrt", "wait")).tolist() == [False, False, True, True]
-    assert harms(replays, ("awrt",)).tolist() == [False, False, True, False]
-    assert harms(replays, ("wait",)).tolist() == [False, False, False, True]
-    assert not harms(replays, ()).any()
-    assert make_estimator("adaptive:guards=none,procs=4").get_params()["guards"] == "none"
-
-
-@pytest.mark.parametrize("guards", ["awrt+awrt", "tail", "none+wait"])
-def test_unknown_or_repeated_guards_are_refused(guards: str) -> None:
-    with pytest.raises(SpecError, match="guards"):
-        make_estimator(f"adaptive:guards={guards}")
 
 
 # --- the estimator in a simulation ------------------------------------------------------------
