@@ -28,6 +28,9 @@ import pandas as pd
 
 #: What a node event does: `down` kills the jobs on the node, `drain` lets them finish; both keep new jobs off.
 EVENT_STATES = ("down", "drain")
+#: slurmctld purges an ended reservation at its periodic check (`job_resv_check`, every PERIODIC_TIMEOUT, 30 s);
+#: the check's phase is not modelled: the purge is taken at the latest, 30 s after the end.
+PURGE_DELAY = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,20 @@ class Reservation:
             raise ValueError(f"reservation {self.name}: it ends ({self.end}) before it starts ({self.start})")
         if not self.nodes:
             raise ValueError(f"reservation {self.name}: no nodes")
+
+    @property
+    def flexible(self) -> bool:
+        """FLEX: its jobs may start before it, run past it and use nodes outside it (its own nodes first)."""
+        return "FLEX" in self.flags
+
+    @property
+    def releases_its_jobs(self) -> bool:
+        """NO_HOLD_JOBS_AFTER_END: a job of it still waiting when it has ended runs as any other job."""
+        return "NO_HOLD_JOBS_AFTER_END" in self.flags or "NO_HOLD_JOBS_AFTER" in self.flags
+
+    def purged(self, now: int) -> bool:
+        """Whether slurmctld has purged it by `now` (PURGE_DELAY after its end)."""
+        return now >= self.end + PURGE_DELAY
 
     @property
     def bits(self) -> int:
@@ -151,7 +168,16 @@ class ReservedNodes:
         """The nodes a job in `reservation` may use from `start` to `end`: none (None) before the reservation
         begins or after it ends; else its nodes but those of other reservations overlapping the job, unless it is
         a maintenance (MAINT) reservation, which overlapping ones do not take from (`job_test_resv`). The job's
-        end is not held to the reservation's: slurmctld kills it then (`ResvOverRun`)."""
+        end is not held to the reservation's: slurmctld kills it then (`ResvOverRun`).
+
+        A FLEX reservation's job may use any node but those of other reservations overlapping it (all, if its
+        own is MAINT), whenever it starts, until the ended reservation is purged; then it is held (None), or, with
+        NO_HOLD_JOBS_AFTER_END, runs as a job in no reservation (the purge clears its jobs' names;
+        `_clear_job_resv`)."""
+        if reservation.flexible:
+            if reservation.purged(start):
+                return ~self.blocked(start, end) if reservation.releases_its_jobs else None
+            return -1 if "MAINT" in reservation.flags else ~self.blocked(start, end, besides=reservation.name)
         if start < reservation.start or start > reservation.end:
             return None
         if "MAINT" in reservation.flags:

@@ -303,19 +303,30 @@ class SlurmBackfill(Backfill):
     def _queue_key(self, job: WaitingJob) -> tuple[bool, int]:
         """Jobs in a reservation first, then by their partition's PriorityTier (a stable sort keeps priority)."""
         queued = self.jobs[job.job_id]
-        return queued.reservation is None, -self._tiers[queued.demands[0].partition]
+        return self._reservation(queued) is None, -self._tiers[queued.demands[0].partition]
+
+    def _reservation(self, queued: QueuedJob) -> Reservation | None:
+        """The reservation `queued` is in now: the one it names, until a FLEX one with NO_HOLD_JOBS_AFTER_END is
+        purged (slurmctld then clears the name, and the job is one in no reservation)."""
+        reservation = self.reserved.named(queued.reservation)
+        if reservation is not None and reservation.releases_its_jobs and reservation.flexible:
+            return None if reservation.purged(self._now) else reservation
+        return reservation
 
     def reservation_end(self, job_id: int) -> int | None:
-        """When slurmctld kills the job for its reservation's end (past it by ResvOverRun); None: never."""
+        """When slurmctld kills the job for its reservation's end (past it by ResvOverRun); None: never (no
+        reservation, a FLEX one, or ResvOverRun=UNLIMITED)."""
         reservation = self.reserved.named(self.jobs[job_id].reservation)
         over_run = self.settings.resv_over_run
-        return None if reservation is None or over_run is None else reservation.end + over_run * 60
+        if reservation is None or reservation.flexible or over_run is None:
+            return None
+        return reservation.end + over_run * 60
 
     def _usable(self, job: WaitingJob, start: int, end: int) -> int | None:
         """The nodes the reservations and its node list let `job` use from `start` to `end` (-1: all); None: none
         yet or any more (its reservation has not begun or has ended)."""
         queued = self.jobs[job.job_id]
-        reservation = self.reserved.named(queued.reservation)
+        reservation = self._reservation(queued)
         if reservation is not None:
             usable = self.reserved.usable(reservation, start, end)
             return None if usable is None else usable & queued.only
@@ -336,12 +347,13 @@ class SlurmBackfill(Backfill):
             nodes = 0
             for wanted in queued.demands:
                 nodes |= self._partition_bits[wanted.partition]
-            if job.index in submitted and not nodes & ahead.get(queued.reservation, 0):
+            name = reservation.name if (reservation := self._reservation(queued)) else None
+            if job.index in submitted and not nodes & ahead.get(name, 0):
                 placed = self._first_fit(job, queued.demands, machine, ends, 0)
                 if placed:
                     started.append(job)
                     continue
-            ahead[queued.reservation] = ahead.get(queued.reservation, 0) | nodes
+            ahead[name] = ahead.get(name, 0) | nodes
         return started
 
     def _first_fit(
@@ -352,9 +364,15 @@ class SlurmBackfill(Backfill):
         usable = self._usable(job, self._now, self._now + job.t_est)
         if usable is None:
             return False
+        reservation = self._reservation(self.jobs[job.job_id])
+        preferred = reservation.bits if reservation is not None and reservation.flexible else 0
         for wanted in demands:
             nodes = self._partition_bits[wanted.partition] & machine.in_service & ~blocked & usable
-            allocation = machine.state.pick(wanted, from_bits(nodes, self._size))
+            allocation = None
+            if preferred:  # a FLEX reservation's nodes weigh less than the others (NODE_SET_OUTSIDE_FLEX)
+                allocation = machine.state.pick(wanted, from_bits(nodes & preferred, self._size))
+            if allocation is None:
+                allocation = machine.state.pick(wanted, from_bits(nodes, self._size))
             if allocation is not None:
                 insort(ends, self._start(job, wanted, allocation, machine))
                 return True
@@ -377,7 +395,7 @@ class SlurmBackfill(Backfill):
             if settings.sched_max_job_start and len(started) >= settings.sched_max_job_start:
                 break
             queued = self.jobs[job.job_id]
-            reservation = self.reserved.named(queued.reservation)
+            reservation = self._reservation(queued)
             if reservation is None:
                 demands = tuple(d for d in queued.demands if d.partition not in failed)
             else:
@@ -388,7 +406,8 @@ class SlurmBackfill(Backfill):
                 started.append(job)
             elif reservation is not None:
                 failed_reservations.add(reservation.name)
-                if self._now < reservation.start:  # ESLURM_RESERVATION_NOT_USABLE: its nodes leave the pass
+                if self._now < reservation.start and not reservation.flexible:  # RESERVATION_NOT_USABLE: its nodes
+                    # leave the pass (a FLEX one is usable before it begins)
                     blocked |= reservation.bits
             else:
                 for wanted in demands:
@@ -420,7 +439,7 @@ class SlurmBackfill(Backfill):
                 per_user[queued.user] = per_user.get(queued.user, 0) + 1
                 if per_user[queued.user] > settings.bf_max_job_user:
                     continue
-            reservation = self.reserved.named(queued.reservation)
+            reservation = self._reservation(queued)
             for wanted in queued.demands:
                 estimate = self._plan(now, wanted, job.t_est, space, estimates, reservation, queued.only)
                 if estimate is None:
@@ -498,6 +517,8 @@ class SlurmBackfill(Backfill):
         usable = self.reserved.usable(reservation, start, end)
         if usable is None:
             return None
+        if reservation.flexible:  # any of the partition's nodes that no other reservation holds
+            return partition, partition & ~usable
         return partition & reservation.bits, reservation.bits & ~usable
 
 

@@ -1,5 +1,5 @@
 """Workloads for checking the node-level simulator against a real Slurm: fcfs, fcfs-tight, mixed, multifactor,
-reservation.
+reservation, flex.
 
 Each is a plan of `sleep` jobs submitted at set offsets to a one-host cluster
 (one_host_cluster.sh) configured for it, run to the end, and captured in a
@@ -11,8 +11,8 @@ and end to the millisecond and each change of a job's planned start,
 `plans.log.gz`, the same with every cycle's plans (which nodes each cycle held
 for the jobs ahead of one it started, for the check of backfill's choices), and
 the accounts and QOS (`assoc.txt`, `qos.txt`: `sacctmgr show assoc|qos
---parsable2`). The five run at once, each on its own cluster, in about ten minutes of wall
-time; the live test and the capture of the committed fixtures
+--parsable2`). The live test runs five at once (all but flex), each on its own cluster, in about ten
+minutes of wall time; the live test and the capture of the committed fixtures
 (tests/data/slurm-22.05-cluster/) share this::
 
     python tests/slurm/cluster_workloads.py --out tests/data/slurm-22.05-cluster
@@ -44,6 +44,10 @@ time; the live test and the capture of the committed fixtures
   begin though other nodes are free, some are killed at its end, and some
   never start (slurmctld holds them once it has ended; the capture cancels
   them).
+- flex: the reservation workload with the project's reservation made FLEX
+  and NO_HOLD_JOBS_AFTER (FLEXIBLE_PROJECT): its jobs may start before it,
+  use nodes outside it and run past it, and those still waiting at its end
+  run as any job. Not in the live test's set: run with `--only flex`.
 """
 
 from __future__ import annotations
@@ -78,7 +82,14 @@ ROUND_LIMITS = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60)
 #: The environment of commands whose local times the captures keep (the replays read them as UTC, the default).
 UTC = {"TZ": "UTC"}
 #: Base ports: each workload's cluster runs beside the others.
-PORTS = {"fcfs": 23817, "fcfs-tight": 24817, "mixed": 25817, "multifactor": 26817, "reservation": 27817}
+PORTS = {
+    "fcfs": 23817,
+    "fcfs-tight": 24817,
+    "mixed": 25817,
+    "multifactor": 26817,
+    "reservation": 27817,
+    "flex": 28817,
+}
 
 
 @dataclass(frozen=True)
@@ -263,6 +274,9 @@ PROJECT = (
     "Nodes=n[1-2]",
     "Users=tsched-alice,tsched-bob",
 )
+#: The project's reservation made flexible: its jobs may start before it, run past it and use nodes outside it
+#: (FLEX), and those still waiting at its end run as other jobs do rather than being held (NO_HOLD_JOBS_AFTER).
+FLEXIBLE_PROJECT = (*PROJECT, "Flags=FLEX,NO_HOLD_JOBS_AFTER")
 DRAIN = (NodeStep(120, "n3", "drain"), NodeStep(240, "n3", "resume"))
 MULTIFACTOR_SIZES = (1, 2, 4, 8, 12, 16, 24)
 MULTIFACTOR_WEIGHTS = (20, 15, 20, 20, 8, 10, 4)
@@ -350,6 +364,16 @@ def workloads() -> dict[str, Workload]:
             tuple(sorted([*multifactor_jobs(), *project_jobs()], key=lambda job: job.offset)),
             qos=(LIMITED_QOS,),
             reservations=(MAINTENANCE, PROJECT),
+            node_steps=DRAIN,
+        ),
+        "flex": Workload(
+            "flex",
+            6,
+            8,
+            multifactor,
+            tuple(sorted([*multifactor_jobs(), *project_jobs()], key=lambda job: job.offset)),
+            qos=(LIMITED_QOS,),
+            reservations=(MAINTENANCE, FLEXIBLE_PROJECT),
             node_steps=DRAIN,
         ),
     }
