@@ -303,15 +303,19 @@ class SlurmBackfill(Backfill):
     def _queue_key(self, job: WaitingJob) -> tuple[bool, int]:
         """Jobs in a reservation first, then by their partition's PriorityTier (a stable sort keeps priority)."""
         queued = self.jobs[job.job_id]
-        return self._reservation(queued) is None, -self._tiers[queued.demands[0].partition]
+        return self._reservation_name(queued) is None, -self._tiers[queued.demands[0].partition]
 
-    def _reservation(self, queued: QueuedJob) -> Reservation | None:
-        """The reservation `queued` is in now: the one it names, until a FLEX one with NO_HOLD_JOBS_AFTER_END is
-        purged (slurmctld then clears the name, and the job is one in no reservation)."""
+    def _reservation_name(self, queued: QueuedJob) -> str | None:
+        """The reservation `queued` names now (one the calendar lacks too): the one it was submitted to, until a
+        FLEX one with NO_HOLD_JOBS_AFTER_END is purged (slurmctld then clears the name: a job in no reservation)."""
         reservation = self.reserved.named(queued.reservation)
         if reservation is not None and reservation.releases_its_jobs and reservation.flexible:
-            return None if reservation.purged(self._now) else reservation
-        return reservation
+            return None if reservation.purged(self._now) else reservation.name
+        return queued.reservation
+
+    def _reservation(self, queued: QueuedJob) -> Reservation | None:
+        """The reservation `queued` is in now, if the calendar holds it (see `_reservation_name`)."""
+        return self.reserved.named(self._reservation_name(queued))
 
     def reservation_end(self, job_id: int) -> int | None:
         """When slurmctld kills the job for its reservation's end (past it by ResvOverRun); None: never (no
@@ -347,7 +351,7 @@ class SlurmBackfill(Backfill):
             nodes = 0
             for wanted in queued.demands:
                 nodes |= self._partition_bits[wanted.partition]
-            name = reservation.name if (reservation := self._reservation(queued)) else None
+            name = self._reservation_name(queued)
             if job.index in submitted and not nodes & ahead.get(name, 0):
                 placed = self._first_fit(job, queued.demands, machine, ends, 0)
                 if placed:

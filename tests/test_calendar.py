@@ -211,6 +211,9 @@ def test_jobs_in_a_reservation_go_before_older_jobs(tmp_path):
     calendar = Calendar((Reservation("project", 0, 1000, (1,)),))
     jobs = replay(tmp_path, specs, calendar, "bf_interval=10000,bf_resolution=1")
     assert jobs.loc[3, "start"] == 50 and jobs.loc[2, "start"] >= 1000
+    # a reservation the calendar lacks: placed on any node, but waiting only for jobs that name it, as in Slurm
+    unknown = replay(tmp_path, specs, Calendar(), "bf_interval=10000,bf_resolution=1")
+    assert unknown["start"].to_dict() == {1: 0, 2: 52, 3: 2}
 
 
 def test_a_job_in_a_reservation_is_killed_when_it_ends(tmp_path):
