@@ -63,6 +63,11 @@ class Reservation:
         """Whether slurmctld has purged it by `now` (PURGE_DELAY after its end)."""
         return now >= self.end + PURGE_DELAY
 
+    def released(self, now: int) -> bool:
+        """Whether its jobs are, by `now`, jobs in no reservation: a FLEX one with NO_HOLD_JOBS_AFTER_END, purged
+        (slurmctld clears their reservation; a FLEX one's jobs are never tested against its end before that)."""
+        return self.flexible and self.releases_its_jobs and self.purged(now)
+
     @property
     def bits(self) -> int:
         """Its nodes as a bit set (bit i is node i)."""
@@ -146,7 +151,9 @@ class ReservedNodes:
         self.resolution = resolution
         self._held = [(resv.start, resv.end, resv.bits, resv.name) for resv in reservations]
         self._named = {resv.name: resv for resv in reservations}
-        self.boundaries = sorted({time for resv in reservations for time in (resv.start, resv.end)})
+        # a FLEX reservation's purge changes its jobs too (held, or released into the queue)
+        purges = {resv.end + PURGE_DELAY for resv in reservations if resv.flexible}
+        self.boundaries = sorted({time for resv in reservations for time in (resv.start, resv.end)} | purges)
 
     def __bool__(self) -> bool:
         return bool(self._held)
@@ -176,7 +183,7 @@ class ReservedNodes:
         `_clear_job_resv`)."""
         if reservation.flexible:
             if reservation.purged(start):
-                return ~self.blocked(start, end) if reservation.releases_its_jobs else None
+                return ~self.blocked(start, end) if reservation.released(start) else None
             return -1 if "MAINT" in reservation.flags else ~self.blocked(start, end, besides=reservation.name)
         if start < reservation.start or start > reservation.end:
             return None

@@ -309,9 +309,7 @@ class SlurmBackfill(Backfill):
         """The reservation `queued` names now (one the calendar lacks too): the one it was submitted to, until a
         FLEX one with NO_HOLD_JOBS_AFTER_END is purged (slurmctld then clears the name: a job in no reservation)."""
         reservation = self.reserved.named(queued.reservation)
-        if reservation is not None and reservation.releases_its_jobs and reservation.flexible:
-            return None if reservation.purged(self._now) else reservation.name
-        return queued.reservation
+        return None if reservation is not None and reservation.released(self._now) else queued.reservation
 
     def _reservation(self, queued: QueuedJob) -> Reservation | None:
         """The reservation `queued` is in now, if the calendar holds it (see `_reservation_name`)."""
@@ -326,11 +324,9 @@ class SlurmBackfill(Backfill):
             return None
         return reservation.end + over_run * 60
 
-    def _usable(self, job: WaitingJob, start: int, end: int) -> int | None:
-        """The nodes the reservations and its node list let `job` use from `start` to `end` (-1: all); None: none
-        yet or any more (its reservation has not begun or has ended)."""
-        queued = self.jobs[job.job_id]
-        reservation = self._reservation(queued)
+    def _usable(self, queued: QueuedJob, reservation: Reservation | None, start: int, end: int) -> int | None:
+        """The nodes the reservations and its node list let `queued`, in `reservation`, use from `start` to `end`
+        (-1: all); None: none yet or any more (its reservation has not begun or has ended)."""
         if reservation is not None:
             usable = self.reserved.usable(reservation, start, end)
             return None if usable is None else usable & queued.only
@@ -365,10 +361,11 @@ class SlurmBackfill(Backfill):
     ) -> bool:
         """Start `job` now in the first of its partitions it fits in, off the `blocked` nodes and on the nodes the
         reservations let it use; whether it did."""
-        usable = self._usable(job, self._now, self._now + job.t_est)
+        queued = self.jobs[job.job_id]
+        reservation = self._reservation(queued)
+        usable = self._usable(queued, reservation, self._now, self._now + job.t_est)
         if usable is None:
             return False
-        reservation = self._reservation(self.jobs[job.job_id])
         preferred = reservation.bits if reservation is not None and reservation.flexible else 0
         for wanted in demands:
             nodes = self._partition_bits[wanted.partition] & machine.in_service & ~blocked & usable
@@ -495,6 +492,9 @@ class SlurmBackfill(Backfill):
                 start_from = retry
                 continue
             start = max(estimate.start, start_from)
+            if start <= now and reservation is not None and reservation.flexible:  # its own nodes weigh less
+                own = estimates.earliest(wanted, free & reservation.bits)
+                return own if own is not None and own.start <= now else estimate
             if start <= now:
                 return estimate
             if retry is not None and start > retry:

@@ -284,6 +284,36 @@ def test_a_flex_reservations_job_may_use_any_node_at_any_time_until_the_purge():
     assert flex.flexible and not flex.releases_its_jobs and released.releases_its_jobs
 
 
+def test_a_flex_reservations_job_runs_before_and_past_it_on_its_nodes_first_and_is_released_at_the_purge(tmp_path):
+    """`project` is FLEX (NO_HOLD_JOBS_AFTER_END) on n2 over [0, 20). Job 1 names it and starts at once on n2
+    though n1, first in Slurm's order, is free (its nodes weigh less), and runs past its end (not killed). Job 4
+    names it too and waits, first in the queue, until the purge (20 + PURGE_DELAY) makes it a job in no
+    reservation: job 3, older, then goes first. Without NO_HOLD_JOBS_AFTER_END the purge holds job 4 for good."""
+    flags = frozenset({"FLEX", "NO_HOLD_JOBS_AFTER_END"})
+    specs = [
+        (1, 0, 4, 1000, 400, in_reservation(4)),  # n2 until 400
+        (2, 0, 4, 1000, 400, cpus(4, nodes=1)),  # n1 until 400
+        (3, 5, 8, 100, 50, cpus(8, nodes=2)),  # both nodes
+        (4, 10, 8, 100, 50, replace(cpus(8, nodes=2), reservation="project")),
+    ]
+    jobs = replay(tmp_path, specs, Calendar((Reservation("project", 0, 20, (1,), flags),)))
+    assert jobs["start"].to_dict() == {1: 0, 2: 0, 3: 400, 4: 450}
+    assert jobs.loc[1, "nodes"] == "n2" and jobs.loc[1, ["end", "state"]].tolist() == [400, "COMPLETED"]
+    held = replay(tmp_path, specs, Calendar((Reservation("project", 0, 20, (1,), frozenset({"FLEX"})),)))
+    assert held["start"].to_dict() == {1: 0, 2: 0, 3: 400}
+
+
+def test_backfill_starts_a_flex_job_on_its_reservations_nodes_first(tmp_path):
+    """A maintenance of both nodes over [100, 200) keeps job 1 (FLEX, limit 500) waiting until 200; job 2, in the
+    same FLEX reservation (n2, later on), waits behind it at submission and is backfilled at once: on n2, though
+    n1, first in Slurm's order, is free too."""
+    project = Reservation("project", 1000, 2000, (1,), frozenset({"FLEX"}))
+    maintenance = Reservation("maintenance", 100, 200, (0, 1), frozenset({"MAINT"}))
+    specs = [(1, 0, 4, 500, 50, in_reservation(4)), (2, 10, 4, 50, 20, in_reservation(4))]
+    jobs = replay(tmp_path, specs, Calendar((project, maintenance)))
+    assert jobs["start"].to_dict() == {1: 200, 2: 10} and jobs.loc[2, "nodes"] == "n2"
+
+
 FLEX = DATA / "slurm-22.05-flex" / "flex"
 #: The jobs of the flex run that name the project's reservation (`--reservation=project`).
 FLEX_PROJECT_JOBS = (4, 10, 13, 17, 23, 31, 48, 59, 69, 74)
@@ -293,8 +323,9 @@ def test_a_flex_reservations_jobs_start_when_and_where_slurm_started_them(tmp_pa
     """The flex workload (tests/slurm/cluster_workloads.py: the reservation workload with the project's
     reservation FLEX and NO_HOLD_JOBS_AFTER_END), a live run on Slurm 22.05 (2026-12-07 12:52 UTC): its jobs
     started before it began (4, 10, 13), outside its nodes (13 on n[3-5], 69 on n4), past its end (59 was not
-    killed), and after its purge as any job (74); every one of the 100 starts is the model's node choice, and each
-    project job waits in the replay what it waited in Slurm. Per-job wait error 25.9 s against a chaos floor of
+    killed), and 20 s after its end (74, before the purge, as a FLEX job may: the run does not show the release);
+    every one of the 100 starts is the model's node choice, and each project job waits in the replay what it
+    waited in Slurm. Per-job wait error 25.9 s against a chaos floor of
     27.1 s, mean wait +3.6%, utilization +0.9 points, start order 0.948 (docs/cluster.md)."""
     run = Run(FLEX)
     replay = replay_node_choices(run)
@@ -312,9 +343,10 @@ def test_read_as_plain_the_flex_reservation_holds_three_jobs_for_good(tmp_path, 
     monkeypatch.setattr(Reservation, "flexible", property(lambda self: False))
     arguments = ["simulate", "--trace", str(FLEX / "jobs.sacct"), "--cluster", str(FLEX / "slurm.conf")]
     calendar = ["--reservations", str(FLEX / "reservations.txt"), "--node-events", str(FLEX / "events.txt")]
-    out = tmp_path / "out.json"
-    assert main([*arguments, "--scheduler", "slurm", *calendar, "--json", str(out)]) == 0
+    out, jobs = tmp_path / "out.json", tmp_path / "jobs.csv"
+    assert main([*arguments, "--scheduler", "slurm", *calendar, "--json", str(out), "--jobs-csv", str(jobs)]) == 0
     assert json.loads(out.read_text())["skipped"] == {NEVER_STARTED: 3}
+    assert set(FLEX_PROJECT_JOBS) - set(pd.read_csv(jobs)["job_id"]) == {48, 69, 74}
     capsys.readouterr()
 
 

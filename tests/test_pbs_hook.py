@@ -123,6 +123,8 @@ def test_the_hook_sends_a_plain_job_name_as_pbs_report_does() -> None:
 
 @pytest.mark.slow
 def test_a_named_job_gets_its_prediction(server: PredictorServer) -> None:
+    """The real `tsched predict` and server take the name the hook sends (percentile ignores names: what the name
+    is worth to a model is lgbm's application=true, docs/lgbm.md)."""
     job = standin.Job(walltime=3600, ncpus=4, account="physics", name="vasp")
     _queue(job, "alice", f"127.0.0.1:{server.port}")
     assert job.Resource_List["soft_walltime"] == 360 and not standin.logged

@@ -45,6 +45,7 @@ RECURRING = frozenset({"HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY"})
 UNMODELLED_FLAGS = {
     "MAGNETIC": "jobs that do not name it may run in it",
     "OVERLAP": "its jobs may use the nodes it shares with other reservations but maintenance ones",
+    # scontrol takes NO_HOLD_JOBS_AFTER and prints NO_HOLD_JOBS_AFTER_END: a file may hold either
     "NO_HOLD_JOBS_AFTER": "its jobs still waiting at its end run elsewhere rather than being held",
     "NO_HOLD_JOBS_AFTER_END": "its jobs still waiting at its end run elsewhere rather than being held",
     "PURGE_COMP": "it is deleted once idle, which frees its nodes early",

@@ -70,6 +70,10 @@ class Job:
         return int(self.row["JobIDRaw"])
 
     @property
+    def submit(self) -> int:
+        return _utc(self.row["Submit"])
+
+    @property
     def start(self) -> int:
         return _utc(self.row["Start"])
 

@@ -65,7 +65,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 if not __package__:  # run as a script: find the `slurm` package as the tests do
@@ -342,6 +342,16 @@ def workloads() -> dict[str, Workload]:
         "TSCHED_SLURM_PARTITIONS": "PartitionName=batch Nodes=n[1-6] Default=YES MaxTime=INFINITE State=UP",
         "TSCHED_SLURM_EXTRA": "\n".join(MULTIFACTOR_PRIORITY),
     }
+    reservation = Workload(
+        "reservation",
+        6,
+        8,
+        multifactor,
+        tuple(sorted([*multifactor_jobs(), *project_jobs()], key=lambda job: job.offset)),
+        qos=(LIMITED_QOS,),
+        reservations=(MAINTENANCE, PROJECT),
+        node_steps=DRAIN,
+    )
     return {
         "fcfs": Workload("fcfs", 8, 8, fcfs, tuple(loose)),
         "fcfs-tight": Workload("fcfs-tight", 8, 8, fcfs, tuple(tight)),
@@ -356,26 +366,8 @@ def workloads() -> dict[str, Workload]:
             reservations=(MAINTENANCE,),
             node_steps=DRAIN,
         ),
-        "reservation": Workload(
-            "reservation",
-            6,
-            8,
-            multifactor,
-            tuple(sorted([*multifactor_jobs(), *project_jobs()], key=lambda job: job.offset)),
-            qos=(LIMITED_QOS,),
-            reservations=(MAINTENANCE, PROJECT),
-            node_steps=DRAIN,
-        ),
-        "flex": Workload(
-            "flex",
-            6,
-            8,
-            multifactor,
-            tuple(sorted([*multifactor_jobs(), *project_jobs()], key=lambda job: job.offset)),
-            qos=(LIMITED_QOS,),
-            reservations=(MAINTENANCE, FLEXIBLE_PROJECT),
-            node_steps=DRAIN,
-        ),
+        "reservation": reservation,
+        "flex": replace(reservation, name="flex", reservations=(MAINTENANCE, FLEXIBLE_PROJECT)),
     }
 
 
