@@ -11,8 +11,8 @@ and end to the millisecond and each change of a job's planned start,
 `plans.log.gz`, the same with every cycle's plans (which nodes each cycle held
 for the jobs ahead of one it started, for the check of backfill's choices), and
 the accounts and QOS (`assoc.txt`, `qos.txt`: `sacctmgr show assoc|qos
---parsable2`). The live test runs the six at once, each on its own cluster, in about ten minutes of
-wall time; the live test and the capture of the committed fixtures
+--parsable2`). The live test runs five at once (all but flex), each on its own cluster, in about ten
+minutes of wall time; the live test and the capture of the committed fixtures
 (tests/data/slurm-22.05-cluster/) share this::
 
     python tests/slurm/cluster_workloads.py --out tests/data/slurm-22.05-cluster
@@ -47,7 +47,7 @@ wall time; the live test and the capture of the committed fixtures
 - flex: the reservation workload with the project's reservation made FLEX
   and NO_HOLD_JOBS_AFTER (FLEXIBLE_PROJECT): its jobs may start before it,
   use nodes outside it and run past it, and those still waiting at its end
-  run as any job.
+  run as any job. Not in the live test's set: run with `--only flex`.
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ start_mariadb() {
         --bind-address=127.0.0.1 --pid-file="$DIR/run/mysqld/mariadbd.pid" --log-error="$DIR/log/mariadb.log" \
         --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 >/dev/null 2>&1 &
     echo $! >"$DIR/run/mariadbd.pid"
-    wait_for 60 MariaDB mariadb-admin --no-defaults -S "$DB_SOCKET" -u root ping
+    wait_for 120 MariaDB mariadb-admin --no-defaults -S "$DB_SOCKET" -u root ping
     if [ "$fresh" -eq 1 ]; then
         mariadb --no-defaults -S "$DB_SOCKET" -u root <<SQL
 CREATE DATABASE slurm_acct_db;
@@ -229,7 +229,7 @@ SQL
 start_slurm() {
     if ! alive "$DIR/run/slurmdbd.pid"; then
         slurmdbd
-        wait_for 60 slurmdbd sacctmgr -n list cluster
+        wait_for 120 slurmdbd sacctmgr -n list cluster
     fi
     sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
     alive "$DIR/run/slurmctld.pid" || slurmctld
