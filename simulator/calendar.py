@@ -57,7 +57,7 @@ class Reservation:
     @property
     def releases_its_jobs(self) -> bool:
         """NO_HOLD_JOBS_AFTER_END: a job of it still waiting when it has ended runs as any other job."""
-        return "NO_HOLD_JOBS_AFTER_END" in self.flags or "NO_HOLD_JOBS_AFTER" in self.flags
+        return "NO_HOLD_JOBS_AFTER_END" in self.flags
 
     def purged(self, now: int) -> bool:
         """Whether slurmctld has purged it by `now` (PURGE_DELAY after its end)."""
@@ -183,7 +183,7 @@ class ReservedNodes:
         `_clear_job_resv`)."""
         if reservation.flexible:
             if reservation.purged(start):
-                return ~self.blocked(start, end) if reservation.released(start) else None
+                return ~self.blocked(start, end) if reservation.releases_its_jobs else None
             return -1 if "MAINT" in reservation.flags else ~self.blocked(start, end, besides=reservation.name)
         if start < reservation.start or start > reservation.end:
             return None

@@ -313,7 +313,8 @@ class SlurmBackfill(Backfill):
 
     def _reservation(self, queued: QueuedJob) -> Reservation | None:
         """The reservation `queued` is in now, if the calendar holds it (see `_reservation_name`)."""
-        return self.reserved.named(self._reservation_name(queued))
+        reservation = self.reserved.named(queued.reservation)
+        return None if reservation is None or reservation.released(self._now) else reservation
 
     def reservation_end(self, job_id: int) -> int | None:
         """When slurmctld kills the job for its reservation's end (past it by ResvOverRun); None: never (no
@@ -347,7 +348,7 @@ class SlurmBackfill(Backfill):
             nodes = 0
             for wanted in queued.demands:
                 nodes |= self._partition_bits[wanted.partition]
-            name = self._reservation_name(queued)
+            name = None if queued.reservation is None else self._reservation_name(queued)  # most jobs name none
             if job.index in submitted and not nodes & ahead.get(name, 0):
                 placed = self._first_fit(job, queued.demands, machine, ends, 0)
                 if placed:

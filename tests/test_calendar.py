@@ -90,6 +90,9 @@ def test_flags_and_a_start_delay_the_model_does_not_follow_are_said(tmp_path):
     text = SHOWN.replace("Flags=MAINT,IGNORE_JOBS", "Flags=FLEX,NO_HOLD_JOBS_AFTER_END")
     (resv,) = read_reservations(written(tmp_path, "f.txt", text), cluster, UTC, flexible)
     assert resv.flexible and resv.releases_its_jobs and flexible == []
+    text = SHOWN.replace("Flags=MAINT,IGNORE_JOBS", "Flags=FLEX,NO_HOLD_JOBS_AFTER")  # as scontrol takes it
+    (resv,) = read_reservations(written(tmp_path, "g.txt", text), cluster, UTC, flexible)
+    assert resv.releases_its_jobs and flexible == []
 
 
 @pytest.mark.parametrize(

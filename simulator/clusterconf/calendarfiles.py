@@ -45,14 +45,14 @@ RECURRING = frozenset({"HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY"})
 UNMODELLED_FLAGS = {
     "MAGNETIC": "jobs that do not name it may run in it",
     "OVERLAP": "its jobs may use the nodes it shares with other reservations but maintenance ones",
-    # scontrol takes NO_HOLD_JOBS_AFTER and prints NO_HOLD_JOBS_AFTER_END: a file may hold either
-    "NO_HOLD_JOBS_AFTER": "its jobs still waiting at its end run elsewhere rather than being held",
     "NO_HOLD_JOBS_AFTER_END": "its jobs still waiting at its end run elsewhere rather than being held",
     "PURGE_COMP": "it is deleted once idle, which frees its nodes early",
     "REPLACE": "its busy or down nodes are replaced by idle ones",
     "REPLACE_DOWN": "its down nodes are replaced by idle ones",
     "TIME_FLOAT": "its start moves forward with the clock",
 }
+#: Flag spellings scontrol takes (and a file written by hand may hold) -> the one it prints.
+FLAG_SPELLINGS = {"NO_HOLD_JOBS_AFTER": "NO_HOLD_JOBS_AFTER_END"}
 #: Node state words of an event that end the node's jobs; the others (DRAIN, FAIL, ...) only keep new ones off.
 DOWN_STATES = frozenset({"DOWN"})
 DRAIN_STATES = frozenset(
@@ -144,9 +144,8 @@ def _reservation(
     if pairs["Nodes"] == "(null)":
         raise where.error("Nodes", f"reservation {name} holds no nodes (licenses or burst buffers only): not modelled")
     nodes = _node_indices(pairs["Nodes"], cluster, where, "Nodes")
-    flags = frozenset(
-        flag.split("=")[0] for flag in pairs.get("Flags", "").upper().split(",") if flag and flag != "(NULL)"
-    )
+    named = (flag.split("=")[0] for flag in pairs.get("Flags", "").upper().split(",") if flag and flag != "(NULL)")
+    flags = frozenset(FLAG_SPELLINGS.get(flag, flag) for flag in named)
     if flags & RECURRING:
         notes.append(f"{where.source}: reservation {name} recurs ({', '.join(sorted(flags & RECURRING))}): "
                      "only its stated occurrence is modelled")  # fmt: skip
@@ -159,7 +158,7 @@ def _reservation(
 
 def _unmodelled(pairs: dict[str, str], flags: frozenset[str], reservation: str) -> list[str]:
     """What a reservation's flags and MaxStartDelay make it do that the model does not follow, a note each."""
-    modelled = {"NO_HOLD_JOBS_AFTER", "NO_HOLD_JOBS_AFTER_END"} if "FLEX" in flags else set()
+    modelled = {"NO_HOLD_JOBS_AFTER_END"} if "FLEX" in flags else set()
     notes = [
         f"{reservation} has flag {flag} ({what}): modelled as a plain reservation"
         for flag, what in UNMODELLED_FLAGS.items()
