@@ -13,7 +13,9 @@ the backfill scheduler then tries the job again after the first reservation
 to end (`find_resv_end`, rounded up to `bf_resolution`). A job that names a
 reservation may use only its nodes, less those of other reservations it
 overlaps unless its own is a maintenance, and only from its start
-(`ReservedNodes.usable`). A drained node takes no new job and keeps its
+(`ReservedNodes.usable`). A MAGNETIC reservation also draws in the jobs
+that name none but that its users and accounts let in (`Reservation.admits`;
+the `slurm` scheduler tries them there first). A drained node takes no new job and keeps its
 running ones; a node that goes down kills the jobs on it (NODE_FAIL). Times
 are Unix seconds, as the sacct reader keeps them.
 """
@@ -42,6 +44,9 @@ class Reservation:
     end: int
     nodes: tuple[int, ...]  # indices into the cluster's nodes, ascending
     flags: frozenset[str] = frozenset()
+    # who may run in it (Users=, Accounts=; names, each "-name" to deny instead; None: not given)
+    users: frozenset[str] | None = None
+    accounts: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.end <= self.start:
@@ -59,6 +64,18 @@ class Reservation:
         """NO_HOLD_JOBS_AFTER_END: a job of it still waiting when it has ended runs as any other job."""
         return "NO_HOLD_JOBS_AFTER_END" in self.flags
 
+    @property
+    def magnetic(self) -> bool:
+        """MAGNETIC: jobs that name no reservation but may use it are tried in it first (`_queue_magnetic_resv`)."""
+        return "MAGNETIC" in self.flags
+
+    def admits(self, user: str, account: str) -> bool:
+        """Whether a job of `user` charging `account` may run in it (`_valid_job_access_resv`): both lists that
+        are given must let it in; a list of "-name"s lets in everyone else."""
+        if self.users is None and self.accounts is None:
+            return False
+        return _listed(self.users, user) and _listed(self.accounts, account)
+
     def purged(self, now: int) -> bool:
         """Whether slurmctld has purged it by `now` (PURGE_DELAY after its end)."""
         return now >= self.end + PURGE_DELAY
@@ -75,6 +92,15 @@ class Reservation:
         for index in self.nodes:
             bits |= 1 << index
         return bits
+
+
+def _listed(names: frozenset[str] | None, name: str) -> bool:
+    """Whether an access list (None: not given) lets `name` in."""
+    if names is None:
+        return True
+    if any(entry.startswith("-") for entry in names):
+        return f"-{name}" not in names
+    return name in names
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +177,7 @@ class ReservedNodes:
         self.resolution = resolution
         self._held = [(resv.start, resv.end, resv.bits, resv.name) for resv in reservations]
         self._named = {resv.name: resv for resv in reservations}
+        self.magnetic = tuple(resv for resv in reservations if resv.magnetic)
         # a FLEX reservation's purge changes its jobs too (held, or released into the queue)
         purges = {resv.end + PURGE_DELAY for resv in reservations if resv.flexible}
         self.boundaries = sorted({time for resv in reservations for time in (resv.start, resv.end)} | purges)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -39,7 +39,7 @@ import pandas as pd
 
 from kernel.resources import ResourceRequest
 from predictor.session import PredictionSession
-from simulator.calendar import Calendar, NodeEvent, ReservedNodes
+from simulator.calendar import Calendar, NodeEvent, Reservation, ReservedNodes
 from simulator.cluster import Cluster, Node, Partition, SelectSettings
 from simulator.engine import SimulationConfig, SimulationResult, TraceReplay
 from simulator.jobs import WaitingJob
@@ -97,6 +97,32 @@ def queued_jobs(
         demands, only = fitting
         queued[job_id] = QueuedJob(user, demands, request.reservation, only)
     return queued, dict(skipped)
+
+
+def attracted(
+    queued: dict[int, QueuedJob],
+    jobs: pd.DataFrame,
+    requests: Mapping[int, ResourceRequest],
+    reservations: Sequence[Reservation],
+    names: Mapping[str, Mapping[int, str]],
+) -> dict[int, QueuedJob]:
+    """`queued` with each job that names no reservation given the MAGNETIC ones that let its user and account in
+    (`job_resv_append_magnetic`: nothing else is checked, not even whether it could fit in them).
+
+    sacct gives a job a MAGNETIC reservation drew in that reservation, as if
+    it had named it; a job that names one that lets it in is read as drawn in:
+    it is tried there first either way, and only a job drawn in may then run
+    elsewhere, where one read as named could be held for ever once it ended."""
+    magnetic = {resv.name: resv for resv in reservations if resv.magnetic}
+    drawn = dict(queued)
+    for job_id, owner in zip(jobs["job_id"].tolist(), owners(jobs, requests, names), strict=True):
+        job = queued[job_id]
+        named = magnetic.get(job.reservation) if job.reservation is not None else None
+        if job.reservation is None or (named is not None and named.admits(owner.user, owner.account)):
+            into = tuple(name for name, resv in magnetic.items() if resv.admits(owner.user, owner.account))
+            if into:
+                drawn[job_id] = replace(job, reservation=None, magnetic=into)
+    return drawn
 
 
 def _fitting_demands(
@@ -248,19 +274,20 @@ class ClusterReplay(TraceReplay):
         return jobs
 
     @cached_property
-    def _kills(self) -> tuple[list[int | None], list[int | None], list[int], int]:
-        """Per job: when it is killed after its start (None: never), when for its reservation's end (None:
-        never), how long it runs; and the sweep's phase."""
+    def _slurm(self) -> SlurmBackfill:
         backfill = self.scheduler.backfill
         if not isinstance(backfill, SlurmBackfill):
             raise TypeError("a ClusterReplay runs the slurm scheduler")
-        job_ids = self.jobs["job_id"].tolist()
-        over_time = [backfill.over_time(job_id) for job_id in job_ids]
+        return backfill
+
+    @cached_property
+    def _kills(self) -> tuple[list[int | None], list[int], int]:
+        """Per job: when it is killed after its start (None: never) and how long it runs; and the sweep's phase."""
+        over_time = [self._slurm.over_time(job_id) for job_id in self.jobs["job_id"].tolist()]
         limits = self.jobs["t_req"].tolist()
         killed = [None if over is None else limit + over * 60 for limit, over in zip(limits, over_time, strict=True)]
         runs = self.jobs["run" if "run" in self.jobs else "t_act"].tolist()  # t_act stops at the limit
-        ended = [backfill.reservation_end(job_id) for job_id in job_ids]
-        return killed, ended, [int(run) for run in runs], sweep_phase(self.jobs)
+        return killed, [int(run) for run in runs], sweep_phase(self.jobs)
 
     def replay(self) -> SimulationResult:
         """The run, each job with how it ended (`state`) and the nodes it ran on (`nodes`, comma-separated).
@@ -286,14 +313,15 @@ class ClusterReplay(TraceReplay):
         index, now = job.index, self.now
         self.states[index] = COMPLETED  # until a limit or a failure ends this run
         self._not_restarted.discard(index)
-        killed, reservation_ends, runs, phase = self._kills
+        killed, runs, phase = self._kills
         end = now + runs[index]
         limit = killed[index]
         if limit is not None and end >= now + limit:
             due = now + limit
             end = due + (phase - due) % LIMIT_SWEEP
             self.states[index] = TIMEOUT
-        reservation_end = reservation_ends[index]
+        # asked at the start: a MAGNETIC reservation makes the job it draws in its own only when it starts it
+        reservation_end = self._slurm.reservation_end(job.job_id)
         if reservation_end is not None:
             due = reservation_end + 1
             if (swept := due + (phase - due) % LIMIT_SWEEP) < end:
@@ -336,6 +364,8 @@ def simulate_cluster(
         for reason in site.left_out.values():
             skipped[f"held by {reason} (can never start)"] = skipped.get(f"held by {reason} (can never start)", 0) + 1
     calendar = calendar if calendar is not None else Calendar()
+    if any(resv.magnetic for resv in calendar.reservations):
+        queued = attracted(queued, kept, requests, calendar.reservations, names or {})
     reserved = ReservedNodes(calendar.reservations, cluster.scheduler.bf_resolution)
     policy, gate = (site.policy, site.gate) if site else (None, None)
     scheduler = slurm_scheduler(cluster, queued, config, policy, gate, reserved)

@@ -37,6 +37,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -64,13 +65,19 @@ def over_time_minutes(cluster: Cluster, partition: Partition) -> int | None:
 @dataclass(frozen=True, slots=True)
 class QueuedJob:
     """What the scheduler knows of a job beyond `WaitingJob`: its user, its request in each partition it
-    may run in, in the order it asked for them, the advance reservation it runs in (None: none), and the nodes
-    it may run on (bits in the cluster's node order; -1: any; a forecast's running job keeps its own)."""
+    may run in, in the order it asked for them, the advance reservation it runs in (None: none), the nodes
+    it may run on (bits in the cluster's node order; -1: any; a forecast's running job keeps its own), and the
+    MAGNETIC reservations it is tried in first, naming none (`magnetic`, in the calendar's order)."""
 
     user: int
     demands: tuple[Demand, ...]
     reservation: str | None = None
     only: int = -1
+    magnetic: tuple[str, ...] = ()
+
+
+#: A job as slurmctld queues it (`job_queue_rec_t`): in a reservation (its own, or a MAGNETIC one), or in none.
+QueueRecord = tuple[WaitingJob, Reservation | None]
 
 
 class NodeMachine(Machine):
@@ -199,7 +206,10 @@ class SlurmBackfill(Backfill):
         self._over_time = {p.name: over_time_minutes(cluster, p) for p in cluster.partitions}
         self._tiers = {p.name: p.priority_tier for p in cluster.partitions}
         # the queue is re-sorted at each pass only where partition tiers or reservations reorder it
-        self._reordered = len(set(self._tiers.values())) > 1 or any(job.reservation for job in jobs.values())
+        self._reordered = len(set(self._tiers.values())) > 1 or any(
+            job.reservation or job.magnetic for job in jobs.values()
+        )
+        self._attracted: dict[int, Reservation] = {}  # job id -> the MAGNETIC reservation it started in
         self._waiting = 0
         self._fewest_cpus: dict[int, int] = {}  # trace index -> the fewest CPUs the waiting job can start with
         self._fewest = SizeCount()  # of those: a pass with fewer CPUs free starts nothing
@@ -287,23 +297,51 @@ class SlurmBackfill(Backfill):
         # No pass can start a job while fewer CPUs are free than any waiting job needs: skip their work.
         if not (main or submitted or cycle) or machine.free < self._fewest.smallest:
             return []
-        if self._reordered:
-            queue = sorted(queue, key=self._queue_key)
         ends = machine.running_ends()
         started: list[WaitingJob] = []
-        if main:
-            started = self._main_pass(queue, machine, ends)
+        records = self._records(queue)
+        if main or (submitted and self._attracting()):  # job_allocate starts no job while a MAGNETIC one exists
+            started = self._main_pass(records, machine, ends)
         elif submitted:
-            started = self._at_submission(queue, submitted, machine, ends)
+            started = self._at_submission([job for job, _ in records], submitted, machine, ends)
         if cycle:
             chosen = {job.index for job in started}
-            started += self._cycle(now, [job for job in queue if job.index not in chosen], machine, ends)
+            rest = [(job, resv) for job, resv in records if job.index not in chosen]
+            started += self._cycle(now, rest, machine, ends)
         return started
 
-    def _queue_key(self, job: WaitingJob) -> tuple[bool, int]:
-        """Jobs in a reservation first, then by their partition's PriorityTier (a stable sort keeps priority)."""
+    def _records(self, queue: list[WaitingJob]) -> list[QueueRecord]:
+        """The queue as slurmctld builds it (`build_job_queue`): a record per job, in the reservation it is in, and
+        one more per MAGNETIC reservation that attracts it; records in a reservation first (those of one job by the
+        reservation's start), then by their partition's PriorityTier (a stable sort keeps priority)."""
+        if not self._reordered:  # no job names a reservation or is drawn into one, and one tier
+            return [(job, None) for job in queue]
+        records: list[QueueRecord] = []
+        for job in queue:
+            queued = self.jobs[job.job_id]
+            records.append((job, self._reservation(queued) if queued.reservation else None))
+            for name in queued.magnetic:
+                reservation = self.reserved.named(name)
+                if reservation is not None and not reservation.purged(self._now):
+                    records.append((job, reservation))
+        records.sort(key=self._record_key)
+        return records
+
+    def _record_key(self, record: QueueRecord) -> tuple[bool, int]:
+        """Records in a reservation (named, one the calendar lacks, or a MAGNETIC one) first, then by tier."""
+        job, reservation = record
         queued = self.jobs[job.job_id]
-        return self._reservation_name(queued) is None, -self._tiers[queued.demands[0].partition]
+        named = queued.reservation is not None and self._reservation_name(queued) is not None
+        in_one = reservation is not None or named
+        return not in_one, -self._tiers[queued.demands[0].partition]
+
+    def _attracting(self) -> bool:
+        """Whether a MAGNETIC reservation exists now (until its purge)."""
+        return any(not resv.purged(self._now) for resv in self.reserved.magnetic)
+
+    def _drawn(self, job: WaitingJob, reservation: Reservation | None) -> bool:
+        """Whether the record is a MAGNETIC reservation's for a job that names none."""
+        return reservation is not None and self.jobs[job.job_id].reservation is None
 
     def _reservation_name(self, queued: QueuedJob) -> str | None:
         """The reservation `queued` names now (one the calendar lacks too): the one it was submitted to, until a
@@ -318,8 +356,8 @@ class SlurmBackfill(Backfill):
 
     def reservation_end(self, job_id: int) -> int | None:
         """When slurmctld kills the job for its reservation's end (past it by ResvOverRun); None: never (no
-        reservation, a FLEX one, or ResvOverRun=UNLIMITED)."""
-        reservation = self.reserved.named(self.jobs[job_id].reservation)
+        reservation, a FLEX one, or ResvOverRun=UNLIMITED). A job a MAGNETIC reservation drew in is its job."""
+        reservation = self._attracted.get(job_id) or self.reserved.named(self.jobs[job_id].reservation)
         over_run = self.settings.resv_over_run
         if reservation is None or reservation.flexible or over_run is None:
             return None
@@ -350,7 +388,7 @@ class SlurmBackfill(Backfill):
                 nodes |= self._partition_bits[wanted.partition]
             name = None if queued.reservation is None else self._reservation_name(queued)  # most jobs name none
             if job.index in submitted and not nodes & ahead.get(name, 0):
-                placed = self._first_fit(job, queued.demands, machine, ends, 0)
+                placed = self._first_fit(job, queued.demands, machine, ends, 0, self._reservation(queued))
                 if placed:
                     started.append(job)
                     continue
@@ -358,12 +396,17 @@ class SlurmBackfill(Backfill):
         return started
 
     def _first_fit(
-        self, job: WaitingJob, demands: tuple[Demand, ...], machine: NodeMachine, ends: list[RunningEnd], blocked: int
+        self,
+        job: WaitingJob,
+        demands: tuple[Demand, ...],
+        machine: NodeMachine,
+        ends: list[RunningEnd],
+        blocked: int,
+        reservation: Reservation | None,
     ) -> bool:
-        """Start `job` now in the first of its partitions it fits in, off the `blocked` nodes and on the nodes the
-        reservations let it use; whether it did."""
+        """Start `job` now, in `reservation` (None: in none), in the first of its partitions it fits in, off the
+        `blocked` nodes and on the nodes the reservations let it use; whether it did."""
         queued = self.jobs[job.job_id]
-        reservation = self._reservation(queued)
         usable = self._usable(queued, reservation, self._now, self._now + job.t_est)
         if usable is None:
             return False
@@ -376,35 +419,46 @@ class SlurmBackfill(Backfill):
             if allocation is None:
                 allocation = machine.state.pick(wanted, from_bits(nodes, self._size))
             if allocation is not None:
-                insort(ends, self._start(job, wanted, allocation, machine))
+                insort(ends, self._start(job, wanted, allocation, machine, reservation))
                 return True
         return False
 
-    def _start(self, job: WaitingJob, wanted: Demand, allocation: Allocation, machine: NodeMachine) -> RunningEnd:
-        """Place `job` now; how the rest of the pass sees it end."""
+    def _start(
+        self, job: WaitingJob, wanted: Demand, allocation: Allocation, machine: NodeMachine, in_: Reservation | None
+    ) -> RunningEnd:
+        """Place `job` now, in reservation `in_`; how the rest of the pass sees it end."""
+        if in_ is not None and self._drawn(job, in_):
+            self._attracted[job.job_id] = in_
+        else:  # a requeued job runs as itself again
+            self._attracted.pop(job.job_id, None)
         machine.place(job.index, allocation, self._over_time[wanted.partition])
         if self.gate is not None:
             self.gate.started(job, int(allocation.cpus.sum()), self._now)
         return machine.running_end(job.index, self._now + machine.planned_runtime(job), job.t_req)
 
-    def _main_pass(self, queue: list[WaitingJob], machine: NodeMachine, ends: list[RunningEnd]) -> list[WaitingJob]:
+    def _main_pass(self, records: list[QueueRecord], machine: NodeMachine, ends: list[RunningEnd]) -> list[WaitingJob]:
         """slurmctld's schedule(): priority order; a job that does not fit stops its partition and its nodes, or,
-        in a reservation, the reservation's other jobs (and, before the reservation begins, its nodes)."""
+        in a reservation, the reservation's other jobs (and, before the reservation begins, its nodes). A job a
+        MAGNETIC reservation attracts is tried in it first as one of its jobs, then, if it did not start, as
+        itself at its place in the queue."""
         settings = self.settings
         blocked, failed, failed_reservations = 0, set(), set()
         started: list[WaitingJob] = []
-        for job in queue[: settings.default_queue_depth]:
+        for job, reservation in records[: settings.default_queue_depth]:
             if settings.sched_max_job_start and len(started) >= settings.sched_max_job_start:
                 break
             queued = self.jobs[job.job_id]
-            reservation = self._reservation(queued)
             if reservation is None:
                 demands = tuple(d for d in queued.demands if d.partition not in failed)
+            elif reservation.name in failed_reservations:
+                demands = ()
             else:
-                demands = () if reservation.name in failed_reservations else queued.demands
+                demands = self._could_fit(queued, reservation) if self._drawn(job, reservation) else queued.demands
             if not demands or (self.gate is not None and self.gate.holds(job)):
                 continue
-            if self._first_fit(job, demands, machine, ends, blocked):
+            if queued.magnetic and job in started:  # drawn into a MAGNETIC reservation by its first record
+                continue
+            if self._first_fit(job, demands, machine, ends, blocked, reservation):
                 started.append(job)
             elif reservation is not None:
                 failed_reservations.add(reservation.name)
@@ -417,41 +471,62 @@ class SlurmBackfill(Backfill):
                     blocked |= self._partition_bits[wanted.partition]
         return started
 
+    def _could_fit(self, queued: QueuedJob, reservation: Reservation) -> tuple[Demand, ...]:
+        """The partitions in which a MAGNETIC reservation drawing `queued` in has nodes enough for it: a record it
+        could never fit is passed over without stopping the reservation's others (`_job_runnable_test3`)."""
+        held, bits = reservation.bits & queued.only, self._partition_bits
+        return tuple(d for d in queued.demands if (held & bits[d.partition]).bit_count() >= d.min_nodes)
+
     def _cycle(
-        self, now: int, queue: list[WaitingJob], machine: NodeMachine, ends: list[RunningEnd]
+        self, now: int, records: list[QueueRecord], machine: NodeMachine, ends: list[RunningEnd]
     ) -> list[WaitingJob]:
-        """One backfill cycle: each job in priority order starts now or reserves whole nodes for later."""
+        """One backfill cycle: each job in priority order starts now or reserves whole nodes for later; a job a
+        MAGNETIC reservation attracts is first tried in it, to start now only (slurmctld holds no nodes for that
+        record, nor counts it in bf_max_job_test or bf_max_job_user)."""
         settings = self.settings
         space = NodeSpace(now, settings.bf_window, settings.bf_resolution, machine.in_service)
         per_user: dict[int, int] = {}
         started: list[WaitingJob] = []
-        tested = queue[: settings.bf_max_job_test]
-        # the jobs after the last one that could start now on the CPUs free need not be planned: a reservation
-        # only matters to the jobs after it, and none of those can start
-        fewest, free = self._fewest_cpus, machine.free
-        last = max((position for position, job in enumerate(tested) if fewest[job.index] <= free), default=-1)
         estimates = _CycleEstimates(now, ends, machine.state, settings)
-        for job in tested[: last + 1]:
+        for job, reservation in self._tested(records, machine.free):
             if settings.bf_max_job_start and len(started) >= settings.bf_max_job_start:
                 break
             queued = self.jobs[job.job_id]
             if self.gate is not None and self.gate.holds(job):
                 continue
+            if queued.magnetic and job in started:  # drawn into a MAGNETIC reservation by its first record
+                continue
+            drawn = self._drawn(job, reservation)
             if settings.bf_max_job_user:
-                per_user[queued.user] = per_user.get(queued.user, 0) + 1
-                if per_user[queued.user] > settings.bf_max_job_user:
+                tried = per_user.get(queued.user, 0)
+                if tried >= settings.bf_max_job_user:
                     continue
-            reservation = self._reservation(queued)
+                if not drawn:
+                    per_user[queued.user] = tried + 1
             for wanted in queued.demands:
-                estimate = self._plan(now, wanted, job.t_est, space, estimates, reservation, queued.only)
+                estimate = self._plan(now, wanted, job.t_est, space, estimates, reservation, queued.only, not drawn)
                 if estimate is None:
                     continue
                 if estimate.start <= now:
-                    insort(ends, self._start(job, wanted, estimate.allocation(), machine))
+                    insort(ends, self._start(job, wanted, estimate.allocation(), machine, reservation))
                     estimates.forget()
                     started.append(job)
                 break
         return started
+
+    def _tested(self, records: list[QueueRecord], free: int) -> list[QueueRecord]:
+        """The records a cycle tests: the first bf_max_job_test (a MAGNETIC reservation's records do not count),
+        up to the last that could start now on the CPUs `free`: a reservation only matters to the jobs after it,
+        and none of those can start."""
+        limit = self.settings.bf_max_job_test
+        if self.reserved.magnetic:  # every record stops the cycle once `limit` counted ones were tested
+            counted = list(accumulate(not self._drawn(job, resv) for job, resv in records))
+            tested = records[: bisect_left(counted, limit) + 1]
+        else:
+            tested = records[:limit]
+        fewest = self._fewest_cpus
+        last = max((position for position, (job, _) in enumerate(tested) if fewest[job.index] <= free), default=-1)
+        return tested[: last + 1]
 
     def _plan(
         self,
@@ -462,8 +537,10 @@ class SlurmBackfill(Backfill):
         estimates: _CycleEstimates,
         reservation: Reservation | None = None,
         only: int = -1,
+        holds: bool = True,
     ) -> Estimate | None:
-        """_attempt_backfill for one job in one partition: a start now, or a reservation made (None: neither).
+        """_attempt_backfill for one job in one partition: a start now, or a reservation made (None: neither; with
+        `holds` false, a start now or None).
 
         The job is tried from `now` on the nodes free of reservations over its
         window, among the `only` nodes it may use; when its estimate lies past the next change of those nodes, or
@@ -490,14 +567,13 @@ class SlurmBackfill(Backfill):
             if free.bit_count() >= wanted.min_nodes:
                 estimate = estimates.earliest(wanted, free)
             if estimate is None:
-                start_from = retry
+                start_from = retry if holds else None  # a record that may only start now has no later try
                 continue
             start = max(estimate.start, start_from)
-            if start <= now and reservation is not None and reservation.flexible:  # its own nodes weigh less
-                own = estimates.earliest(wanted, free & reservation.bits)
-                return own if own is not None and own.start <= now else estimate
             if start <= now:
-                return estimate
+                return self._own_nodes_first(now, wanted, free, estimates, reservation) or estimate
+            if not holds:
+                return None
             if retry is not None and start > retry:
                 start_from = retry
                 continue
@@ -511,6 +587,16 @@ class SlurmBackfill(Backfill):
             space.reserve(begin, end, chosen)
             return Estimate(start, chosen, estimate.held)
         return None
+
+    @staticmethod
+    def _own_nodes_first(
+        now: int, wanted: Demand, free: int, estimates: _CycleEstimates, reservation: Reservation | None
+    ) -> Estimate | None:
+        """A FLEX reservation's job starting now goes on its own nodes if it fits there (they weigh less)."""
+        if reservation is None or not reservation.flexible:
+            return None
+        own = estimates.earliest(wanted, free & reservation.bits)
+        return own if own is not None and own.start <= now else None
 
     def _window_nodes(
         self, reservation: Reservation | None, partition: int, start: int, end: int

@@ -43,7 +43,6 @@ RECURRING = frozenset({"HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY"})
 #: jobs slurmctld never tests against its end; on another, a job tested between the end and the purge is held all
 #: the same (`job_test_resv`), which the model does not time.
 UNMODELLED_FLAGS = {
-    "MAGNETIC": "jobs that do not name it may run in it",
     "OVERLAP": "its jobs may use the nodes it shares with other reservations but maintenance ones",
     "NO_HOLD_JOBS_AFTER_END": "its jobs still waiting at its end run elsewhere rather than being held",
     "PURGE_COMP": "it is deleted once idle, which frees its nodes early",
@@ -153,7 +152,16 @@ def _reservation(
     cores = pairs.get("CoreCnt", "")
     if cores.isdigit() and int(cores) < sum(cluster.nodes[index].cores for index in nodes):
         notes.append(f"{where.source}: reservation {name} holds {cores} cores: modelled as its whole nodes")
-    return Reservation(name, start, end, nodes, flags)
+    users, accounts = _access_list(pairs.get("Users", "")), _access_list(pairs.get("Accounts", ""))
+    if "MAGNETIC" in flags and pairs.get("Groups", "(null)") != "(null)":
+        notes.append(f"{where.source}: reservation {name} lets in Groups={pairs['Groups']}: not modelled (MAGNETIC "
+                     "attracts only the jobs of its Users and Accounts)")  # fmt: skip
+    return Reservation(name, start, end, nodes, flags, users, accounts)
+
+
+def _access_list(text: str) -> frozenset[str] | None:
+    """Users= or Accounts= as scontrol prints it (a comma list, "-name" to deny; "(null)": not given)."""
+    return None if text in ("", "(null)") else frozenset(name for name in text.split(",") if name)
 
 
 def _unmodelled(pairs: dict[str, str], flags: frozenset[str], reservation: str) -> list[str]:

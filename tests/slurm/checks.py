@@ -215,9 +215,19 @@ class Run:
         """The nodes the reservations keep `job` from over its limit (`job_test_resv`): those of the reservations
         it overlaps, or, if it names one, every node but the ones it may use there."""
         reserved, start, end = ReservedNodes(self.reservations, resolution=1), job.start, job.start + job.limit
-        own = reserved.named(job.request.reservation)
+        own = reserved.named(job.request.reservation) or self.drawn_into(job)
         blocked = reserved.blocked(start, end) if own is None else ~(reserved.usable(own, start, end) or 0)
         return tuple(node for node in range(len(self.cluster.nodes)) if blocked >> node & 1)
+
+    def drawn_into(self, job: Job) -> Reservation | None:
+        """The MAGNETIC reservation that drew `job` in, if it ran on its nodes while it lasted and it lets the
+        job's user and account in (sacct names it as the job's reservation, or, for a job started as it began,
+        none)."""
+        for reservation in self.reservations:
+            within = set(job.nodes) <= set(reservation.nodes) and reservation.start <= job.start <= reservation.end
+            if reservation.magnetic and within and reservation.admits(job.row["User"], job.row["Account"]):
+                return reservation
+        return None
 
     def _log(self, name: str) -> list[str]:
         """The lines of one of the capture's gzipped logs; none if the run did not keep it."""
