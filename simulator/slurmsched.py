@@ -104,6 +104,7 @@ class NodeMachine(Machine):
         self._out_of_service = np.zeros(self.table.size, dtype=np.int64)  # events holding each node out now
         self._placed: set[int] = set()
         self._over_time: dict[int, int | None] = {}
+        self._ends_by: dict[int, int] = {}  # a job in a reservation: when its end kills it
         self._end_of: dict[int, RunningEnd] = {}  # each running job's, by trace position
         self._ends_in_order: list[RunningEnd] = []  # the same, by expected end (`running_ends`)
 
@@ -127,11 +128,14 @@ class NodeMachine(Machine):
         allocations = self.state.allocations
         return [index for index in self.running if node in allocations[index].nodes.tolist()]
 
-    def place(self, index: int, allocation: Allocation, over_time: int | None) -> None:
-        """Give `allocation` to the job at trace position `index`, which this pass starts."""
+    def place(self, index: int, allocation: Allocation, over_time: int | None, ends_by: int | None = None) -> None:
+        """Give `allocation` to the job at trace position `index`, which this pass starts; `ends_by`: when its
+        reservation's end kills it (the planner expects it to end by then, as Slurm's plans show)."""
         self.state.allocate(index, allocation)
         self._placed.add(index)
         self._over_time[index] = over_time
+        if ends_by is not None:
+            self._ends_by[index] = ends_by
 
     def _allocate(self, job: WaitingJob) -> None:
         if job.index not in self._placed:
@@ -149,6 +153,7 @@ class NodeMachine(Machine):
         self.free += int(self.state.release(job.index).cpus.sum())
         self._drop_end(job.index)
         del self._over_time[job.index]
+        self._ends_by.pop(job.index, None)
         self.changes += 1
         self.ended += 1
 
@@ -160,7 +165,9 @@ class NodeMachine(Machine):
         return moved
 
     def running_end(self, index: int, expected_end: int, t_req: int) -> RunningEnd:
-        return RunningEnd(expected_end, index, t_req, self._over_time[index])
+        ends_by = self._ends_by.get(index)
+        end = expected_end if ends_by is None or ends_by > expected_end else ends_by
+        return RunningEnd(end, index, t_req, self._over_time[index])
 
     def running_ends(self) -> list[RunningEnd]:
         """The running jobs by expected end, earliest first, as Slurm's start estimates free them (a copy: a pass
@@ -431,7 +438,7 @@ class SlurmBackfill(Backfill):
             self._attracted[job.job_id] = in_
         else:  # a requeued job runs as itself again
             self._attracted.pop(job.job_id, None)
-        machine.place(job.index, allocation, self._over_time[wanted.partition])
+        machine.place(job.index, allocation, self._over_time[wanted.partition], self.reservation_end(job.job_id))
         if self.gate is not None:
             self.gate.started(job, int(allocation.cpus.sum()), self._now)
         return machine.running_end(job.index, self._now + machine.planned_runtime(job), job.t_req)

@@ -234,6 +234,24 @@ def test_a_job_in_a_reservation_is_killed_when_it_ends(tmp_path):
     assert jobs.loc[2, ["end", "state"]].tolist() == [100, "COMPLETED"]
 
 
+def test_the_planner_expects_a_reservations_job_to_end_by_the_reservations_end(tmp_path):
+    """Job 1 runs in `project` (n2, until 100) with a limit far past its end; job 2 needs both nodes. Backfill plans
+    job 2 for n2's release at the reservation's end, where slurmctld kills job 1 (its plans show the reservation's
+    nodes free from its end on), not at job 1's limit: job 3, whose limit would reach past 100, is not backfilled
+    on n1 ahead of job 2. A FLEX reservation's job is not killed, and is planned to its limit: job 3 goes first."""
+    specs = [
+        (1, 0, 4, 1000, 1000, in_reservation(4)),
+        (4, 0, 4, 60, 60, cpus(4, nodes=1)),  # n1 until 60
+        (2, 10, 8, 50, 50, cpus(8, nodes=2)),
+        (3, 20, 4, 200, 150, cpus(4, nodes=1)),
+    ]
+    jobs = replay(tmp_path, specs, Calendar((Reservation("project", 0, 100, (1,)),)))
+    assert jobs.loc[1, "state"] == "TIMEOUT" and jobs.loc[2, "start"] == jobs.loc[1, "end"] < jobs.loc[3, "start"]
+    flex = Calendar((Reservation("project", 0, 100, (1,), frozenset({"FLEX"})),))
+    flexed = replay(tmp_path, specs, flex)
+    assert flexed.loc[3, "start"] == 60 and flexed.loc[2, "start"] == flexed.loc[1, "end"] >= 1000
+
+
 def test_a_job_whose_reservation_ends_before_it_can_start_is_left_out_and_counted(tmp_path):
     """Job 2 waits in `project` (n2 only) behind job 1, which the reservation's end kills; by then the
     reservation is over and slurmctld holds job 2 for good: the result leaves it out and says why."""
@@ -428,7 +446,7 @@ def test_a_magnetic_reservations_live_run_is_replayed_within_the_live_tolerances
     started on magnet's nodes while it lasted was alice's, though none of hers named it (12; 59 and 60 were
     killed at its end), and hers ran elsewhere when it was full (33 on n4). All starts but one (59, which the
     check cannot place) are the model's node choice. The replay is within the live tolerances: per-job wait
-    error 24.7 s against a chaos floor of 22.1 s, mean wait +12.2%, start order 0.928 (docs/cluster.md)."""
+    error 28.7 s against a chaos floor of 24.4 s, mean wait +7.6%, start order 0.925 (docs/cluster.md)."""
     run = Run(MAGNETIC_RUN)
     magnet = next(reservation for reservation in run.reservations if reservation.name == "magnet")
     inside = [job for job in run.jobs if set(job.nodes) <= set(magnet.nodes) and magnet.start <= job.start < magnet.end]
@@ -683,8 +701,8 @@ def test_a_jobs_reservation_is_read_from_sacct_or_else_its_submit_line():
 
 
 def test_the_reservation_run_is_replayed_within_two_chaos_floors(tmp_path, capsys):
-    """Replayed with its calendar as a site would: per-job wait error 27.0 s against a chaos floor of 18.1 s (the
-    live test's bound is two floors), mean wait +1.2%, utilization +1.7 points, start order 0.942
+    """Replayed with its calendar as a site would: per-job wait error 23.7 s against a chaos floor of 20.6 s (the
+    live test's bound is two floors), mean wait +1.4%, utilization -0.1 points, start order 0.948
     (docs/cluster.md). Without `--reservations` the replay says that six jobs named a reservation it lacks."""
     result = agreement(RESERVATION, tmp_path)
     check_fresh(result)
@@ -719,13 +737,14 @@ def test_resv_over_run_lets_a_job_run_past_its_reservation(tmp_path):
         assert job["state"] == state and ((end is None and 320 < job["end"] <= 350) or job["end"] == end), over_run
 
 
-def test_a_second_reservation_run_meets_issue_26s_targets_but_the_per_job_error(tmp_path):
-    """Run 2 of the reservation workload: every start on the model's nodes; mean wait -4.8%, utilization -0.5
-    points, start order 0.974; per-job wait error 21.0 s, 1.04 chaos floors (docs/cluster.md)."""
+def test_a_second_reservation_run_meets_every_issue_26_target(tmp_path):
+    """Run 2 of the reservation workload: every start on the model's nodes; mean wait -2.2%, utilization +1.9
+    points, start order 0.970; per-job wait error 18.0 s, 0.88 chaos floors (1.04 before the planner expected the
+    project's jobs to end by the reservation's end; docs/cluster.md)."""
     folder = RESERVATION.parent.with_name("slurm-22.05-reservation-run2") / "reservation"
     run = Run(folder)
     replay = replay_node_choices(run)
     assert replay.checked + replay.backfilled == len(run.jobs) and replay.differing == [], replay
     result = agreement(folder, tmp_path)
     assert abs(result.wait_error) <= 0.05 and abs(result.utilization_points) <= 2, result.line()
-    assert result.start_order >= START_ORDER and result.wait_mae <= 1.1 * result.chaos_floor, result.line()
+    assert result.start_order >= START_ORDER and result.wait_mae <= result.chaos_floor, result.line()
