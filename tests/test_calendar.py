@@ -641,6 +641,7 @@ def test_the_calendar_run_is_replayed_within_issue_26s_live_targets(tmp_path):
     (Spearman 0.972), per-job wait error 19.7 s against a chaos floor of 19.3 s (docs/cluster.md)."""
     result = agreement(DATA / "slurm-22.05-calendar" / "multifactor", tmp_path)
     check_multifactor(result)
+    assert result.start_order >= START_ORDER, result.line()
     assert abs(result.wait_error) <= 0.05 and abs(result.utilization_points) <= 2, result.line()
 
 

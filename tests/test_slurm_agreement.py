@@ -14,10 +14,19 @@ tolerances (`slurm.agreement.check_live`).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
-from slurm.agreement import agreement, check_agreement, check_live
+from slurm.agreement import (
+    START_ORDER,
+    Agreement,
+    agreement,
+    check_agreement,
+    check_live,
+    check_multifactor,
+    order_bound,
+)
 
 CAPTURES = Path(__file__).parent / "data" / "slurm-22.05-cluster"
 #: A second live run of the same workloads (2026-11-27 21:14 UTC, the live test's): held to the live tolerances.
@@ -52,3 +61,16 @@ def test_the_mixed_cluster_meets_the_targets(tmp_path: Path) -> None:
     """On the mixed cluster (the case where the processor pool was off by 59-66%) every target holds as stated."""
     result = agreement(CAPTURES / "mixed", tmp_path)
     assert abs(result.wait_error) <= 0.05 and abs(result.utilization_points) <= 2, result.line()
+
+
+def test_a_fresh_runs_start_order_is_held_to_its_replicates_disorder() -> None:
+    """The order target holds where the replay's replicates keep their order, and loosens only as far as twice
+    their own disorder (a CI run at load came to 0.930, where committed runs' replays keep 0.955-0.974 of their
+    own order against their replicates)."""
+    steady = Agreement("multifactor", 90, 96.2, 92.5, 0.72, 0.70, 30.0, 28.0, 0.930, 0.990, (92.0,), (0.71,))
+    with pytest.raises(AssertionError, match=r"start order Spearman 0.930 \(replicates 0.990\)"):
+        check_multifactor(steady)
+    check_multifactor(dataclasses.replace(steady, order_floor=0.955))
+    assert order_bound(steady) == START_ORDER and order_bound(
+        dataclasses.replace(steady, order_floor=0.96)
+    ) == pytest.approx(0.92)
