@@ -23,7 +23,7 @@ are Unix seconds, as the sacct reader keeps them.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -33,6 +33,8 @@ EVENT_STATES = ("down", "drain")
 #: slurmctld purges an ended reservation at its periodic check (`job_resv_check`, every PERIODIC_TIMEOUT, 30 s);
 #: the check's phase is not modelled: the purge is taken at the latest, 30 s after the end.
 PURGE_DELAY = 30
+#: Seconds a PURGE_COMP reservation may stay idle when the flag gives no time (`create_resv`: 5 minutes).
+PURGE_COMP_DEFAULT = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +49,12 @@ class Reservation:
     # who may run in it (Users=, Accounts=; names, each "-name" to deny instead; None: not given)
     users: frozenset[str] | None = None
     accounts: frozenset[str] | None = None
+    # PURGE_COMP: deleted once idle this many seconds from its start on (None: kept to its end)
+    purge_after: int | None = None
+    deleted: bool = False  # deleted by PURGE_COMP at its `end`: gone at once, its jobs' names no longer valid
 
     def __post_init__(self) -> None:
-        if self.end <= self.start:
+        if self.end < self.start or (self.end == self.start and not self.deleted):
             raise ValueError(f"reservation {self.name}: it ends ({self.end}) before it starts ({self.start})")
         if not self.nodes:
             raise ValueError(f"reservation {self.name}: no nodes")
@@ -77,8 +82,9 @@ class Reservation:
         return _listed(self.users, user) and _listed(self.accounts, account)
 
     def purged(self, now: int) -> bool:
-        """Whether slurmctld has purged it by `now` (PURGE_DELAY after its end)."""
-        return now >= self.end + PURGE_DELAY
+        """Whether slurmctld has purged it by `now` (PURGE_DELAY after its end, or at once if PURGE_COMP deleted
+        it then)."""
+        return now >= self.end + (0 if self.deleted else PURGE_DELAY)
 
     def released(self, now: int) -> bool:
         """Whether its jobs are, by `now`, jobs in no reservation: a FLEX one with NO_HOLD_JOBS_AFTER_END, purged
@@ -171,16 +177,60 @@ def node_runs(jobs: pd.DataFrame, nodes: Mapping[int, tuple[int, ...]]) -> list[
 
 
 class ReservedNodes:
-    """The reservations as the scheduler tests a job against them (`job_test_resv`, `find_resv_end`)."""
+    """The reservations as the scheduler tests a job against them (`job_test_resv`, `find_resv_end`), and as
+    slurmctld's periodic check deletes the PURGE_COMP ones that stay idle (`job_resv_check`)."""
 
     def __init__(self, reservations: tuple[Reservation, ...], resolution: int) -> None:
         self.resolution = resolution
+        self._idle_since: dict[str, int] = {}  # PURGE_COMP reservations idle at every check since then
+        self._deleted = 0  # PURGE_COMP reservations deleted so far
+        self._index(reservations)
+
+    def _index(self, reservations: tuple[Reservation, ...]) -> None:
+        self.reservations = reservations
         self._held = [(resv.start, resv.end, resv.bits, resv.name) for resv in reservations]
+        self._deleted_names = {resv.name for resv in reservations if resv.deleted}
         self._named = {resv.name: resv for resv in reservations}
         self.magnetic = tuple(resv for resv in reservations if resv.magnetic)
+        self._purging = tuple(resv for resv in reservations if resv.purge_after is not None and not resv.deleted)
         # a FLEX reservation's purge changes its jobs too (held, or released into the queue)
-        purges = {resv.end + PURGE_DELAY for resv in reservations if resv.flexible}
+        purges = {resv.end + PURGE_DELAY for resv in reservations if resv.flexible and not resv.deleted}
         self.boundaries = sorted({time for resv in reservations for time in (resv.start, resv.end)} | purges)
+
+    def next_idle_check(self, after: int, phase: int) -> int | None:
+        """The first of slurmctld's checks (every PURGE_DELAY seconds, at `phase` in the period) after `after` that
+        may delete a PURGE_COMP reservation: one at or after its start and before its end; None: no such one."""
+        due = None
+        for resv in self._purging:
+            begin = max(after + 1, resv.start)
+            check = begin + (phase - begin) % PURGE_DELAY
+            if check < resv.end and (due is None or check < due):
+                due = check
+        return due
+
+    def validated(self, name: str) -> None:
+        """A job naming reservation `name` was submitted: its idle clock starts again (`validate_job_resv`)."""
+        self._idle_since.pop(name, None)
+
+    def check_idle(self, now: int, busy: Collection[str]) -> list[str]:
+        """slurmctld's check at `now` (`job_resv_check`): each begun PURGE_COMP reservation that is not `busy`
+        (no job naming it waits, none runs in it) is idle from the first check that found it so; one idle for its
+        `purge_after` seconds before its end is deleted now, its nodes free for any job. The ones deleted."""
+        deleted = []
+        for resv in self._purging:
+            if resv.start > now:
+                continue
+            if resv.name in busy:
+                self._idle_since.pop(resv.name, None)
+                continue
+            since = self._idle_since.setdefault(resv.name, now)
+            if resv.end > now and resv.purge_after is not None and now - since >= resv.purge_after:
+                deleted.append(resv.name)
+        if deleted:
+            self._deleted += len(deleted)
+            self._index(tuple(replace(resv, end=now, deleted=True) if resv.name in deleted else resv
+                              for resv in self.reservations))  # fmt: skip
+        return deleted
 
     def __bool__(self) -> bool:
         return bool(self._held)
@@ -212,7 +262,7 @@ class ReservedNodes:
             if reservation.purged(start):
                 return ~self.blocked(start, end) if reservation.releases_its_jobs else None
             return -1 if "MAINT" in reservation.flags else ~self.blocked(start, end, besides=reservation.name)
-        if start < reservation.start or start > reservation.end:
+        if start < reservation.start or start > reservation.end or reservation.purged(start):
             return None
         if "MAINT" in reservation.flags:
             return reservation.bits
@@ -221,13 +271,16 @@ class ReservedNodes:
     def retry_after(self, start: int) -> int:
         """When the backfill scheduler tries a job again that a reservation kept off nodes at `start`: a second
         after the first reservation to end at or after `start`, that end rounded up to the resolution."""
-        end = min((ends for _, ends, _, _ in self._held if ends >= start), default=0)
+        deleted = self._deleted_names  # one deleted now holds nothing from now on
+        end = min((ends for _, ends, _, name in self._held if ends > start or (ends == start and name not in deleted)),
+                  default=0)  # fmt: skip
         resolution = self.resolution
         return -(-end // resolution) * resolution + 1 if end else 0
 
     def changes_by(self, now: int) -> int:
-        """How many reservations have begun or ended by `now`: each makes the scheduler look again."""
-        return bisect_right(self.boundaries, now)
+        """How many times reservations have begun or ended by `now`, and how many were deleted: each makes the
+        scheduler look again."""
+        return bisect_right(self.boundaries, now) + self._deleted
 
     def next_boundary(self, now: int) -> int | None:
         """The first reservation start or end after `now`."""

@@ -178,7 +178,10 @@ def slurm_scheduler(
 
 
 #: Why a job left out of the result never started.
-NEVER_STARTED = "never started: its reservation ended first (slurmctld holds such a job)"
+NEVER_STARTED = (
+    "never started: its reservation ended first (slurmctld holds such a job), or PURGE_COMP deleted it before the job"
+    " was submitted (slurmctld refuses such a job)"
+)
 #: Why a job left out of the result never ran to its end: a node failure ended it, and it never started again.
 NEVER_RESTARTED = "requeued after a node failure, never started again"
 #: A job's end in the result's `state` column, as sacct names it.
@@ -190,6 +193,12 @@ class Requeue:
     """An external event: the job at trace position `index`, requeued after a node failure, may start from now."""
 
     index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationCheck:
+    """An external event: slurmctld's periodic reservation check (`job_resv_check`, after the limit sweep), while
+    it may delete a PURGE_COMP reservation."""
 
 
 class ClusterReplay(TraceReplay):
@@ -220,6 +229,7 @@ class ClusterReplay(TraceReplay):
             self.schedule(max(event.start, self.now), EventKind.EXTERNAL, (True, event), 1)
             if event.end is not None:
                 self.schedule(event.end, EventKind.EXTERNAL, (False, event), 0)  # a return goes first
+        self._check_reservations_after(self.now - 1)
 
     @property
     def machine(self) -> NodeMachine:
@@ -228,11 +238,15 @@ class ClusterReplay(TraceReplay):
             raise TypeError("a ClusterReplay runs on a NodeMachine")
         return machine
 
-    def external(self, payload: tuple[bool, NodeEvent] | Requeue) -> None:
+    def external(self, payload: tuple[bool, NodeEvent] | Requeue | ReservationCheck) -> None:
         """A node event begins (`out`) or ends: a node going down ends the jobs on it now, and requeues them
-        (JobRequeue); or a requeued job may start."""
+        (JobRequeue); or a requeued job may start; or slurmctld checks its PURGE_COMP reservations."""
         if isinstance(payload, Requeue):
             self._eligible.append(payload.index)
+            return
+        if isinstance(payload, ReservationCheck):
+            self._slurm.check_reservations(self.now, self.machine)
+            self._check_reservations_after(self.now)
             return
         out, event = payload
         machine = self.machine
@@ -272,6 +286,13 @@ class ClusterReplay(TraceReplay):
             jobs.append(WaitingJob(index, request.job_id, self.now, request.procs, request.t_req, t_est))
         self._eligible.clear()
         return jobs
+
+    def _check_reservations_after(self, after: int) -> None:
+        """Schedule slurmctld's next reservation check after `after` that may delete one, on the limit sweep's
+        phase (`job_resv_check` follows `job_time_limit`), if any may."""
+        due = self._slurm.reserved.next_idle_check(after, self._kills[2])
+        if due is not None:
+            self.schedule(due, EventKind.EXTERNAL, ReservationCheck())
 
     @cached_property
     def _slurm(self) -> SlurmBackfill:

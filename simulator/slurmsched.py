@@ -35,6 +35,7 @@ says) and the running jobs' expected ends; the driver decides when jobs end
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate
@@ -217,6 +218,8 @@ class SlurmBackfill(Backfill):
             job.reservation or job.magnetic for job in jobs.values()
         )
         self._attracted: dict[int, Reservation] = {}  # job id -> the MAGNETIC reservation it started in
+        self._waiting_in: Counter[str] = Counter()  # waiting jobs by the reservation they name
+        self._running_in: dict[int, str] = {}  # jobs started in a reservation (trace positions), by its name
         self._waiting = 0
         self._fewest_cpus: dict[int, int] = {}  # trace index -> the fewest CPUs the waiting job can start with
         self._fewest = SizeCount()  # of those: a pass with fewer CPUs free starts nothing
@@ -249,17 +252,34 @@ class SlurmBackfill(Backfill):
 
     def admit(self, job: WaitingJob) -> None:
         self._waiting += 1
+        name = self.jobs[job.job_id].reservation
+        if name is not None:
+            self._waiting_in[name] += 1
         if job.index in self._queued_again:
             self._queued_again.discard(job.index)
             self._again_due = True
         else:
             self._submitted.add(job.index)
+            if name is not None:
+                self.reserved.validated(name)
         fewest = self._fewest_cpus[job.index] = min(wanted.min_cpus for wanted in self.jobs[job.job_id].demands)
         self._fewest.add(fewest)
 
     def forget(self, job: WaitingJob) -> None:
         self._waiting -= 1
+        name = self.jobs[job.job_id].reservation
+        if name is not None:
+            self._waiting_in[name] -= 1
         self._fewest.remove(self._fewest_cpus.pop(job.index))
+
+    def check_reservations(self, now: int, machine: NodeMachine) -> list[str]:
+        """slurmctld's periodic reservation check at `now` (`job_resv_check`): a PURGE_COMP reservation no job waits
+        for by name and none runs in (named, or drawn in by MAGNETIC) is deleted once idle long enough; the ones
+        deleted."""
+        running = machine.running
+        self._running_in = {index: name for index, name in self._running_in.items() if index in running}
+        busy = {name for name, count in self._waiting_in.items() if count} | set(self._running_in.values())
+        return self.reserved.check_idle(now, busy)
 
     def _changes(self) -> tuple[int, int, int]:
         """What the passes compare to know whether anything changed: starts and ends, submissions, priorities."""
@@ -438,6 +458,10 @@ class SlurmBackfill(Backfill):
             self._attracted[job.job_id] = in_
         else:  # a requeued job runs as itself again
             self._attracted.pop(job.job_id, None)
+        if in_ is not None:
+            self._running_in[job.index] = in_.name
+        else:
+            self._running_in.pop(job.index, None)
         machine.place(job.index, allocation, self._over_time[wanted.partition], self.reservation_end(job.job_id))
         if self.gate is not None:
             self.gate.started(job, int(allocation.cpus.sum()), self._now)

@@ -1,8 +1,8 @@
-"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed, multifactor, reservation, flex); what it did
+"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed, multifactor, reservation, flex, purge); what it did
 is checked against the model (magnetic is checked on its committed run, tests/test_calendar.py: its replay's mean
 wait came out 7.6% and 15.2% above Slurm's and 6.3% below on three runs, too near the live tolerance of 15%).
 
-tests/slurm/cluster_workloads.py runs the six at once, each on its own
+tests/slurm/cluster_workloads.py runs the seven at once, each on its own
 one-host cluster (started one after another), in about ten minutes; the checks are those the offline
 test applies to the committed captures, plus what only a live run knows:
 what was submitted. Skipped without root or Debian's slurm packages.
@@ -19,7 +19,7 @@ from slurm.cluster_workloads import Capture, run_all
 from slurm.workload import unavailable
 
 pytestmark = pytest.mark.slurm
-NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor", "reservation", "flex")
+NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor", "reservation", "flex", "purge")
 #: Replicates a fresh run's chaos floor is estimated from: three gave 13.1 s on a CI run of multifactor (2026-12-07
 #: 17:10 UTC), ten 20.6 s on the same capture, where the committed and earlier live runs measured 19.6-21.6 s; a
 #: replay of a run this size takes about a second.
@@ -159,3 +159,18 @@ def test_jobs_of_a_flex_reservation_started_before_it(captures):
     ran = [job for job in run.jobs if job.id in submitted]
     assert len(ran) == len(submitted), [job.row for job in ran]
     assert any(job.start < project.start for job in ran), [job.row for job in ran]
+
+
+def test_a_purge_comp_reservation_was_deleted_once_idle_and_its_nodes_used(captures):
+    """The purge run's project reservation (PURGE_COMP=00:01:00) was deleted before its end, a minute to a minute and
+    a half after its last job ended (the check runs every 30 s), and jobs that name none ran on its nodes before its
+    planned end (accounting records the deletion as its end: `Run.deleted`)."""
+    run = Run(captures["purge"].folder)
+    project = next(resv for resv in run.reservations if resv.name == "project")
+    planned = project.start + 6 * 60
+    assert project.deleted and project.end < planned, run.deleted
+    ran = [job for job in run.jobs if job.request.reservation == "project"]  # sacct's name, or the submit line's
+    idle_from = max(job.end for job in ran)
+    assert idle_from + 60 <= project.end <= idle_from + 90 + 1, (idle_from, project.end)
+    others = [job for job in run.jobs if job.request.reservation is None and set(job.nodes) & set(project.nodes)]
+    assert any(project.end <= job.start < planned for job in others), [job.row for job in others]

@@ -27,8 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from kernel.durations import slurm_duration
 from kernel.hostlist import expand_hostlist
-from simulator.calendar import Calendar, NodeEvent, Reservation
+from simulator.calendar import PURGE_COMP_DEFAULT, Calendar, NodeEvent, Reservation
 from simulator.cluster import Cluster
 from simulator.clusterconf.sacctmgr import parsable_rows
 from simulator.clusterconf.settings import ClusterConfigError, Where
@@ -45,7 +46,6 @@ RECURRING = frozenset({"HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY"})
 UNMODELLED_FLAGS = {
     "OVERLAP": "its jobs may use the nodes it shares with other reservations but maintenance ones",
     "NO_HOLD_JOBS_AFTER_END": "its jobs still waiting at its end run elsewhere rather than being held",
-    "PURGE_COMP": "it is deleted once idle, which frees its nodes early",
     "REPLACE": "its busy or down nodes are replaced by idle ones",
     "REPLACE_DOWN": "its down nodes are replaced by idle ones",
     "TIME_FLOAT": "its start moves forward with the clock",
@@ -143,8 +143,8 @@ def _reservation(
     if pairs["Nodes"] == "(null)":
         raise where.error("Nodes", f"reservation {name} holds no nodes (licenses or burst buffers only): not modelled")
     nodes = _node_indices(pairs["Nodes"], cluster, where, "Nodes")
-    named = (flag.split("=")[0] for flag in pairs.get("Flags", "").upper().split(",") if flag and flag != "(NULL)")
-    flags = frozenset(FLAG_SPELLINGS.get(flag, flag) for flag in named)
+    given = [flag for flag in pairs.get("Flags", "").upper().split(",") if flag and flag != "(NULL)"]
+    flags = frozenset(FLAG_SPELLINGS.get(flag, flag) for flag in (flag.split("=")[0] for flag in given))
     if flags & RECURRING:
         notes.append(f"{where.source}: reservation {name} recurs ({', '.join(sorted(flags & RECURRING))}): "
                      "only its stated occurrence is modelled")  # fmt: skip
@@ -156,7 +156,26 @@ def _reservation(
     if "MAGNETIC" in flags and pairs.get("Groups", "(null)") != "(null)":
         notes.append(f"{where.source}: reservation {name} lets in Groups={pairs['Groups']}: not modelled (MAGNETIC "
                      "attracts only the jobs of its Users and Accounts)")  # fmt: skip
-    return Reservation(name, start, end, nodes, flags, users, accounts)
+    purge_after = _purge_after(given, where)
+    return Reservation(name, start, end, nodes, flags, users, accounts, purge_after)
+
+
+def _purge_after(flags: list[str], where: Where) -> int | None:
+    """PURGE_COMP's idle time in seconds (`PURGE_COMP=00:05:00` as scontrol prints it; `PURGE_COMP` alone: the
+    default 5 minutes); None without the flag."""
+    given = next((flag for flag in flags if flag.split("=")[0] == "PURGE_COMP"), None)
+    if given is None:
+        return None
+    _, equals, text = given.partition("=")
+    if not equals:
+        return PURGE_COMP_DEFAULT
+    try:
+        seconds = slurm_duration(text)
+    except ValueError as error:
+        raise where.error("Flags", f"PURGE_COMP: {error}") from None
+    if seconds is None:
+        raise where.error("Flags", f"PURGE_COMP={text}: an idle time is needed, not {text}")
+    return seconds
 
 
 def _access_list(text: str) -> frozenset[str] | None:

@@ -14,7 +14,7 @@ import csv
 import gzip
 import io
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from itertools import combinations
@@ -207,9 +207,27 @@ class Run:
 
     @cached_property
     def reservations(self) -> tuple[Reservation, ...]:
-        """The reservations Slurm printed when they were made (`reservations.txt`, times in UTC), if any."""
+        """The reservations Slurm printed when they were made (`reservations.txt`, times in UTC), if any, each ending
+        where accounting says PURGE_COMP deleted it (`deleted`)."""
         path = self.folder / "reservations.txt"
-        return read_reservations(path, self.cluster, time_zone("UTC"), []) if path.exists() else ()
+        made = read_reservations(path, self.cluster, time_zone("UTC"), []) if path.exists() else ()
+        deleted = self.deleted
+        return tuple(
+            replace(resv, end=deleted[resv.name], deleted=True) if resv.name in deleted else resv for resv in made
+        )
+
+    @cached_property
+    def deleted(self) -> dict[str, int]:
+        """When slurmctld deleted each reservation it deleted before its end (PURGE_COMP), by name: accounting's end
+        (`reservations-accounting.txt`, `sacctmgr show reservation --parsable2`) before the one it was made with."""
+        path = self.folder / "reservations-accounting.txt"
+        made = self.folder / "reservations.txt"
+        if not path.exists() or not made.exists():
+            return {}
+        planned = {resv.name: resv.end for resv in read_reservations(made, self.cluster, time_zone("UTC"), [])}
+        rows = list(csv.DictReader(path.read_text().splitlines(), delimiter="|"))
+        ended = {row["Name"]: _utc(row["TimeEnd"]) for row in rows if row.get("TimeEnd", "").startswith("20")}
+        return {name: end for name, end in ended.items() if name in planned and end < planned[name]}
 
     def reserved(self, job: Job) -> tuple[int, ...]:
         """The nodes the reservations keep `job` from over its limit (`job_test_resv`): those of the reservations

@@ -1,5 +1,5 @@
 """Workloads for checking the node-level simulator against a real Slurm: fcfs, fcfs-tight, mixed, multifactor,
-reservation, flex, magnetic.
+reservation, flex, magnetic, purge.
 
 Each is a plan of `sleep` jobs submitted at set offsets to a one-host cluster
 (one_host_cluster.sh) configured for it, run to the end, and captured in a
@@ -52,6 +52,12 @@ minutes of wall time; the live test and the capture of the committed fixtures
   for alice from 64 s to 244 s (MAGNET): her jobs, which name none, are
   tried there first, go ahead of the queue, and are killed at its end. Not in
   the live test's set: run with `--only magnetic`.
+- purge: the multifactor workload with the project's reservation of n1-n2
+  from 60 s for six minutes with PURGE_COMP=00:01:00 (PURGING_PROJECT), and
+  the six project jobs submitted by 120 s: once the last has ended and a
+  minute has passed idle, slurmctld deletes it and its nodes take other jobs.
+  `reservations-accounting.txt` (`sacctmgr show reservation --parsable2`)
+  records when it was deleted.
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ PORTS = {
     "reservation": 27817,
     "flex": 28817,
     "magnetic": 29817,
+    "purge": 30817,
 }
 
 
@@ -294,6 +301,9 @@ MAGNET = (
     "Users=tsched-alice",
     "Flags=MAGNETIC",
 )
+#: The project's reservation for six minutes, deleted once idle for a minute (PURGE_COMP): its jobs, all submitted
+#: by 120 s (`project_jobs`), end long before its end, and the jobs whose limits would reach into it may then use n1-n2.
+PURGING_PROJECT = (*PROJECT[:2], "Duration=6", *PROJECT[3:], "Flags=PURGE_COMP=00:01:00")
 DRAIN = (NodeStep(120, "n3", "drain"), NodeStep(240, "n3", "resume"))
 MULTIFACTOR_SIZES = (1, 2, 4, 8, 12, 16, 24)
 MULTIFACTOR_WEIGHTS = (20, 15, 20, 20, 8, 10, 4)
@@ -360,6 +370,7 @@ def workloads() -> dict[str, Workload]:
         "TSCHED_SLURM_EXTRA": "\n".join(MULTIFACTOR_PRIORITY),
     }
     fair_share_jobs = tuple(multifactor_jobs())
+    early = [job for job in project_jobs() if job.offset <= 120]  # the purge workload's: none after the purge
     reservation = Workload(
         "reservation",
         6,
@@ -378,6 +389,12 @@ def workloads() -> dict[str, Workload]:
         "reservation": reservation,
         "flex": replace(reservation, name="flex", reservations=(MAINTENANCE, FLEXIBLE_PROJECT)),
         "magnetic": replace(reservation, name="magnetic", jobs=fair_share_jobs, reservations=(MAINTENANCE, MAGNET)),
+        "purge": replace(
+            reservation,
+            name="purge",
+            jobs=tuple(sorted([*fair_share_jobs, *early], key=lambda job: job.offset)),
+            reservations=(MAINTENANCE, PURGING_PROJECT),
+        ),
     }
 
 
@@ -474,6 +491,12 @@ def run_workload(
             capture.submitted = submit_all(cluster, workload)
             cluster.wait_idle(timeout=timeout)
             (out / "jobs.sacct").write_text(cluster.sacct(FIELDS, timezone="UTC"))
+            if workload.reservations:  # when each reservation ended, or was deleted (PURGE_COMP)
+                held = cluster.run(
+                    "sacctmgr", "show", "reservation", "--parsable2", f"start={first}",
+                    "format=Name,Start,End,Flags,NodeNames", env=UTC,
+                )  # fmt: skip
+                (out / "reservations-accounting.txt").write_text(held)
             if workload.node_steps:
                 events = cluster.run("sacctmgr", "show", "event", "--parsable2", f"start={first}", env=UTC)
                 (out / "events.txt").write_text(events)
