@@ -1,8 +1,7 @@
-"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed, multifactor, reservation, flex, purge); what it did
-is checked against the model (magnetic is checked on its committed run, tests/test_calendar.py: its replay's mean
-wait came out 7.6% and 15.2% above Slurm's and 6.3% below on three runs, too near the live tolerance of 15%).
+"""A real Slurm runs the cluster workloads (fcfs, fcfs-tight, mixed, multifactor, reservation, flex, magnetic,
+purge); what it did is checked against the model.
 
-tests/slurm/cluster_workloads.py runs the seven at once, each on its own
+tests/slurm/cluster_workloads.py runs the eight at once, each on its own
 one-host cluster (started one after another), in about ten minutes; the checks are those the offline
 test applies to the committed captures, plus what only a live run knows:
 what was submitted. Skipped without root or Debian's slurm packages.
@@ -19,7 +18,7 @@ from slurm.cluster_workloads import Capture, run_all
 from slurm.workload import unavailable
 
 pytestmark = pytest.mark.slurm
-NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor", "reservation", "flex", "purge")
+NAMES = ("fcfs", "fcfs-tight", "mixed", "multifactor", "reservation", "flex", "magnetic", "purge")
 #: Replicates a fresh run's chaos floor is estimated from: three gave 13.1 s on a CI run of multifactor (2026-12-07
 #: 17:10 UTC), ten 20.6 s on the same capture, where the committed and earlier live runs measured 19.6-21.6 s; a
 #: replay of a run this size takes about a second.
@@ -50,7 +49,8 @@ def capture(request: pytest.FixtureRequest, captures: dict[str, Capture]) -> Cap
 def test_every_job_ran_as_submitted(capture):
     """Every job ran, with its limit, user and partition, and ended as its kind says; but a job that names the
     project's reservation may never start (slurmctld holds it once the reservation has ended; the capture cancels
-    it), and one that does ends when it ends (before its limit) or is killed at the reservation's end."""
+    it), and one that does ends when it ends (before its limit) or is killed at the reservation's end, as is one a
+    MAGNETIC reservation drew in."""
     run = Run(capture.folder)
     jobs = {job.id: job for job in run.jobs}
     unreserved = [job.job_ids[0] for job in capture.submitted if job.kind != "project"]
@@ -63,7 +63,7 @@ def test_every_job_ran_as_submitted(capture):
         assert int(job.row["TimelimitRaw"]) * 60 == limit
         assert job.row["User"] == submitted.user and job.row["Partition"] == submitted.partition
         elapsed, state = int(job.row["ElapsedRaw"]), job.row["State"]
-        if submitted.kind == "project":
+        if submitted.kind == "project" or run.drawn_into(job) is not None:  # a MAGNETIC reservation's job too
             assert state == "TIMEOUT" or (state == "COMPLETED" and elapsed < limit), job.row
             continue
         assert state == ("TIMEOUT" if submitted.kind == "timeout" else "COMPLETED"), job.id
@@ -174,3 +174,14 @@ def test_a_purge_comp_reservation_was_deleted_once_idle_and_its_nodes_used(captu
     assert idle_from + 60 <= project.end <= idle_from + 90 + 1, (idle_from, project.end)
     others = [job for job in run.jobs if job.request.reservation is None and set(job.nodes) & set(project.nodes)]
     assert any(project.end <= job.start < planned for job in others), [job.row for job in others]
+
+
+def test_a_magnetic_reservation_drew_in_only_its_users_jobs(captures):
+    """The magnetic run's `magnet` (MAGNETIC, n1-n2, for alice): jobs started on its nodes while it lasted, all of
+    them alice's, none naming it (sacct names it for them), each one the check reads as drawn in."""
+    run = Run(captures["magnetic"].folder)
+    magnet = next(reservation for reservation in run.reservations if reservation.name == "magnet")
+    inside = [job for job in run.jobs if set(job.nodes) <= set(magnet.nodes) and magnet.start <= job.start < magnet.end]
+    assert inside and {job.row["User"] for job in inside} == {"tsched-alice"}, [job.row for job in inside]
+    assert all(run.drawn_into(job) == magnet for job in inside)
+    assert not any("--reservation" in job.row["SubmitLine"] for job in run.jobs)

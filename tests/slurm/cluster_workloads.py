@@ -11,7 +11,7 @@ and end to the millisecond and each change of a job's planned start,
 `plans.log.gz`, the same with every cycle's plans (which nodes each cycle held
 for the jobs ahead of one it started, for the check of backfill's choices), and
 the accounts and QOS (`assoc.txt`, `qos.txt`: `sacctmgr show assoc|qos
---parsable2`). The live test runs all but magnetic at once, each on its own cluster, in about ten
+--parsable2`). The live test runs them all at once, each on its own cluster, in about twelve
 minutes of wall time; the live test and the capture of the committed fixtures
 (tests/data/slurm-22.05-cluster/) share this::
 
@@ -50,8 +50,7 @@ minutes of wall time; the live test and the capture of the committed fixtures
   run as any job.
 - magnetic: the multifactor workload with a MAGNETIC reservation of n1-n2
   for alice from 64 s to 244 s (MAGNET): her jobs, which name none, are
-  tried there first, go ahead of the queue, and are killed at its end. Not in
-  the live test's set: run with `--only magnetic`.
+  tried there first, go ahead of the queue, and are killed at its end.
 - purge: the multifactor workload with the project's reservation of n1-n2
   from 60 s for six minutes with PURGE_COMP=00:01:00 (PURGING_PROJECT), and
   the six project jobs submitted by 120 s: once the last has ended and a
