@@ -88,8 +88,9 @@ class Reservation:
 
     def released(self, now: int) -> bool:
         """Whether its jobs are, by `now`, jobs in no reservation: a FLEX one with NO_HOLD_JOBS_AFTER_END, purged
-        (slurmctld clears their reservation; a FLEX one's jobs are never tested against its end before that)."""
-        return self.flexible and self.releases_its_jobs and self.purged(now)
+        (slurmctld clears their reservation; a FLEX one's jobs are never tested against its end before that). Not
+        one PURGE_COMP deleted: no job of it waited then, and a later one naming it is refused."""
+        return self.flexible and self.releases_its_jobs and self.purged(now) and not self.deleted
 
     @property
     def bits(self) -> int:

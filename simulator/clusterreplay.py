@@ -178,10 +178,9 @@ def slurm_scheduler(
 
 
 #: Why a job left out of the result never started.
-NEVER_STARTED = (
-    "never started: its reservation ended first (slurmctld holds such a job), or PURGE_COMP deleted it before the job"
-    " was submitted (slurmctld refuses such a job)"
-)
+NEVER_STARTED = "never started: its reservation ended first (slurmctld holds such a job)"
+#: Why a job left out of the result was not queued: slurmctld refuses a job naming a reservation PURGE_COMP deleted.
+REFUSED = "refused at submission: its reservation was deleted once idle (PURGE_COMP)"
 #: Why a job left out of the result never ran to its end: a node failure ended it, and it never started again.
 NEVER_RESTARTED = "requeued after a node failure, never started again"
 #: A job's end in the result's `state` column, as sacct names it.
@@ -223,6 +222,7 @@ class ClusterReplay(TraceReplay):
         self.requeues = [0] * len(self.requests)  # runs a node failure ended, each followed by a requeue
         self._not_restarted: set[int] = set()  # requeued jobs not started again (yet): their ends are no finish
         self._eligible: list[int] = []  # requeued jobs that may start from now, to admit in this round
+        self._refused: set[int] = set()  # jobs slurmctld refused at submission: never queued
         for event in events:
             if event.end is not None and event.end <= self.now:
                 continue  # over before the first submission
@@ -245,7 +245,7 @@ class ClusterReplay(TraceReplay):
             self._eligible.append(payload.index)
             return
         if isinstance(payload, ReservationCheck):
-            self._slurm.check_reservations(self.now, self.machine)
+            self._slurm.check_reservations(self.now, self.machine, self._not_restarted)
             self._check_reservations_after(self.now)
             return
         out, event = payload
@@ -279,6 +279,9 @@ class ClusterReplay(TraceReplay):
         if self._not_restarted:
             completed = [index for index in completed if index not in self._not_restarted]
         jobs = super().admit(completed, arrived)
+        if any(backfill.refuses(job) for job in jobs):
+            self._refused.update(job.index for job in jobs if backfill.refuses(job))
+            jobs = [job for job in jobs if job.index not in self._refused]
         for index in self._eligible:
             backfill.queue_again(index, self.now, ended_now)
             request = self.requests[index]
@@ -312,18 +315,23 @@ class ClusterReplay(TraceReplay):
 
     def replay(self) -> SimulationResult:
         """The run, each job with how it ended (`state`) and the nodes it ran on (`nodes`, comma-separated).
-        A job that never started (its reservation ended first: slurmctld holds it), or never again after a
-        requeue, is left out and counted."""
+        A job that never started (its reservation ended first: slurmctld holds it), was refused (its reservation
+        deleted), or never started again after a requeue, is left out and counted."""
         result = super().replay()
         result.jobs["state"] = self.states
         result.jobs["requeues"] = self.requeues
         names = [node.name for node in self.machine.cluster.nodes]
         result.jobs["nodes"] = [",".join(names[index] for index in held) for held in self.nodes]
-        never = [index for index, held in enumerate(self.nodes) if not held]
-        left_out = [*never, *self._not_restarted]
+        never = [index for index, held in enumerate(self.nodes) if not held and index not in self._refused]
+        left_out = [*never, *self._refused, *self._not_restarted]
         if left_out:
             result.jobs = result.jobs.drop(index=left_out).reset_index(drop=True)
-        for reason, count in ((NEVER_STARTED, len(never)), (NEVER_RESTARTED, len(self._not_restarted))):
+        counts = (
+            (NEVER_STARTED, len(never)),
+            (REFUSED, len(self._refused)),
+            (NEVER_RESTARTED, len(self._not_restarted)),
+        )
+        for reason, count in counts:
             if count:
                 result.skipped[reason] = result.skipped.get(reason, 0) + count
         return result

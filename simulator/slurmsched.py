@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -272,14 +272,21 @@ class SlurmBackfill(Backfill):
             self._waiting_in[name] -= 1
         self._fewest.remove(self._fewest_cpus.pop(job.index))
 
-    def check_reservations(self, now: int, machine: NodeMachine) -> list[str]:
+    def check_reservations(self, now: int, machine: NodeMachine, requeued: Collection[int] = ()) -> list[str]:
         """slurmctld's periodic reservation check at `now` (`job_resv_check`): a PURGE_COMP reservation no job waits
         for by name and none runs in (named, or drawn in by MAGNETIC) is deleted once idle long enough; the ones
-        deleted."""
+        deleted. A `requeued` job (trace positions) waits in the reservation it ran in until it may start again."""
         running = machine.running
-        self._running_in = {index: name for index, name in self._running_in.items() if index in running}
+        self._running_in = {
+            index: name for index, name in self._running_in.items() if index in running or index in requeued
+        }
         busy = {name for name, count in self._waiting_in.items() if count} | set(self._running_in.values())
         return self.reserved.check_idle(now, busy)
+
+    def refuses(self, job: WaitingJob) -> bool:
+        """Whether slurmctld refuses the job at submission: it names a reservation PURGE_COMP has deleted."""
+        reservation = self.reserved.named(self.jobs[job.job_id].reservation)
+        return reservation is not None and reservation.deleted
 
     def _changes(self) -> tuple[int, int, int]:
         """What the passes compare to know whether anything changed: starts and ends, submissions, priorities."""

@@ -24,6 +24,7 @@ from simulator.clusterreplay import (
     NEVER_RESTARTED,
     NEVER_STARTED,
     NODE_FAIL,
+    REFUSED,
     SLURM,
     TIMEOUT,
     queued_jobs,
@@ -398,6 +399,44 @@ def test_a_purge_comp_reservation_frees_its_nodes_once_idle_and_refuses_later_jo
     assert replay(tmp_path, specs, purge_comp(None)).loc[2, "start"] == 900  # kept to its end: n1 first
     later = replay(tmp_path, [*specs[:3], (5, 150, 4, 100, 20, in_reservation(4))], purge_comp(60))
     assert later["start"].to_dict() == {1: 0, 3: 0, 2: 240, 5: 150}
+
+
+def test_a_job_requeued_from_a_purge_comp_reservation_keeps_it_until_it_runs_again(tmp_path):
+    """Job 1 runs in `project` (n2, PURGE_COMP=60) until n2 goes down at 100; requeued, it is pending for 1201 s
+    (cred_expire + 1) before it may start again, and a pending job of the reservation keeps it: it runs again in it
+    at the next periodic main pass (1320), as with a reservation that is never deleted."""
+    specs = [(1, 0, 4, 600, 500, in_reservation(4))]
+    down = (NodeEvent(1, 100, 110, "down"),)
+    calendar = Calendar((Reservation("project", 0, 5000, (1,), purge_after=60),), down)
+    kept = Calendar((Reservation("project", 0, 5000, (1,)),), down)
+    expected = [1320, "COMPLETED", 1]
+    assert replay(tmp_path, specs, calendar).loc[1, ["start", "state", "requeues"]].tolist() == expected
+    assert replay(tmp_path, specs, kept).loc[1, ["start", "state", "requeues"]].tolist() == expected
+
+
+@pytest.mark.parametrize("flags", [frozenset(), frozenset({"FLEX", "NO_HOLD_JOBS_AFTER_END"})])
+def test_a_job_naming_a_deleted_reservation_is_refused_and_takes_no_place_in_the_queue(tmp_path, flags):
+    """`project` (n2, PURGE_COMP=60) is deleted at 180, after job 1 ended at 100. Job 2 names it at 200: slurmctld
+    refuses it (left out, counted), FLEX with NO_HOLD_JOBS_AFTER_END or not. It takes no place in the queue: under
+    bf_max_job_user=1, job 3 of the same user (limit past nothing, n1 busy until 300) is backfilled on n2 at once,
+    where a job ahead in a reservation would have used the user's one backfill try."""
+    specs = [
+        (1, 0, 4, 200, 100, in_reservation(4)),
+        (4, 0, 4, 300, 300, cpus(4, nodes=1)),  # n1 until 300
+        (2, 200, 4, 100, 50, in_reservation(4)),
+        (3, 310, 4, 100, 50, cpus(4, nodes=1)),
+    ]
+    calendar = Calendar((Reservation("project", 0, 1000, (1,), flags, purge_after=60),))
+    result = simulate_cluster(
+        frame(specs),
+        SimulationConfig(8, backfill=SLURM),
+        open_session("request", frame(specs)),
+        two_nodes(tmp_path, "bf_interval=1,bf_resolution=1,bf_max_job_user=1"),
+        {spec[0]: spec[5] for spec in specs},
+        calendar=calendar,
+    )
+    jobs = result.jobs.set_index("job_id")
+    assert jobs["start"].to_dict() == {1: 0, 4: 0, 3: 310} and result.skipped == {REFUSED: 1}
 
 
 def test_a_job_waiting_for_a_purge_comp_reservation_keeps_it(tmp_path):

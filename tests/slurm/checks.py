@@ -218,15 +218,18 @@ class Run:
 
     @cached_property
     def deleted(self) -> dict[str, int]:
-        """When slurmctld deleted each reservation it deleted before its end (PURGE_COMP), by name: accounting's end
-        (`reservations-accounting.txt`, `sacctmgr show reservation --parsable2`) before the one it was made with."""
+        """When slurmctld deleted each PURGE_COMP reservation it deleted before its end, by name: accounting's latest
+        end (`reservations-accounting.txt`, `sacctmgr show reservation --parsable2`) before the one it was made with."""
         path = self.folder / "reservations-accounting.txt"
         made = self.folder / "reservations.txt"
         if not path.exists() or not made.exists():
             return {}
         planned = {resv.name: resv.end for resv in read_reservations(made, self.cluster, time_zone("UTC"), [])}
         rows = list(csv.DictReader(path.read_text().splitlines(), delimiter="|"))
-        ended = {row["Name"]: _utc(row["TimeEnd"]) for row in rows if row.get("TimeEnd", "").startswith("20")}
+        ended: dict[str, int] = {}  # the latest end of each (slurmdbd may keep a row per update of one)
+        for row in rows:
+            if "PURGE_COMP" in row.get("Flags", "") and row.get("TimeEnd", "").startswith("20"):
+                ended[row["Name"]] = max(ended.get(row["Name"], 0), _utc(row["TimeEnd"]))
         return {name: end for name, end in ended.items() if name in planned and end < planned[name]}
 
     def reserved(self, job: Job) -> tuple[int, ...]:
