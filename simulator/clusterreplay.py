@@ -279,8 +279,9 @@ class ClusterReplay(TraceReplay):
         if self._not_restarted:
             completed = [index for index in completed if index not in self._not_restarted]
         jobs = super().admit(completed, arrived)
-        if any(backfill.refuses(job) for job in jobs):
-            self._refused.update(job.index for job in jobs if backfill.refuses(job))
+        refused = [job.index for job in jobs if backfill.refuses(job)]
+        if refused:
+            self._refused.update(refused)
             jobs = [job for job in jobs if job.index not in self._refused]
         for index in self._eligible:
             backfill.queue_again(index, self.now, ended_now)

@@ -28,6 +28,7 @@ from simulator.calendar import Reservation, ReservedNodes
 from simulator.cluster import Cluster
 from simulator.clusterconf import read_slurm_conf
 from simulator.clusterconf.calendarfiles import read_reservations, time_zone
+from simulator.clusterconf.sacctmgr import parsable_rows
 from simulator.nodes import Allocation, Demand, NodeState, NodeTable, demand
 from simulator.workloads.tres import parse_tres, sacct_request, submit_options
 
@@ -211,26 +212,30 @@ class Run:
         where accounting says PURGE_COMP deleted it (`deleted`)."""
         path = self.folder / "reservations.txt"
         made = read_reservations(path, self.cluster, time_zone("UTC"), []) if path.exists() else ()
-        deleted = self.deleted
+        ended = self._accounted_ends
         return tuple(
-            replace(resv, end=deleted[resv.name], deleted=True) if resv.name in deleted else resv for resv in made
+            replace(resv, end=ended[resv.name], deleted=True) if ended.get(resv.name, resv.end) < resv.end else resv
+            for resv in made
         )
 
-    @cached_property
+    @property
     def deleted(self) -> dict[str, int]:
-        """When slurmctld deleted each PURGE_COMP reservation it deleted before its end, by name: accounting's latest
-        end (`reservations-accounting.txt`, `sacctmgr show reservation --parsable2`) before the one it was made with."""
+        """When slurmctld deleted each PURGE_COMP reservation it deleted before its end, by name."""
+        return {resv.name: resv.end for resv in self.reservations if resv.deleted}
+
+    @cached_property
+    def _accounted_ends(self) -> dict[str, int]:
+        """Accounting's latest end of each PURGE_COMP reservation (`reservations-accounting.txt`, `sacctmgr show
+        reservation --parsable2`; slurmdbd may keep a row per update of one): its deletion, if before its end."""
         path = self.folder / "reservations-accounting.txt"
-        made = self.folder / "reservations.txt"
-        if not path.exists() or not made.exists():
+        if not path.exists():
             return {}
-        planned = {resv.name: resv.end for resv in read_reservations(made, self.cluster, time_zone("UTC"), [])}
-        rows = list(csv.DictReader(path.read_text().splitlines(), delimiter="|"))
-        ended: dict[str, int] = {}  # the latest end of each (slurmdbd may keep a row per update of one)
-        for row in rows:
-            if "PURGE_COMP" in row.get("Flags", "") and row.get("TimeEnd", "").startswith("20"):
+        rows, _ = parsable_rows(path, ("Name", "TimeEnd", "Flags"), "sacctmgr show reservation --parsable2")
+        ended: dict[str, int] = {}
+        for _, row in rows:
+            if "PURGE_COMP" in row["Flags"] and row["TimeEnd"].startswith("20"):
                 ended[row["Name"]] = max(ended.get(row["Name"], 0), _utc(row["TimeEnd"]))
-        return {name: end for name, end in ended.items() if name in planned and end < planned[name]}
+        return ended
 
     def reserved(self, job: Job) -> tuple[int, ...]:
         """The nodes the reservations keep `job` from over its limit (`job_test_resv`): those of the reservations
