@@ -11,13 +11,14 @@ times runs the simulator's own queue policies and backfilling
 simulator, so that function reaches the service through the `StartForecaster`
 port defined here: the `tsched` entry point, which composes both packages,
 installs it. This module holds the part both the service and `tsched
-wait-eval` share: how estimates become expected ends of running jobs, and the
-three runs behind a forecast with bounds (docs/queue-time.md).
+wait-eval` share: how estimates become expected ends of running jobs, the
+three runs behind a forecast with bounds, and the scenarios of a sampled
+forecast, each estimate times one of the estimator's errors (docs/queue-time.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -27,8 +28,11 @@ from kernel.jobs import JobName, JobRequest
 from kernel.resources import ResourceRequest
 from predictor.lifetimes import LifetimeModel
 
-#: The Downey-model quantile of each job's lifetime the lower bound assumes.
+#: The Downey-model quantile of each job's lifetime the lower bound assumes; in a sampled forecast, the runs'
+#: quantile of the lower bound (and 1 - it of the upper).
 DEFAULT_LOWER_QUANTILE = 0.1
+#: The most forward runs a sampled forecast makes (each costs what one of a point forecast's three costs).
+MAX_DRAWS = 32
 
 
 class StartedJob(NamedTuple):
@@ -160,6 +164,89 @@ def forecast_with_bounds(
         StartForecast(job.job_id, start, min(low, start), max(high, start))
         for job, start, low, high in zip(state.waiting, starts, earliest, latest, strict=True)
     ]
+
+
+def sampled_forecasts(
+    forecaster: StartForecaster,
+    state: QueueState,
+    scheduler: Scheduler,
+    estimates: tuple[Sequence[int], Sequence[int]],
+    lifetimes: LifetimeLookup | None,
+    errors: tuple[Sequence[float], int],
+    quantile: float = DEFAULT_LOWER_QUANTILE,
+    check: Callable[[], None] | None = None,
+) -> list[StartForecast]:
+    """Each waiting job's start as the median of forward runs of the same scheduler, one per scenario of
+    `error_draws` (`errors`: the estimator's error ratios and how many runs), with bounds at the runs' `quantile`
+    and 1 - `quantile` (docs/queue-time.md). Without a ratio every run is the point forecast's."""
+    if not 0 < quantile < 0.5:
+        raise ValueError(f"the bounds' quantile must be in (0, 0.5), got {quantile}")
+    ratios, draws = errors
+    running_estimates, waiting_estimates = estimates
+    point_ends = running_ends(state, running_estimates, lifetimes)
+    runs = [
+        forecaster.starts(state, scheduler, ends, runtimes, check)
+        for ends, runtimes in error_draws(state, (point_ends, running_estimates), waiting_estimates, ratios, draws)
+    ]
+    lower, start, upper = sampled_starts(runs, (quantile, 0.5, 1 - quantile))
+    return [
+        StartForecast(job.job_id, middle, low, high)
+        for job, low, middle, high in zip(state.waiting, lower, start, upper, strict=True)
+    ]
+
+
+def error_draws(
+    state: QueueState,
+    running: tuple[Sequence[int], Sequence[int]],
+    waiting_estimates: Sequence[int],
+    ratios: Sequence[float],
+    draws: int,
+) -> Iterator[tuple[list[int], list[int]]]:
+    """`draws` scenarios (the running jobs' ends, the waiting jobs' runtimes) in which every job runs its estimate
+    times an error drawn from `ratios` (actual runtime / estimate, on the estimator's finished jobs), none beyond
+    its request (where it is killed). A running job draws among the errors that outlive its age, and keeps its
+    point end (`running`: the point ends, then the estimates) if none does. Without a ratio, every scenario is
+    the point one.
+
+    Why: one forward run puts each job ahead at one end, but a job's runtime scatters around its estimate as
+    widely as the estimator errs, and which of the jobs ahead end early decides where a queue position leads.
+    The median over that spread places and ranks the waiting jobs better than the one guess where the
+    estimator errs much (docs/queue-time.md and docs/cluster.md measure it), and the estimator still says which
+    jobs are long. Seeded by `state.now`: one question, one answer.
+    """
+    if not 1 <= draws <= MAX_DRAWS:
+        raise ValueError(f"draws must be in [1, {MAX_DRAWS}], got {draws}")
+    point_ends, running_estimates = running
+    errors = np.sort(np.asarray(ratios, dtype=np.float64))
+    if not len(errors):
+        for _ in range(draws):
+            yield list(point_ends), list(waiting_estimates)
+        return
+    starts = np.array([started.start for started in state.running], dtype=np.int64)
+    limits = np.array([started.job.t_req for started in state.running], dtype=np.int64)
+    guesses = np.maximum(np.asarray(running_estimates, dtype=np.float64), 1.0)
+    # the errors that outlive each running job's age: those above age / estimate, from `first` on
+    first = np.searchsorted(errors, (state.now - starts) / guesses, side="right")
+    alive = first < len(errors)
+    estimates = np.maximum(np.asarray(waiting_estimates, dtype=np.float64), 1.0)
+    requests = np.array([job.t_req for job in state.waiting], dtype=np.int64)
+    generator = np.random.default_rng(state.now)
+    for _ in range(draws):
+        picked = np.minimum(
+            first + (generator.random(len(first)) * (len(errors) - first)).astype(np.int64), len(errors) - 1
+        )
+        lived = np.minimum(np.ceil(guesses * errors[picked]), limits)
+        ends = np.where(alive, np.maximum(starts + lived, state.now + 1), np.asarray(point_ends, dtype=np.int64))
+        drawn = errors[(generator.random(len(estimates)) * len(errors)).astype(np.int64)]
+        runtimes = np.clip(np.ceil(estimates * drawn), 1, requests)
+        yield [int(end) for end in ends], [int(runtime) for runtime in runtimes]
+
+
+def sampled_starts(runs: Sequence[Sequence[int]], levels: Sequence[float]) -> list[list[int]]:
+    """Per level, each job's start at that quantile of the runs' starts: a start some run made, not one
+    interpolated between two (the inverted cdf)."""
+    values = np.quantile(np.array(runs, dtype=np.int64), levels, axis=0, method="inverted_cdf")
+    return [[int(value) for value in row] for row in values]
 
 
 def _short_scenario(

@@ -13,7 +13,10 @@ A forecaster SPEC is `NAME` or `NAME:key=value,...`:
   `overrun` (`downey`: a running job past its estimate lives the median of
   Downey's conditional lifetime; `request`: until its request) and
   `estimator`, any estimator SPEC (default `request`, which is what
-  `squeue --start` reports).
+  `squeue --start` reports); `draws` (1-32; default none): the median start of
+  that many runs with each estimate times an error the estimator made on the
+  last `ERROR_WINDOW` finished jobs (`predictor.forecasting.error_draws`,
+  ForecastStart's `draws`).
 
 An estimator SPEC has commas of its own, so `estimator=` comes last and takes
 the rest of the forecaster SPEC verbatim:
@@ -27,6 +30,7 @@ exception, for evaluation: it is handed the jobs' actual runtimes.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
@@ -36,7 +40,7 @@ from kernel.jobs import FinishedJob, JobRequest
 from kernel.specs import key_values
 from predictor.downey import downey_wait
 from predictor.estimators.baselines import OracleEstimator
-from predictor.forecasting import QueueState, Scheduler, running_ends
+from predictor.forecasting import MAX_DRAWS, QueueState, Scheduler, error_draws, running_ends, sampled_starts
 from predictor.lifetimes import QueueLifetimes
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
@@ -47,7 +51,9 @@ DOWNEY = {"downey-a": "a", "downey-b": "b", "downey": "combined"}
 FORECASTERS = (*DOWNEY, "forward")
 OVERRUNS = ("downey", "request")
 _DOWNEY_PARAMETERS = ("window", "refit", "stages", "by", "cap", "model")
-_FORWARD_PARAMETERS = ("overrun", "estimator")
+_FORWARD_PARAMETERS = ("overrun", "draws", "estimator")
+#: The finished jobs whose errors a sampled forecast draws from: the service's live window (`Limits.live_window`).
+ERROR_WINDOW = 1000
 
 
 class Forecaster(Protocol):
@@ -88,13 +94,21 @@ class ForwardForecaster:
     """The scheduler run forward with each job's runtime estimate, made at its submission."""
 
     def __init__(
-        self, spec: str, scheduler: Scheduler, session: LocalSession, lifetimes: QueueLifetimes | None
+        self,
+        spec: str,
+        scheduler: Scheduler,
+        session: LocalSession,
+        lifetimes: QueueLifetimes | None,
+        draws: int = 0,
     ) -> None:
         self.spec = spec
         self.scheduler = scheduler
         self.session = session
         self.lifetimes = lifetimes
+        self.draws = draws
         self._estimates: dict[int, int] = {}
+        #: actual runtime / estimate of the last finished jobs, as the service's live scores keep them
+        self._errors: deque[float] = deque(maxlen=ERROR_WINDOW)
 
     def learn(self, now: int, finished: Sequence[FinishedJob], submitted: Sequence[JobRequest]) -> None:
         if self.lifetimes is not None:
@@ -102,7 +116,9 @@ class ForwardForecaster:
                 self.lifetimes.observe(ended)
         estimates = self._estimates
         for ended in finished:
-            estimates.pop(ended.request.job_id, None)
+            estimate = estimates.pop(ended.request.job_id, None)
+            if estimate is not None:
+                self._errors.append(max(ended.runtime, 1) / max(estimate, 1))
         for job, prediction in zip(submitted, self.session.sync(finished, submitted), strict=True):
             estimates[job.job_id] = prediction.t_sched
 
@@ -112,9 +128,21 @@ class ForwardForecaster:
         if self.lifetimes is not None:
             self.lifetimes.refresh(state.now)
             lookup = self.lifetimes.model
-        ends = running_ends(state, [estimates[started.job.job_id] for started in state.running], lookup)
+        running_estimates = [estimates[started.job.job_id] for started in state.running]
+        ends = running_ends(state, running_estimates, lookup)
         runtimes = [estimates[job.job_id] for job in state.waiting]
-        return forecast_starts_of(state, self.scheduler, ends, runtimes, positions)
+        if not self.draws:
+            return forecast_starts_of(state, self.scheduler, ends, runtimes, positions)
+        asked = sorted(positions)
+        running = (ends, running_estimates)
+        runs = [
+            [found[position] for position in asked]
+            for found in (
+                forecast_starts_of(state, self.scheduler, drawn_ends, drawn_runtimes, asked)
+                for drawn_ends, drawn_runtimes in error_draws(state, running, runtimes, self._errors, self.draws)
+            )
+        ]
+        return dict(zip(asked, sampled_starts(runs, (0.5,))[0], strict=True)) if asked else {}
 
 
 def split_forecaster_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -167,6 +195,15 @@ def _lifetimes(params: dict[str, str]) -> QueueLifetimes:
     )
 
 
+def _draws(text: str | None) -> int:
+    """A sampled forecast's runs (0: none, a point forecast)."""
+    if text is None:
+        return 0
+    if not text.isdigit() or not 1 <= int(text) <= MAX_DRAWS:
+        raise ValueError(f"draws must be a whole number from 1 to {MAX_DRAWS}, got {text!r}")
+    return int(text)
+
+
 def _forward(spec: str, params: dict[str, str], scheduler: Scheduler, truth: dict[int, int] | None) -> Forecaster:
     overrun = params.get("overrun", "downey")
     if overrun not in OVERRUNS:
@@ -180,4 +217,4 @@ def _forward(spec: str, params: dict[str, str], scheduler: Scheduler, truth: dic
             raise ValueError("the oracle needs the jobs' actual runtimes, which only an evaluation has")
         estimator.bind_truth(truth)
     lifetimes = QueueLifetimes() if overrun == "downey" else None
-    return ForwardForecaster(spec, scheduler, LocalSession(estimator), lifetimes)
+    return ForwardForecaster(spec, scheduler, LocalSession(estimator), lifetimes, _draws(params.get("draws")))

@@ -6,6 +6,7 @@ import json
 import math
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -17,7 +18,15 @@ from hypothesis import strategies as st
 from kernel.errors import SpecError
 from kernel.jobs import FinishedJob, JobRequest
 from predictor.downey import RunningAges, combined, downey_wait, predictor_a, predictor_b
-from predictor.forecasting import QueueState, Scheduler, StartedJob, forecast_with_bounds
+from predictor.forecasting import (
+    MAX_DRAWS,
+    QueueState,
+    Scheduler,
+    StartedJob,
+    error_draws,
+    forecast_with_bounds,
+    sampled_forecasts,
+)
 from predictor.lifetimes import LifetimeModel, QueueLifetimes, class_key, fit_lifetimes
 from predictor.proto import pb, rpc
 from predictor.registry import make_estimator
@@ -27,7 +36,7 @@ from predictor.service.codec import job_message
 from predictor.service.server import start_server
 from predictor.session import LocalSession
 from simulator.engine import SimulationConfig, TraceReplay, simulate
-from simulator.forecast import FORWARD_SIMULATION, forecast_starts
+from simulator.forecast import FORWARD_SIMULATION, ForwardSimulation, forecast_starts
 from simulator.forecasters import make_forecaster
 from simulator.jobs import WaitingJob
 from simulator.loop import Observer
@@ -221,6 +230,89 @@ def test_bounds_enclose_the_forecast_and_requests_give_the_upper_bound() -> None
         assert forecast.lower <= forecast.start == forecast.upper
 
 
+class RecordingRuns(ForwardSimulation):
+    """The forward simulation, keeping what each run was given (the ends and runtimes a draw made)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[list[int], list[int], list[int]]] = []
+
+    def starts(self, *given: Any) -> list[int]:  # type: ignore[override]
+        state, scheduler, running_ends, waiting_runtimes, check = given
+        starts = forecast_starts(state, scheduler, running_ends, waiting_runtimes, check)
+        self.runs.append((list(running_ends), list(waiting_runtimes), starts))
+        return starts
+
+
+def loaded_state() -> tuple[QueueState, tuple[list[int], list[int]]]:
+    """A loaded machine's state after its last submission, and the jobs' requests as their estimates."""
+    trace = generate_workload(jobs=400, procs=64, load=0.95, seed=3)
+    state, _, _ = state_at(trace.jobs, 64, Scheduler(), int(trace.jobs["submit"].max()))
+    return state, ([started.job.t_req for started in state.running], [job.t_req for job in state.waiting])
+
+
+#: Errors (actual / estimate) from 5% to twice the estimate, evenly in ln.
+ERRORS = np.geomspace(0.05, 2.0, 40).tolist()
+
+
+def test_a_sampled_forecast_without_errors_is_the_point_forecast() -> None:
+    state, requests = loaded_state()
+    point = forecast_with_bounds(FORWARD_SIMULATION, state, Scheduler(), requests, None)
+    sampled = sampled_forecasts(FORWARD_SIMULATION, state, Scheduler(), requests, None, ([], 3))
+    assert [(forecast.start, forecast.lower, forecast.upper) for forecast in sampled] == [
+        (forecast.start, forecast.start, forecast.start) for forecast in point
+    ]
+
+
+def test_a_sampled_forecast_is_the_median_of_runs_with_errors_drawn_within_the_requests() -> None:
+    state, requests = loaded_state()
+    recorder = RecordingRuns()
+    answer = sampled_forecasts(recorder, state, Scheduler(), requests, None, (ERRORS, 9), quantile=0.2)
+    assert len(recorder.runs) == 9 and len(state.waiting) > 20
+    for ends, runtimes, _ in recorder.runs:
+        assert all(
+            state.now < end <= started.start + started.job.t_req
+            for started, end in zip(state.running, ends, strict=True)
+        )
+        assert all(1 <= runtime <= job.t_req for job, runtime in zip(state.waiting, runtimes, strict=True))
+    assert len({tuple(runtimes) for _, runtimes, _ in recorder.runs}) == 9  # each run draws anew
+    for position, forecast in enumerate(answer):
+        starts = sorted(run[2][position] for run in recorder.runs)
+        # inverted cdf: the 5th of 9 runs is the median, the 2nd (0.2 x 9 = 1.8, rounded up) the lower bound
+        assert (forecast.lower, forecast.start, forecast.upper) == (starts[1], starts[4], starts[7])
+    assert len({forecast.start for forecast in answer}) > 1
+    again = sampled_forecasts(FORWARD_SIMULATION, state, Scheduler(), requests, None, (ERRORS, 9), 0.2)
+    assert again == answer  # seeded by the state's time: one question, one answer
+
+
+def test_a_running_job_draws_only_errors_that_outlive_its_age() -> None:
+    """Errors x0.5 and x1.5: a job estimated at twice its age can only have run x1.5; one estimated at half its
+    age has outlived both and keeps its point end."""
+    state, (_, waiting) = loaded_state()
+    ages = [state.now - started.start for started in state.running]
+    estimates = [2 * age if position % 2 else max(1, age // 2) for position, age in enumerate(ages)]
+    point_ends = [state.now + 1 + position for position in range(len(ages))]
+    checked = 0
+    for ends, _ in error_draws(state, (point_ends, estimates), waiting, [0.5, 1.5], 5):
+        for position, (started, end, age) in enumerate(zip(state.running, ends, ages, strict=True)):
+            if age < 2:  # both errors outlive an age of 0 or 1
+                continue
+            checked += 1
+            if position % 2:
+                assert end == max(started.start + min(3 * age, started.job.t_req), state.now + 1)
+            else:
+                assert end == point_ends[position]
+    assert checked >= 10
+
+
+@pytest.mark.parametrize(
+    ("draws", "quantile", "words"), [(0, 0.1, "draws must be in"), (MAX_DRAWS + 1, 0.1, "draws"), (5, 0.5, "quantile")]
+)
+def test_a_sampled_forecast_refuses_work_and_bounds_out_of_range(draws: int, quantile: float, words: str) -> None:
+    state, requests = loaded_state()
+    with pytest.raises(ValueError, match=words):
+        sampled_forecasts(FORWARD_SIMULATION, state, Scheduler(), requests, None, (ERRORS, draws), quantile)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 50), st.integers(1, 500), st.integers(1, 16)), min_size=1, max_size=40),
@@ -303,7 +395,13 @@ def test_forecasters_see_no_future() -> None:
     later = changed["submit"] > cut
     changed.loc[later, "t_act"] = np.maximum(1, changed.loc[later, "t_act"] // 3)
     changed.loc[later, "procs"] = np.minimum(64, changed.loc[later, "procs"] * 2)
-    specs = ["downey", "downey-a:by=none,stages=2", "forward:estimator=percentile", "forward:estimator=last2"]
+    specs = [
+        "downey",
+        "downey-a:by=none,stages=2",
+        "forward:estimator=percentile",
+        "forward:estimator=last2",
+        "forward:draws=3,estimator=last2",
+    ]
     scheduler = Scheduler()
     tables = []
     for jobs in (trace.jobs, changed):
@@ -346,6 +444,8 @@ def test_wait_eval_writes_the_report_and_the_plot(tmp_path: Path, capsys: pytest
         ("forward:overrun=never", "overrun must be one of downey, request"),
         ("forward:estimator=nope", "estimator= comes last"),
         ("forward:estimator=oracle", "only an evaluation has"),
+        ("forward:draws=0", "draws must be a whole number from 1 to 32"),
+        ("forward:draws=many", "draws must be a whole number from 1 to 32"),
         ("downey:window", "expected key=value"),
     ],
 )
@@ -397,6 +497,31 @@ def test_forecast_start_answers_each_waiting_job_with_bounds(server: str) -> Non
     assert all(forecast.lower <= forecast.start for forecast in answer.forecasts)
 
 
+def test_forecast_start_draws_the_errors_the_estimator_made_on_the_namespaces_completions(server: str) -> None:
+    """Through the service, the sampled forecast is the in-process one with the errors of the namespace's live
+    scores: each completion's runtime over the request the service answered for it at submission."""
+    asked = [JobRequest(100 + i, 10 * i, 1 + i % 3, 1, 7_200, 8) for i in range(60)]
+    finished = [FinishedJob(job, job.submit + 3_100, 60 + 50 * i) for i, job in enumerate(asked)]
+    lifetimes = QueueLifetimes()
+    for job in finished:
+        lifetimes.observe(job)
+    lifetimes.refresh(small_state().now)
+    state = small_state()
+    requests = ([started.job.t_req for started in state.running], [job.t_req for job in state.waiting])
+    errors = [job.runtime / 7_200 for job in finished]
+    expected = sampled_forecasts(FORWARD_SIMULATION, state, Scheduler(), requests, lifetimes.frozen(), (errors, 7))
+    with PredictorClient(server, timeout=10) as client:
+        client.sync([], asked, namespace="sampled", estimator="request")
+        client.observe(finished, namespace="sampled")
+        answer = client.forecast_start(state, estimator="request", namespace="sampled", draws=7)
+        point = client.forecast_start(state, estimator="request", namespace="sampled")
+        unscored = client.forecast_start(state, estimator="percentile", namespace="sampled", draws=7)
+    assert answer.forecasts == expected
+    assert [forecast.start for forecast in answer.forecasts] != [forecast.start for forecast in point.forecasts]
+    # an estimator the namespace has not scored has no errors to draw: every run is its point forecast
+    assert all(forecast.lower == forecast.start == forecast.upper for forecast in unscored.forecasts)
+
+
 def request_of(**changes: object) -> pb.ForecastStartRequest:
     state = small_state()
     request = pb.ForecastStartRequest(now=state.now, machine_procs=state.procs)
@@ -421,6 +546,9 @@ def request_of(**changes: object) -> pb.ForecastStartRequest:
         (request_of(policy="lifo"), "policy: 'lifo' is not one of fcfs, wfp, sjf"),
         (request_of(backfill="none", backfill_order="sjf"), "backfill_order"),
         (request_of(lower_quantile=1.0), "lower_quantile must be in (0, 1)"),
+        (request_of(draws=33), "draws must be in [0, 32]"),
+        (request_of(draws=-1), "draws must be in [0, 32]"),
+        (request_of(draws=5, lower_quantile=0.5), "lower_quantile must be in (0, 0.5) with draws"),
         (request_of(estimator="nope"), "unknown estimator"),
     ],
 )
@@ -470,6 +598,11 @@ def test_tsched_forecast_reads_a_state_file(server: str, tmp_path: Path, capsys:
     assert [row["start"] for row in answer["forecasts"]] == [15_700, 10_000, 19_300]
     assert main(arguments) == 0
     assert "2.6h" in capsys.readouterr().out  # job 5 waits 9,300 s
+    # a namespace without a finished job has no model to draw from: every run is the point forecast's
+    assert main([*arguments, "--draws", "3", "--json"]) == 0
+    assert [row["start"] for row in json.loads(capsys.readouterr().out)["forecasts"]] == [15_700, 10_000, 19_300]
+    assert main([*arguments, "--draws", "40"]) != 0
+    assert "draws must be in [0, 32]" in capsys.readouterr().err
     path.write_text(json.dumps({"now": 5, "machine_procs": 8, "waiting": [{"job_id": 1, "submit": "x"}]}))
     assert main(arguments) == 2
     assert "waiting[0].submit must be a whole number, got 'x'" in capsys.readouterr().err

@@ -156,10 +156,10 @@ def test_the_service_rebuilds_the_requests_the_reader_made(queue: SlurmQueue) ->
     """What a forecast through the service runs on is what one in-process runs on: the reader asks each job what
     its totals say, and the totals, names and partitions are what travels."""
     message = forecast_request(queue.state, ON_NODES, "site", "request")
-    state, scheduler, _ = forecast_question(message)
-    assert scheduler == ON_NODES
-    assert list(state.requests) == list(queue.state.requests)
-    assert sorted(state.names) == sorted(queue.state.names)
+    asked = forecast_question(message)
+    assert asked.scheduler == ON_NODES and asked.draws == 0
+    assert list(asked.state.requests) == list(queue.state.requests)
+    assert sorted(asked.state.names) == sorted(queue.state.names)
 
 
 @pytest.mark.parametrize("reason", ["JobArrayTaskLimit", "QOSJobLimit", "Reservation", "Dependency", "JobHeldUser"])

@@ -300,10 +300,12 @@ class PredictorClient:
         namespace: str = "",
         estimator: str = "",
         lower_quantile: float | None = None,
+        draws: int | None = None,
         timeout: float | None = None,
     ) -> ForecastAnswer:
-        """When each waiting job of `state` will start, with bounds, under `scheduler` (default: FCFS + EASY)."""
-        request = forecast_request(state, scheduler or Scheduler(), namespace, estimator, lower_quantile)
+        """When each waiting job of `state` will start, with bounds, under `scheduler` (default: FCFS + EASY);
+        with `draws`, the median of that many runs with drawn lifetimes (`sampled_forecasts`)."""
+        request = forecast_request(state, scheduler or Scheduler(), namespace, estimator, lower_quantile, draws)
         response: pb.ForecastStartResponse = self._call(self._stub.ForecastStart, request, timeout)
         return ForecastAnswer(
             start_forecasts_from(response.forecasts), response.estimator, response.namespace, response.now

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from kernel.errors import InvalidRequest
 from kernel.hostlist import expand_hostlist
@@ -341,8 +341,18 @@ def add_names(
 # --- queue-time forecasts ------------------------------------------------------------------------
 
 
-def forecast_question(request: pb.ForecastStartRequest) -> tuple[QueueState, Scheduler, float]:
-    """A ForecastStart request as the scheduler's state, its scheduler and the lower bound's quantile.
+class ForecastQuestion(NamedTuple):
+    """What a ForecastStart request asks: the scheduler's state, its scheduler, the bounds' quantile, and the runs
+    of a sampled forecast (0: none, the point forecast)."""
+
+    state: QueueState
+    scheduler: Scheduler
+    lower_quantile: float
+    draws: int
+
+
+def forecast_question(request: pb.ForecastStartRequest) -> ForecastQuestion:
+    """A ForecastStart request as the question it asks (`ForecastQuestion`).
 
     Checks each message (presence, bounds, batch sizes); `predictor.service.forecasts.check_state`
     checks how the fields relate (starts before now, jobs within the machine).
@@ -371,7 +381,7 @@ def forecast_question(request: pb.ForecastStartRequest) -> tuple[QueueState, Sch
     names += [(len(running) + index, field, name) for index, field, name in job_names(request.waiting, "waiting")]
     state = QueueState(request.now, request.machine_procs, running, waiting, requests, names)
     quantile = request.lower_quantile if request.HasField("lower_quantile") else DEFAULT_LOWER_QUANTILE
-    return state, scheduler, quantile
+    return ForecastQuestion(state, scheduler, quantile, request.draws)
 
 
 def _cluster_requests(request: pb.ForecastStartRequest) -> list[ResourceRequest]:
@@ -420,6 +430,7 @@ def forecast_request(
     namespace: str,
     estimator: str,
     lower_quantile: float | None = None,
+    draws: int | None = None,
 ) -> pb.ForecastStartRequest:
     request = pb.ForecastStartRequest(
         namespace=namespace,
@@ -430,6 +441,7 @@ def forecast_request(
         backfill=scheduler.backfill,
         backfill_order=scheduler.backfill_order,
         lower_quantile=lower_quantile,
+        draws=draws,
     )
     lists = [",".join(asked.nodelist) for asked in state.requests[: len(state.running)]] or [""] * len(state.running)
     for started, node_list in zip(state.running, lists, strict=True):

@@ -48,10 +48,12 @@ from kernel.jobs import FinishedJob, JobName, JobRequest, Prediction, RuntimeInt
 from predictor.estimators.base import Estimator
 from predictor.forecasting import (
     DEFAULT_LOWER_QUANTILE,
+    MAX_DRAWS,
     QueueState,
     Scheduler,
     StartForecaster,
     forecast_with_bounds,
+    sampled_forecasts,
 )
 from predictor.service.forecasts import ForecastAnswer, NamespaceLifetimes, check_state
 from predictor.service.limits import Limits, MemoryWatch
@@ -231,14 +233,22 @@ class PredictorCore:
         scheduler: Scheduler,
         lower_quantile: float = DEFAULT_LOWER_QUANTILE,
         check_deadline: DeadlineCheck = no_deadline,
+        draws: int = 0,
     ) -> ForecastAnswer:
         """Each waiting job's forecast start and bounds: the scheduler run forward from `state`, each job running
-        for the t_sched the namespace's estimator gives it at `state.now` (docs/queue-time.md). Learns nothing."""
+        for the t_sched the namespace's estimator gives it at `state.now`, or, with `draws`, the median of that
+        many runs with each t_sched multiplied by an error the estimator made on the namespace's completions
+        (its live scores; docs/queue-time.md). Learns nothing."""
         forecaster = self._start_forecaster
         if forecaster is None:
             raise FailedPrecondition("this server cannot forecast: it was started without the forward simulation")
-        if not 0 < lower_quantile < 1:
-            raise InvalidRequest(f"lower_quantile must be in (0, 1), got {lower_quantile}")
+        if not 0 <= draws <= MAX_DRAWS:
+            raise InvalidRequest(f"draws must be in [0, {MAX_DRAWS}] (0: no sampling), got {draws}")
+        highest = 0.5 if draws else 1
+        if not 0 < lower_quantile < highest:
+            raise InvalidRequest(
+                f"lower_quantile must be in (0, {highest}){' with draws' if draws else ''}, got {lower_quantile}"
+            )
         check_state(state)
         try:
             forecaster.check(scheduler, state)
@@ -247,22 +257,23 @@ class PredictorCore:
         asked = [job._replace(submit=state.now) for job in (*(s.job for s in state.running), *state.waiting)]
         answer = self.predict(namespace, spec, asked, check_deadline, names=state.names)
         held = self.table.get(namespace)  # a question never creates a namespace: without one, no lifetimes
-        lifetimes = None
+        lifetimes, ratios = None, []
         if held is not None:
             with held:
                 lifetimes = self._forecast_lifetimes.lookup(held, held.name, held.history, state.now)
+                ratios = held.live.ratios(answer.estimator) if draws else []
         check_deadline()
         estimates = [prediction.t_sched for prediction in answer.predictions]
         running = len(state.running)
-        forecasts = forecast_with_bounds(
-            forecaster,
-            state,
-            scheduler,
-            (estimates[:running], estimates[running:]),
-            lifetimes,
-            lower_quantile,
-            check_deadline,
-        )
+        split = (estimates[:running], estimates[running:])
+        if draws:
+            forecasts = sampled_forecasts(
+                forecaster, state, scheduler, split, lifetimes, (ratios, draws), lower_quantile, check_deadline
+            )
+        else:
+            forecasts = forecast_with_bounds(
+                forecaster, state, scheduler, split, lifetimes, lower_quantile, check_deadline
+            )
         check_deadline()
         return ForecastAnswer(forecasts, answer.estimator, answer.namespace, state.now)
 

@@ -110,7 +110,9 @@ class Limits:
     )
     shutdown_grace: float = bound(10.0, "seconds in-flight calls get to finish on SIGTERM/SIGINT")
     live_window: int = bound(
-        1000, "completions per namespace and estimator the live accuracy is computed over (metrics, tsched status)"
+        1000,
+        "completions per namespace and estimator the live accuracy (metrics, tsched status) and a sampled "
+        "forecast's errors are taken from",
     )
     live_pending: int = bound(
         10_000, "predictions per namespace kept until their job completes, to score it (the oldest go first)"

@@ -73,6 +73,8 @@ class _Scores:
         self.waiting: OrderedDict[Key, deque[tuple[int, int, bool]]] = OrderedDict()
         self.count = 0
         self.window: deque[tuple[float, bool, bool, bool]] = deque(maxlen=window)
+        #: actual / t_sched of the same completions: what a sampled forecast draws its errors from
+        self.ratios: deque[float] = deque(maxlen=window)
 
     def add(self, job: JobRequest, prediction: Prediction) -> None:
         key = _key(job)
@@ -114,6 +116,7 @@ class _Scores:
             under = t_sched < actual
             accuracy = 1.0 if t_sched == actual else (t_sched / actual if under else actual / t_sched)
             self.window.append((accuracy, under, actual - t_sched > BAD_UNDERESTIMATE_SECONDS, fallback))
+            self.ratios.append(max(actual, 1) / max(t_sched, 1))
         if not queue:
             del self.waiting[key]
 
@@ -157,6 +160,11 @@ class LiveScores:
     @property
     def pending(self) -> int:
         return sum(scores.count for scores in self._by_estimator.values())
+
+    def ratios(self, estimator: str) -> list[float]:
+        """Actual runtime / t_sched of `estimator`'s last scored completions (`predictor.forecasting.error_draws`)."""
+        scores = self._by_estimator.get(estimator)
+        return [] if scores is None else list(scores.ratios)
 
     def summaries(self) -> list[LiveSummary]:
         return [scores.summary(name) for name, scores in sorted(self._by_estimator.items())]

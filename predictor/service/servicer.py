@@ -282,9 +282,11 @@ class PredictorServicer(rpc.PredictorServicer):
         self, request: pb.ForecastStartRequest, context: grpc.ServicerContext
     ) -> pb.ForecastStartResponse:
         self.core.spec(request.estimator)
-        state, scheduler, lower_quantile = codec.forecast_question(request)
+        asked = codec.forecast_question(request)
         check = forecast_check(context, self.core.limits.forecast_cpu_seconds)
-        answer = self.core.forecast_start(request.namespace, request.estimator, state, scheduler, lower_quantile, check)
+        answer = self.core.forecast_start(
+            request.namespace, request.estimator, asked.state, asked.scheduler, asked.lower_quantile, check, asked.draws
+        )
         response = pb.ForecastStartResponse(estimator=answer.estimator, namespace=answer.namespace, now=answer.now)
         codec.add_start_forecasts(response.forecasts, answer.forecasts)
         return response

@@ -44,7 +44,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.forecasting import LifetimeLookup, QueueState, Scheduler, StartedJob, running_ends
+from predictor.forecasting import (
+    LifetimeLookup,
+    QueueState,
+    Scheduler,
+    StartedJob,
+    running_ends,
+    sampled_forecasts,
+)
 from predictor.frames import finished_from_frame, jobs_to_requests
 from predictor.lifetimes import QueueLifetimes
 from predictor.registry import make_estimator
@@ -138,6 +145,7 @@ class Forecaster:
                 count = len(listed)
                 self.running_requests[job] = replace(self.requests[job], nodes=count, max_nodes=count, nodelist=listed)
         self.starts = self.jobs["submit"] + self.jobs["wait"]
+        self._at_submission: dict[str, dict[int, int]] = {}  # estimator -> each job's estimate at its submission
 
     def estimates(self, spec: str, now: int, jobs: pd.DataFrame) -> np.ndarray:
         """`spec`'s runtime estimates for `jobs`, trained on the jobs that ended at or before `now`; `ACTUAL`: their
@@ -150,6 +158,18 @@ class Forecaster:
         predictions = estimator.predict_many(jobs.reset_index(drop=True).assign(submit=now))
         return np.array([prediction.t_sched for prediction in predictions], dtype=np.int64)
 
+    def errors(self, spec: str, now: int) -> list[float]:
+        """Actual runtime / `spec`'s estimate at submission of the jobs that ended at or before `now`, in end order:
+        what the service's live scores hold for a sampled forecast (`error_draws`)."""
+        at_submission = self._at_submission.get(spec)
+        if at_submission is None:
+            at_submission = self._at_submission[spec] = {
+                job: int(self.estimates(spec, int(submit), self.jobs.loc[[job]])[0])
+                for job, submit in self.jobs["submit"].items()
+            }
+        ended = self.jobs.loc[self.jobs["end"] <= now].sort_values("end", kind="stable")
+        return [max(runtime, 1) / max(at_submission[job], 1) for job, runtime in ended["t_act"].items()]
+
     def lifetimes(self, now: int) -> LifetimeLookup:
         """Downey's lifetime models of the jobs that ended at or before `now`, as the service keeps them for
         `ForecastStart` (a running job that has outlived its estimate ends at its conditional median)."""
@@ -159,10 +179,13 @@ class Forecaster:
         models.refresh(now)
         return models.frozen()
 
-    def forecast(self, question: Question, spec: str) -> int:
-        """tsched's start of the job asked about, from the state at the question (see the module's docstring)."""
+    def forecast(self, question: Question, spec: str, draws: int = 0) -> int:
+        """tsched's start of the job asked about, from the state at the question (see the module's docstring); with
+        `draws`, the median of that many runs with the estimates' errors drawn (`sampled_forecasts`)."""
         now, jobs, starts = question.asked_at, self.jobs, self.starts
         running = jobs.loc[(starts <= now) & (jobs["end"] > now)]
+        if question.job_id in running.index:  # asked at the cycle that started it: it starts now
+            return now
         pending = jobs.loc[(jobs["submit"] <= now) & (starts > now)]
         waiting = pending.loc[_in_priority_order(pending.sort_values("submit", kind="stable").index, question.order)]
         state = QueueState(
@@ -175,15 +198,19 @@ class Forecaster:
             jobs_to_requests(waiting),
             [self.running_requests[job] for job in running.index] + [self.requests[job] for job in waiting.index],
         )
-        ends = running_ends(state, self.estimates(spec, now, running).tolist(), self.lifetimes(now))
-        if question.job_id in running.index:  # asked at the cycle that started it: it starts now
-            return now
-        forecasts = self.forward.starts(state, SLURM_ON_NODES, ends, self.estimates(spec, now, waiting).tolist())
-        return forecasts[waiting.index.get_loc(question.job_id)]
+        estimates = (self.estimates(spec, now, running).tolist(), self.estimates(spec, now, waiting).tolist())
+        asked = waiting.index.get_loc(question.job_id)
+        if draws:
+            errors = (self.errors(spec, now), draws)
+            sampled = sampled_forecasts(self.forward, state, SLURM_ON_NODES, estimates, self.lifetimes(now), errors)
+            return sampled[asked].start
+        ends = running_ends(state, estimates[0], self.lifetimes(now))
+        return self.forward.starts(state, SLURM_ON_NODES, ends, estimates[1])[asked]
 
 
-def evaluate(folder: Path, estimators: Sequence[str] = ESTIMATORS, pinned: bool = True) -> pd.DataFrame:
-    """Per question: when asked, the actual start, Slurm's planned start and each estimator's forecast."""
+def evaluate(folder: Path, estimators: Sequence[str] = ESTIMATORS, pinned: bool = True, draws: int = 0) -> pd.DataFrame:
+    """Per question: when asked, the actual start, Slurm's planned start and each estimator's forecast (with
+    `draws`, also each one's sampled forecast, as the column `sampled_column(spec, draws)`)."""
     forecaster = Forecaster(folder, pinned)
     rows = []
     for question in questions(folder / "backfill.log.gz"):
@@ -196,8 +223,16 @@ def evaluate(folder: Path, estimators: Sequence[str] = ESTIMATORS, pinned: bool 
             "squeue": question.slurm_start,
         }
         row.update({spec: forecaster.forecast(question, spec) for spec in estimators})
+        if draws:
+            sampled = [spec for spec in estimators if spec != ACTUAL]
+            row.update({sampled_column(spec, draws): forecaster.forecast(question, spec, draws) for spec in sampled})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def sampled_column(spec: str, draws: int) -> str:
+    """The column of `spec`'s sampled forecasts (its estimates serve the jobs of a class without a model)."""
+    return f"sampled ({draws}), {spec}"
 
 
 def scores(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
@@ -220,13 +255,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="SPEC",
         help=f"forecast with this estimator (repeatable; default: {', '.join(ESTIMATORS)}; {ACTUAL}: the runtimes)",
     )
+    parser.add_argument(
+        "--draws",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also forecast each estimator sampled: the median of N runs, each estimate times one of its errors",
+    )
     args = parser.parse_args(argv)
     estimators = tuple(args.estimator or ESTIMATORS)
     for folder in args.folders:
-        table = evaluate(folder, estimators, pinned=not args.place_again)
+        table = evaluate(folder, estimators, pinned=not args.place_again, draws=args.draws)
         waited = (table["start"] - table["asked_at"]).mean()
         print(f"{folder}: {len(table)} questions, mean wait from the question {waited:.0f} s")
-        print(scores(table, ("squeue", *estimators)).round(3).to_string())
+        print(scores(table, ("squeue", *table.columns[4:])).round(3).to_string())
 
 
 if __name__ == "__main__":

@@ -385,6 +385,7 @@ def cmd_forecast(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             estimator=args.estimator or "",
             lower_quantile=args.lower_quantile,
+            draws=args.draws,
         )
     rows = [forecast._asdict() for forecast in answer.forecasts]
     left_out: dict[str, str] = {}
@@ -498,6 +499,13 @@ def forecast_table() -> Table:
         Option("--estimator", "estimator SPEC for the runtimes (default: the server's first)", metavar="SPEC"),
         Option(
             "--lower-quantile", "lifetime quantile of the lower bound (default: the server's, 0.1)", float, metavar="Q"
+        ),
+        Option(
+            "--draws",
+            "a sampled forecast: the median of N runs (1-32), each estimate times an error the estimator made on the "
+            "namespace's completions; bounds at the runs' --lower-quantile and 1 minus it (default: one run)",
+            int,
+            metavar="N",
         ),
         json_option("the answer"),
     )

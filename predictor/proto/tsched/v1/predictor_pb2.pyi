@@ -255,7 +255,7 @@ class RunningJob(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., start: _Optional[int] = ..., node_list: _Optional[str] = ...) -> None: ...
 
 class ForecastStartRequest(_message.Message):
-    __slots__ = ("namespace", "estimator", "now", "machine_procs", "running", "waiting", "policy", "backfill", "backfill_order", "lower_quantile")
+    __slots__ = ("namespace", "estimator", "now", "machine_procs", "running", "waiting", "policy", "backfill", "backfill_order", "lower_quantile", "draws")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     NOW_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +266,7 @@ class ForecastStartRequest(_message.Message):
     BACKFILL_FIELD_NUMBER: _ClassVar[int]
     BACKFILL_ORDER_FIELD_NUMBER: _ClassVar[int]
     LOWER_QUANTILE_FIELD_NUMBER: _ClassVar[int]
+    DRAWS_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     estimator: str
     now: int
@@ -276,7 +277,8 @@ class ForecastStartRequest(_message.Message):
     backfill: str
     backfill_order: str
     lower_quantile: float
-    def __init__(self, namespace: _Optional[str] = ..., estimator: _Optional[str] = ..., now: _Optional[int] = ..., machine_procs: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., waiting: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., policy: _Optional[str] = ..., backfill: _Optional[str] = ..., backfill_order: _Optional[str] = ..., lower_quantile: _Optional[float] = ...) -> None: ...
+    draws: int
+    def __init__(self, namespace: _Optional[str] = ..., estimator: _Optional[str] = ..., now: _Optional[int] = ..., machine_procs: _Optional[int] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., waiting: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., policy: _Optional[str] = ..., backfill: _Optional[str] = ..., backfill_order: _Optional[str] = ..., lower_quantile: _Optional[float] = ..., draws: _Optional[int] = ...) -> None: ...
 
 class StartForecast(_message.Message):
     __slots__ = ("job_id", "start", "lower", "upper")
