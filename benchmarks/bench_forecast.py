@@ -10,7 +10,8 @@ each the median of `--repeat` runs:
   estimator's predictions for every job, then the three forward runs behind a
   forecast and its bounds, with Downey's lifetime models of the namespace's
   history (fitted at the first call, as a server does once a day), and a
-  sampled one (`--draws` runs with lifetimes drawn from the history).
+  sampled one (`--draws` runs, each estimate times one of the errors the
+  estimator made on the history).
 
 The target is judged on the process's CPU time: the forecast is one thread, so
 on an idle machine its wall time is its CPU time, while on this shared 2-core

@@ -178,7 +178,8 @@ def sampled_forecasts(
 ) -> list[StartForecast]:
     """Each waiting job's start as the median of forward runs of the same scheduler, one per scenario of
     `error_draws` (`errors`: the estimator's error ratios and how many runs), with bounds at the runs' `quantile`
-    and 1 - `quantile` (docs/queue-time.md). Without a ratio every run is the point forecast's."""
+    and 1 - `quantile` (docs/queue-time.md). Without a ratio every run is the point forecast's (the service answers
+    `forecast_with_bounds` then)."""
     if not 0 < quantile < 0.5:
         raise ValueError(f"the bounds' quantile must be in (0, 0.5), got {quantile}")
     ratios, draws = errors
@@ -242,9 +243,15 @@ def error_draws(
         yield [int(end) for end in ends], [int(runtime) for runtime in runtimes]
 
 
+def error_ratio(runtime: int, estimate: int) -> float:
+    """A finished job's runtime over the estimate it was given at its submission: one of its estimator's errors, as
+    `error_draws` draws them."""
+    return max(runtime, 1) / max(estimate, 1)
+
+
 def sampled_starts(runs: Sequence[Sequence[int]], levels: Sequence[float]) -> list[list[int]]:
     """Per level, each job's start at that quantile of the runs' starts: a start some run made, not one
-    interpolated between two (the inverted cdf)."""
+    interpolated between two (the inverted cdf; at 0.5 with an even number of runs, the lower median)."""
     values = np.quantile(np.array(runs, dtype=np.int64), levels, axis=0, method="inverted_cdf")
     return [[int(value) for value in row] for row in values]
 

@@ -40,7 +40,15 @@ from kernel.jobs import FinishedJob, JobRequest
 from kernel.specs import key_values
 from predictor.downey import downey_wait
 from predictor.estimators.baselines import OracleEstimator
-from predictor.forecasting import MAX_DRAWS, QueueState, Scheduler, error_draws, running_ends, sampled_starts
+from predictor.forecasting import (
+    MAX_DRAWS,
+    QueueState,
+    Scheduler,
+    error_draws,
+    error_ratio,
+    running_ends,
+    sampled_starts,
+)
 from predictor.lifetimes import QueueLifetimes
 from predictor.registry import make_estimator
 from predictor.session import LocalSession
@@ -118,7 +126,7 @@ class ForwardForecaster:
         for ended in finished:
             estimate = estimates.pop(ended.request.job_id, None)
             if estimate is not None:
-                self._errors.append(max(ended.runtime, 1) / max(estimate, 1))
+                self._errors.append(error_ratio(ended.runtime, estimate))
         for job, prediction in zip(submitted, self.session.sync(finished, submitted), strict=True):
             estimates[job.job_id] = prediction.t_sched
 

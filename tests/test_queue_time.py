@@ -513,13 +513,18 @@ def test_forecast_start_draws_the_errors_the_estimator_made_on_the_namespaces_co
     with PredictorClient(server, timeout=10) as client:
         client.sync([], asked, namespace="sampled", estimator="request")
         client.observe(finished, namespace="sampled")
+        before = client.status("sampled")
         answer = client.forecast_start(state, estimator="request", namespace="sampled", draws=7)
         point = client.forecast_start(state, estimator="request", namespace="sampled")
         unscored = client.forecast_start(state, estimator="percentile", namespace="sampled", draws=7)
+        unscored_point = client.forecast_start(state, estimator="percentile", namespace="sampled")
+        after = client.status("sampled")
     assert answer.forecasts == expected
     assert [forecast.start for forecast in answer.forecasts] != [forecast.start for forecast in point.forecasts]
-    # an estimator the namespace has not scored has no errors to draw: every run is its point forecast
-    assert all(forecast.lower == forecast.start == forecast.upper for forecast in unscored.forecasts)
+    # an estimator the namespace has not scored has no errors to draw: the answer is its point forecast and bounds
+    assert unscored.forecasts == unscored_point.forecasts
+    # a forecast's questions are no submissions: nothing of them waits in the live scores
+    assert (after.predictions, after.estimators) == (before.predictions, before.estimators)
 
 
 def request_of(**changes: object) -> pb.ForecastStartRequest:

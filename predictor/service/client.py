@@ -304,7 +304,8 @@ class PredictorClient:
         timeout: float | None = None,
     ) -> ForecastAnswer:
         """When each waiting job of `state` will start, with bounds, under `scheduler` (default: FCFS + EASY);
-        with `draws`, the median of that many runs with drawn lifetimes (`sampled_forecasts`)."""
+        with `draws`, the median of that many runs, each estimate times one of the estimator's errors
+        (`sampled_forecasts`)."""
         request = forecast_request(state, scheduler or Scheduler(), namespace, estimator, lower_quantile, draws)
         response: pb.ForecastStartResponse = self._call(self._stub.ForecastStart, request, timeout)
         return ForecastAnswer(

@@ -152,6 +152,7 @@ class PredictorCore:
         indexed: bool = True,
         names: Sequence[JobName] = (),
         intervals: bool = False,
+        scored: bool = True,
     ) -> Answer:
         """Answer questions about `jobs` from the namespace's history; nothing is learned, the clock stays.
 
@@ -159,7 +160,8 @@ class PredictorCore:
         as submissions (see the module's documentation), with the names they
         gave first; otherwise a name new to the namespace is answered for
         without being kept. With `intervals`, each answer comes with the
-        estimator's runtime interval, if it has one.
+        estimator's runtime interval, if it has one. Unless `scored` is false (a forecast's questions, which are
+        no submissions), the answers wait for their jobs' completions in the live scores.
         """
         resolved = self.specs.spec(spec)
         with self.table.found(namespace, create=resolved.records) as held, held:
@@ -175,7 +177,8 @@ class PredictorCore:
                 self.recorder.maybe_snapshot(held)
             else:
                 predictions, shown = held.predict(estimator, asked, check_deadline, intervals)
-            self.recorder.remember(held, resolved, asked, predictions)
+            if scored:
+                self.recorder.remember(held, resolved, asked, predictions)
         return Answer(predictions, resolved.canonical, held.name, clock, intervals=shown)
 
     def observe(
@@ -255,7 +258,7 @@ class PredictorCore:
         except ValueError as error:
             raise InvalidRequest(str(error)) from None
         asked = [job._replace(submit=state.now) for job in (*(s.job for s in state.running), *state.waiting)]
-        answer = self.predict(namespace, spec, asked, check_deadline, names=state.names)
+        answer = self.predict(namespace, spec, asked, check_deadline, names=state.names, scored=False)
         held = self.table.get(namespace)  # a question never creates a namespace: without one, no lifetimes
         lifetimes, ratios = None, []
         if held is not None:
@@ -266,7 +269,7 @@ class PredictorCore:
         estimates = [prediction.t_sched for prediction in answer.predictions]
         running = len(state.running)
         split = (estimates[:running], estimates[running:])
-        if draws:
+        if draws and ratios:  # without an error to draw, the runs would all be the point forecast
             forecasts = sampled_forecasts(
                 forecaster, state, scheduler, split, lifetimes, (ratios, draws), lower_quantile, check_deadline
             )

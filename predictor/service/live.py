@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from kernel.jobs import FinishedJob, JobRequest, Prediction
 from kernel.specs import parse_spec
+from predictor.forecasting import error_ratio
 from predictor.scoring import BAD_UNDERESTIMATE_SECONDS
 
 #: How far a completion's submit time may be from the submit time its prediction was asked for (seconds):
@@ -116,7 +117,7 @@ class _Scores:
             under = t_sched < actual
             accuracy = 1.0 if t_sched == actual else (t_sched / actual if under else actual / t_sched)
             self.window.append((accuracy, under, actual - t_sched > BAD_UNDERESTIMATE_SECONDS, fallback))
-            self.ratios.append(max(actual, 1) / max(t_sched, 1))
+            self.ratios.append(error_ratio(actual, t_sched))
         if not queue:
             del self.waiting[key]
 

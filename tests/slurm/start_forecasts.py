@@ -49,6 +49,7 @@ from predictor.forecasting import (
     QueueState,
     Scheduler,
     StartedJob,
+    error_ratio,
     running_ends,
     sampled_forecasts,
 )
@@ -57,6 +58,7 @@ from predictor.lifetimes import QueueLifetimes
 from predictor.registry import make_estimator
 from simulator.clusterconf import read_slurm_conf
 from simulator.clusterforecast import ClusterForwardSimulation
+from simulator.forecasters import ERROR_WINDOW
 from simulator.waiteval import score
 from simulator.workloads.formats import read_trace
 from simulator.workloads.sacctrequests import read_sacct_nodes, read_sacct_requests
@@ -159,16 +161,17 @@ class Forecaster:
         return np.array([prediction.t_sched for prediction in predictions], dtype=np.int64)
 
     def errors(self, spec: str, now: int) -> list[float]:
-        """Actual runtime / `spec`'s estimate at submission of the jobs that ended at or before `now`, in end order:
-        what the service's live scores hold for a sampled forecast (`error_draws`)."""
+        """`spec`'s errors on the last `ERROR_WINDOW` jobs that ended at or before `now` (runtime over its estimate
+        at the job's submission, from the jobs ended before that): what the service's live scores hold for a
+        sampled forecast (`error_draws`)."""
         at_submission = self._at_submission.get(spec)
         if at_submission is None:
             at_submission = self._at_submission[spec] = {
                 job: int(self.estimates(spec, int(submit), self.jobs.loc[[job]])[0])
                 for job, submit in self.jobs["submit"].items()
             }
-        ended = self.jobs.loc[self.jobs["end"] <= now].sort_values("end", kind="stable")
-        return [max(runtime, 1) / max(at_submission[job], 1) for job, runtime in ended["t_act"].items()]
+        ended = self.jobs.loc[self.jobs["end"] <= now].sort_values("end", kind="stable").tail(ERROR_WINDOW)
+        return [error_ratio(runtime, at_submission[job]) for job, runtime in ended["t_act"].items()]
 
     def lifetimes(self, now: int) -> LifetimeLookup:
         """Downey's lifetime models of the jobs that ended at or before `now`, as the service keeps them for

@@ -503,7 +503,8 @@ def forecast_table() -> Table:
         Option(
             "--draws",
             "a sampled forecast: the median of N runs (1-32), each estimate times an error the estimator made on the "
-            "namespace's completions; bounds at the runs' --lower-quantile and 1 minus it (default: one run)",
+            "namespace's completions; bounds at the runs' --lower-quantile and 1 minus it (default, and while the "
+            "estimator has no scored completion: one run with the estimates, and its bounds)",
             int,
             metavar="N",
         ),

@@ -501,7 +501,7 @@ def wait_eval_table() -> Table:
         Option(
             "--forecasters",
             "downey-a, downey-b, downey (combined), or forward:estimator=SPEC (estimator= last: the rest is the "
-            "estimator's SPEC; forward:draws=N,estimator=SPEC: the median of N runs with drawn lifetimes); several "
+            "estimator's SPEC; forward:draws=N,estimator=SPEC: the median of N runs with drawn errors); several "
             "separated by spaces",
             default=DEFAULT_FORECASTERS,
             metavar="SPEC",
