@@ -125,7 +125,7 @@ class ForwardForecaster:
         estimates = self._estimates
         for ended in finished:
             estimate = estimates.pop(ended.request.job_id, None)
-            if estimate is not None:
+            if estimate is not None and self.draws:  # only a sampled forecast draws errors
                 self._errors.append(error_ratio(ended.runtime, estimate))
         for job, prediction in zip(submitted, self.session.sync(finished, submitted), strict=True):
             estimates[job.job_id] = prediction.t_sched

@@ -73,9 +73,9 @@ class _Scores:
         #: key -> (submit, t_sched, fallback), oldest first; the keys in the order they were last asked about.
         self.waiting: OrderedDict[Key, deque[tuple[int, int, bool]]] = OrderedDict()
         self.count = 0
-        self.window: deque[tuple[float, bool, bool, bool]] = deque(maxlen=window)
-        #: actual / t_sched of the same completions: what a sampled forecast draws its errors from
-        self.ratios: deque[float] = deque(maxlen=window)
+        #: per completion: accuracy, underestimated, badly, fallback, and actual / t_sched (the error a sampled
+        #: forecast draws)
+        self.window: deque[tuple[float, bool, bool, bool, float]] = deque(maxlen=window)
 
     def add(self, job: JobRequest, prediction: Prediction) -> None:
         key = _key(job)
@@ -116,8 +116,8 @@ class _Scores:
             actual = job.runtime
             under = t_sched < actual
             accuracy = 1.0 if t_sched == actual else (t_sched / actual if under else actual / t_sched)
-            self.window.append((accuracy, under, actual - t_sched > BAD_UNDERESTIMATE_SECONDS, fallback))
-            self.ratios.append(error_ratio(actual, t_sched))
+            bad = actual - t_sched > BAD_UNDERESTIMATE_SECONDS
+            self.window.append((accuracy, under, bad, fallback, error_ratio(actual, t_sched)))
         if not queue:
             del self.waiting[key]
 
@@ -165,7 +165,7 @@ class LiveScores:
     def ratios(self, estimator: str) -> list[float]:
         """Actual runtime / t_sched of `estimator`'s last scored completions (`predictor.forecasting.error_draws`)."""
         scores = self._by_estimator.get(estimator)
-        return [] if scores is None else list(scores.ratios)
+        return [] if scores is None else [row[4] for row in scores.window]
 
     def summaries(self) -> list[LiveSummary]:
         return [scores.summary(name) for name, scores in sorted(self._by_estimator.items())]
